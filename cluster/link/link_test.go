@@ -1,0 +1,174 @@
+package link_test
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/cluster/link"
+)
+
+// echoServer answers each line with the same line.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if _, err := c.Write([]byte(line)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// roundTrip sends one line on c and waits (bounded) for its echo.
+func roundTrip(c net.Conn, d time.Duration) (time.Duration, error) {
+	start := time.Now()
+	c.SetDeadline(start.Add(d))
+	if _, err := c.Write([]byte("ping\n")); err != nil {
+		return 0, err
+	}
+	buf := make([]byte, 5)
+	if _, err := c.Read(buf); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+func newLink(t *testing.T) (*link.Server, *link.Link) {
+	t.Helper()
+	s := link.NewServer()
+	t.Cleanup(func() { s.Close() })
+	l, err := s.Add("echo", "127.0.0.1:0", echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, l
+}
+
+func dial(t *testing.T, l *link.Link) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", l.Addr(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestPartitionHangsThenHeals(t *testing.T) {
+	_, l := newLink(t)
+	c := dial(t, l)
+	if _, err := roundTrip(c, 2*time.Second); err != nil {
+		t.Fatalf("before partition: %v", err)
+	}
+	for _, d := range []link.Direction{link.Upstream, link.Downstream, link.Both} {
+		if err := l.Partition(d); err != nil {
+			t.Fatal(err)
+		}
+		_, err := roundTrip(c, 300*time.Millisecond)
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("partition %v: want a hang (deadline exceeded), got %v", d, err)
+		}
+		if err := l.Heal(); err != nil {
+			t.Fatal(err)
+		}
+		// The hung connection may have buffered bytes; a new one must work.
+		c = dial(t, l)
+		if _, err := roundTrip(c, 2*time.Second); err != nil {
+			t.Fatalf("after healing %v: %v", d, err)
+		}
+	}
+}
+
+func TestLatencyShowsInRoundTrip(t *testing.T) {
+	_, l := newLink(t)
+	c := dial(t, l)
+	base, err := roundTrip(c, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Latency(link.Downstream, 100*time.Millisecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	got, err := roundTrip(c, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got < 100*time.Millisecond {
+		t.Fatalf("round trip with 100ms latency took %v (without: %v)", got, base)
+	}
+	if a := l.Active(); len(a) != 1 || a[0] != "latency_downstream" {
+		t.Fatalf("Active() = %v", a)
+	}
+}
+
+func TestRefuseClosesAndRefusesThenHealsOnSamePort(t *testing.T) {
+	s, l := newLink(t)
+	addr := l.Addr()
+	c := dial(t, l)
+	if err := l.Refuse(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := roundTrip(c, 2*time.Second); err == nil {
+		t.Fatal("open connection survived Refuse")
+	}
+	if c2, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c2.Close()
+		t.Fatal("new connection accepted while refused")
+	}
+	if err := s.HealAll(); err != nil {
+		t.Fatal(err)
+	}
+	if l.Addr() != addr {
+		t.Fatalf("address changed across heal: %s → %s", addr, l.Addr())
+	}
+	if _, err := roundTrip(dial(t, l), 2*time.Second); err != nil {
+		t.Fatalf("after heal: %v", err)
+	}
+}
+
+func TestResetPeerAffectsNewConnections(t *testing.T) {
+	_, l := newLink(t)
+	if err := l.ResetPeer(link.Upstream, 0); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, l)
+	if _, err := roundTrip(c, 2*time.Second); err == nil {
+		t.Fatal("round trip succeeded through reset_peer")
+	}
+}
+
+func TestParseDirection(t *testing.T) {
+	for _, d := range []link.Direction{link.Upstream, link.Downstream, link.Both} {
+		got, err := link.ParseDirection(d.String())
+		if err != nil || got != d {
+			t.Errorf("ParseDirection(%q) = %v, %v", d.String(), got, err)
+		}
+	}
+	if _, err := link.ParseDirection("sideways"); err == nil {
+		t.Error("ParseDirection(sideways) succeeded")
+	}
+}
