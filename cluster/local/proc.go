@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -30,6 +31,9 @@ type proc struct {
 	pgid int
 	done chan struct{}
 	err  error // exit status, valid once done is closed
+
+	mu   sync.Mutex
+	seen []int // every pid signalled, so waitGone can wait for reparented ones
 }
 
 // startProc starts spec as the leader of a new process group and registers
@@ -78,11 +82,33 @@ func (p *proc) exited() bool {
 	}
 }
 
-// signal sends sig to every process in the group.
+// signal sends sig to every process of the server: the group and every
+// descendant of the leader. Descendants matter because some servers move
+// their children to new sessions (PostgreSQL backends call setsid), so a
+// signal to the group alone would miss them. The leader is stopped first
+// so it cannot fork while the rest are signalled.
 func (p *proc) signal(sig syscall.Signal) error {
+	if sig == syscall.SIGSTOP || sig == syscall.SIGKILL {
+		_ = syscall.Kill(p.pgid, syscall.SIGSTOP)
+	}
+	pids := p.pids()
+	if sig == syscall.SIGKILL {
+		// Freeze everything first, so nothing forks or reparents
+		// between the listing and the kill.
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+		}
+		pids = p.pids()
+	}
 	if err := syscall.Kill(-p.pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("signal %v to group %d: %w", sig, p.pgid, err)
 	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, sig)
+	}
+	p.mu.Lock()
+	p.seen = append(p.seen, pids...)
+	p.mu.Unlock()
 	return nil
 }
 
@@ -109,8 +135,8 @@ func (p *proc) kill(ctx context.Context) error {
 	return p.waitGone(ctx)
 }
 
-// waitGone waits until the leader is reaped and no process of the group
-// is left.
+// waitGone waits until the leader is reaped and no process of the server
+// (group members, descendants, and any pid ever signalled) is left.
 func (p *proc) waitGone(ctx context.Context) error {
 	select {
 	case <-p.done:
@@ -118,49 +144,112 @@ func (p *proc) waitGone(ctx context.Context) error {
 		return fmt.Errorf("wait for pid %d: %w", p.pgid, ctx.Err())
 	}
 	for {
-		if len(groupPIDs(p.pgid)) == 0 {
+		left := p.pids()
+		p.mu.Lock()
+		for _, pid := range p.seen {
+			if pidAlive(pid) {
+				left = append(left, pid)
+			}
+		}
+		p.mu.Unlock()
+		if len(left) == 0 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("wait for group %d to exit: %w", p.pgid, ctx.Err())
+			return fmt.Errorf("wait for pids %v to exit: %w", left, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
 
-// pids lists the live members of the group.
-func (p *proc) pids() []int { return groupPIDs(p.pgid) }
+// pids lists the live processes of the server: the group's members and
+// every descendant of the leader, whatever group they moved to.
+func (p *proc) pids() []int {
+	procs := scanProcs()
+	in := map[int]bool{}
+	if !p.exited() {
+		in[p.pgid] = true
+	}
+	for _, s := range procs {
+		if s.pgid == p.pgid {
+			in[s.pid] = true
+		}
+	}
+	// Descendants: repeat until no new child joins (the table is small).
+	for changed := true; changed; {
+		changed = false
+		for _, s := range procs {
+			if !in[s.pid] && in[s.ppid] {
+				in[s.pid] = true
+				changed = true
+			}
+		}
+	}
+	out := make([]int, 0, len(in))
+	for _, s := range procs {
+		if in[s.pid] {
+			out = append(out, s.pid)
+		}
+	}
+	return out
+}
 
-// groupPIDs scans /proc for processes whose process group is pgid.
-// Zombies are left out: they are dead and only wait to be reaped.
-func groupPIDs(pgid int) []int {
+// procStat is what /proc/<pid>/stat says about one live process.
+type procStat struct{ pid, ppid, pgid int }
+
+// scanProcs lists every live (non-zombie) process.
+func scanProcs() []procStat {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	var out []int
+	var out []procStat
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
+		if s, ok := readStat(pid); ok {
+			out = append(out, s)
 		}
-		// Fields after the parenthesised command: state ppid pgrp ...
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 3 || f[0] == "Z" {
-			continue
-		}
-		if g, err := strconv.Atoi(f[2]); err == nil && g == pgid {
-			out = append(out, pid)
+	}
+	return out
+}
+
+// readStat parses /proc/<pid>/stat; ok is false for a gone or zombie process.
+func readStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	// Fields after the parenthesised command: state ppid pgrp ...
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return procStat{}, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
+		return procStat{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	pgid, _ := strconv.Atoi(f[2])
+	return procStat{pid: pid, ppid: ppid, pgid: pgid}, true
+}
+
+// pidAlive reports whether pid is a live, non-zombie process.
+func pidAlive(pid int) bool {
+	_, ok := readStat(pid)
+	return ok
+}
+
+// groupPIDs lists the live members of process group pgid.
+func groupPIDs(pgid int) []int {
+	var out []int
+	for _, s := range scanProcs() {
+		if s.pgid == pgid {
+			out = append(out, s.pid)
 		}
 	}
 	return out

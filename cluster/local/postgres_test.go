@@ -1,0 +1,209 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/cluster/link"
+	"github.com/jackc/pgx/v5"
+)
+
+func startPostgres(t testing.TB) *Postgres {
+	t.Helper()
+	pg, err := NewPostgres(PostgresOptions{})
+	if err != nil {
+		t.Skipf("postgres not available: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := pg.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := pg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return pg
+}
+
+func pgConnect(t *testing.T, ctx context.Context, dsn string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func TestPostgres(t *testing.T) {
+	pg := startPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if v := pg.Version(); v == "" {
+		t.Fatal("empty version")
+	} else {
+		t.Logf("version: %s", v)
+	}
+	var pids []int
+
+	t.Run("kill -9 keeps committed rows", func(t *testing.T) {
+		c := pgConnect(t, ctx, pg.DSN(pg.Endpoint()))
+		if _, err := c.Exec(ctx, "CREATE TABLE acked (id int PRIMARY KEY)"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, "INSERT INTO acked VALUES (42)"); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, pg.PIDs()...)
+		if err := pg.Kill(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, pid := range pids {
+			if alive(pid) && pid != pg.g.pid() {
+				t.Fatalf("pid %d still alive after kill", pid)
+			}
+		}
+		if err := pg.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c2 := pgConnect(t, ctx, pg.DSN(pg.Endpoint()))
+		var n int
+		if err := c2.QueryRow(ctx, "SELECT count(*) FROM acked WHERE id = 42").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("acknowledged row after kill -9: n=%d err=%v", n, err)
+		}
+	})
+
+	t.Run("pause makes a call time out, resume heals the same client", func(t *testing.T) {
+		c := pgConnect(t, ctx, pg.DSN(pg.Endpoint()))
+		if err := pg.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		qctx, qcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err := c.Exec(qctx, "SELECT 1")
+		qcancel()
+		if err == nil {
+			t.Fatal("query answered while paused")
+		}
+		if err := pg.Resume(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// pgx closes a connection whose query was cancelled mid-flight;
+		// "the same client" is the same DSN and pool, so reconnect.
+		waitFor(t, ctx, 10*time.Second, func() error {
+			c2, err := pgx.Connect(ctx, pg.DSN(pg.Endpoint()))
+			if err != nil {
+				return err
+			}
+			defer c2.Close(ctx)
+			_, err = c2.Exec(ctx, "SELECT 1")
+			return err
+		})
+	})
+
+	t.Run("partition through the proxy hangs, heal restores; latency shows", func(t *testing.T) {
+		s := link.NewServer()
+		defer s.Close()
+		l, err := s.Add("postgres", "127.0.0.1:0", pg.Endpoint())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := pgConnect(t, ctx, pg.DSN(l.Addr()))
+		base := timeQuery(t, ctx, c)
+		if err := l.Latency(link.Downstream, 100*time.Millisecond, 0); err != nil {
+			t.Fatal(err)
+		}
+		if d := timeQuery(t, ctx, c); d < 100*time.Millisecond {
+			t.Fatalf("round trip with 100ms latency: %v (without: %v)", d, base)
+		}
+		if err := l.Heal(); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Partition(link.Both); err != nil {
+			t.Fatal(err)
+		}
+		qctx, qcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err = c.Exec(qctx, "SELECT 1")
+		qcancel()
+		if err == nil {
+			t.Fatal("query answered through a partition")
+		}
+		if err := l.Heal(); err != nil {
+			t.Fatal(err)
+		}
+		c2 := pgConnect(t, ctx, pg.DSN(l.Addr()))
+		timeQuery(t, ctx, c2)
+	})
+
+	t.Run("restart keeps data and port", func(t *testing.T) {
+		ep := pg.Endpoint()
+		if err := pg.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if pg.Endpoint() != ep {
+			t.Fatalf("endpoint moved: %s → %s", ep, pg.Endpoint())
+		}
+		c := pgConnect(t, ctx, pg.DSN(pg.Endpoint()))
+		var n int
+		if err := c.QueryRow(ctx, "SELECT count(*) FROM acked").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("after restart: n=%d err=%v", n, err)
+		}
+	})
+
+	t.Run("close leaves no process and no temp dir", func(t *testing.T) {
+		pids = append(pids, pg.PIDs()...)
+		dir := pg.Dir()
+		if err := pg.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, pid := range pids {
+			if alive(pid) {
+				t.Errorf("pid %d outlived Close", pid)
+			}
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("temp dir %s outlived Close: %v", dir, err)
+		}
+	})
+}
+
+func timeQuery(t *testing.T, ctx context.Context, c *pgx.Conn) time.Duration {
+	t.Helper()
+	start := time.Now()
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := c.Exec(qctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+func BenchmarkPostgresColdStart(b *testing.B) {
+	ctx := context.Background()
+	for b.Loop() {
+		pg, err := NewPostgres(PostgresOptions{})
+		if err != nil {
+			b.Skip(err)
+		}
+		if err := pg.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		pg.Close()
+		b.StartTimer()
+	}
+}
+
+func BenchmarkPostgresRestart(b *testing.B) {
+	pg := startPostgres(b)
+	ctx := context.Background()
+	for b.Loop() {
+		if err := pg.Restart(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
