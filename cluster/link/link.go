@@ -269,3 +269,18 @@ func (l *Link) Active() []string {
 	slices.Sort(out)
 	return out
 }
+
+// SetUpstream points the link at a new upstream address, keeping its listen
+// port. It lets a caller create the link before the server it fronts
+// exists, which Kafka needs: the broker must advertise the link's address,
+// so that address has to be known before the broker is configured.
+func (l *Link) SetUpstream(addr string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	listen := l.Addr()
+	if err := l.p.Update(&toxiproxy.Proxy{Listen: listen, Upstream: addr, Enabled: !l.refused}); err != nil {
+		return fmt.Errorf("link %s: set upstream: %w", l.name, err)
+	}
+	l.upstream = addr
+	return nil
+}

@@ -172,3 +172,22 @@ func TestParseDirection(t *testing.T) {
 		t.Error("ParseDirection(sideways) succeeded")
 	}
 }
+
+func TestSetUpstreamKeepsPort(t *testing.T) {
+	s := link.NewServer()
+	defer s.Close()
+	l, err := s.Add("late", "127.0.0.1:0", "127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr()
+	if err := l.SetUpstream(echoServer(t)); err != nil {
+		t.Fatal(err)
+	}
+	if l.Addr() != addr {
+		t.Fatalf("listen address moved: %s → %s", addr, l.Addr())
+	}
+	if _, err := roundTrip(dial(t, l), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
