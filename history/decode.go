@@ -1,0 +1,335 @@
+package history
+
+import (
+	"encoding/json"
+	"errors"
+	"unicode/utf8"
+)
+
+// errSlow means the fast decoder met a shape it does not handle (escapes,
+// unknown keys, null, floats, ...) and encoding/json must decide.
+var errSlow = errors.New("history: fast path declined")
+
+// interner shares the bytes of low-cardinality strings (process, consumer,
+// key, ...) between ops. It stops growing at maxInterned entries.
+type interner struct {
+	m map[string]string
+}
+
+const maxInterned = 1 << 16
+
+func (in *interner) get(b []byte) string {
+	if in == nil {
+		return string(b)
+	}
+	if s, ok := in.m[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if in.m == nil {
+		in.m = make(map[string]string)
+	}
+	if len(in.m) < maxInterned {
+		in.m[s] = s
+	}
+	return s
+}
+
+// UnmarshalLine decodes one history line into op, which it resets first.
+// It uses a dedicated scanner for the documented shape and falls back to
+// encoding/json for anything else, so it accepts exactly what
+// json.Unmarshal accepts and gives the same Op.
+func UnmarshalLine(line []byte, op *Op) error {
+	return unmarshalLine(line, op, nil)
+}
+
+func unmarshalLine(line []byte, op *Op, in *interner) error {
+	*op = Op{}
+	d := decoder{b: line, in: in}
+	if err := d.op(op); err == nil {
+		return nil
+	}
+	*op = Op{}
+	return json.Unmarshal(line, op)
+}
+
+type decoder struct {
+	b  []byte
+	i  int
+	in *interner
+}
+
+func (d *decoder) ws() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\r', '\n':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+func (d *decoder) byte(c byte) bool {
+	d.ws()
+	if d.i < len(d.b) && d.b[d.i] == c {
+		d.i++
+		return true
+	}
+	return false
+}
+
+// raw returns the bytes of a plain JSON string: no escapes, no control
+// characters, valid UTF-8.
+func (d *decoder) raw() ([]byte, error) {
+	d.ws()
+	if d.i >= len(d.b) || d.b[d.i] != '"' {
+		return nil, errSlow
+	}
+	d.i++
+	start := d.i
+	ascii := true
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			s := d.b[start:d.i]
+			d.i++
+			if !ascii && !utf8.Valid(s) {
+				return nil, errSlow
+			}
+			return s, nil
+		case c == '\\' || c < 0x20:
+			return nil, errSlow
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+		d.i++
+	}
+	return nil, errSlow
+}
+
+func (d *decoder) str(intern bool) (string, error) {
+	b, err := d.raw()
+	if err != nil {
+		return "", err
+	}
+	if intern {
+		return d.in.get(b), nil
+	}
+	return string(b), nil
+}
+
+func (d *decoder) int() (int64, error) {
+	d.ws()
+	neg := false
+	if d.i < len(d.b) && d.b[d.i] == '-' {
+		neg = true
+		d.i++
+	}
+	start := d.i
+	var n int64
+	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+		n = n*10 + int64(d.b[d.i]-'0')
+		d.i++
+	}
+	digits := d.i - start
+	if digits == 0 || digits > 18 || (digits > 1 && d.b[start] == '0') {
+		return 0, errSlow
+	}
+	if d.i < len(d.b) {
+		switch d.b[d.i] {
+		case '.', 'e', 'E':
+			return 0, errSlow
+		}
+	}
+	if neg {
+		n = -n
+	}
+	return n, nil
+}
+
+func (d *decoder) bool() (bool, error) {
+	d.ws()
+	if len(d.b)-d.i >= 4 && string(d.b[d.i:d.i+4]) == "true" {
+		d.i += 4
+		return true, nil
+	}
+	if len(d.b)-d.i >= 5 && string(d.b[d.i:d.i+5]) == "false" {
+		d.i += 5
+		return false, nil
+	}
+	return false, errSlow
+}
+
+// object calls field for each key of an object until '}'.
+func (d *decoder) object(field func(key []byte) error) error {
+	if !d.byte('{') {
+		return errSlow
+	}
+	if d.byte('}') {
+		return nil
+	}
+	for {
+		k, err := d.raw()
+		if err != nil {
+			return err
+		}
+		if !d.byte(':') {
+			return errSlow
+		}
+		if err := field(k); err != nil {
+			return err
+		}
+		if d.byte(',') {
+			continue
+		}
+		if d.byte('}') {
+			return nil
+		}
+		return errSlow
+	}
+}
+
+func (d *decoder) op(op *Op) error {
+	err := d.object(func(k []byte) error {
+		var err error
+		switch string(k) {
+		case "index":
+			op.Index, err = d.int()
+		case "time":
+			op.Time, err = d.int()
+		case "process":
+			op.Process, err = d.str(true)
+		case "type":
+			var b []byte
+			b, err = d.raw()
+			if err == nil {
+				switch string(b) {
+				case "invoke":
+					op.Type = Invoke
+				case "ok":
+					op.Type = OK
+				case "fail":
+					op.Type = Fail
+				case "info":
+					op.Type = Info
+				default:
+					err = errSlow
+				}
+			}
+		case "f":
+			var b []byte
+			b, err = d.raw()
+			if err == nil {
+				op.F = internF(b, d.in)
+			}
+		case "value":
+			err = d.value(&op.Value)
+		default:
+			err = errSlow
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	d.ws()
+	if d.i != len(d.b) {
+		return errSlow
+	}
+	return nil
+}
+
+func internF(b []byte, in *interner) F {
+	switch string(b) {
+	case "commit":
+		return Commit
+	case "publish":
+		return Publish
+	case "deliver":
+		return Deliver
+	case "apply":
+		return Apply
+	case "ack":
+		return Ack
+	case "final-read":
+		return FinalRead
+	case "skip-stale":
+		return SkipStale
+	case "dlq":
+		return DLQ
+	}
+	return F(in.get(b))
+}
+
+func (d *decoder) value(v *Value) error {
+	return d.object(func(k []byte) error {
+		var err error
+		switch string(k) {
+		case "event":
+			v.Event, err = d.str(false)
+		case "source":
+			v.Source, err = d.str(true)
+		case "key":
+			v.Key, err = d.str(true)
+		case "version":
+			v.Version, err = d.int()
+		case "partition":
+			v.Partition, err = d.int()
+		case "offset":
+			v.Offset, err = d.int()
+		case "tag":
+			v.Tag, err = d.int()
+		case "attempt":
+			v.Attempt, err = d.int()
+		case "consumer":
+			v.Consumer, err = d.str(true)
+		case "table":
+			v.Table, err = d.str(true)
+		case "published":
+			v.Published, err = d.bool()
+		case "poison":
+			v.Poison, err = d.bool()
+		case "error":
+			v.Error, err = d.str(true)
+		case "reason":
+			v.Reason, err = d.str(true)
+		case "fault":
+			v.Fault, err = d.str(true)
+		case "target":
+			v.Target, err = d.str(true)
+		case "detail":
+			v.Detail, err = d.str(true)
+		case "subscriptions":
+			v.Subscriptions, err = d.strings()
+		default:
+			err = errSlow
+		}
+		return err
+	})
+}
+
+func (d *decoder) strings() ([]string, error) {
+	if !d.byte('[') {
+		return nil, errSlow
+	}
+	out := []string{}
+	if d.byte(']') {
+		return out, nil
+	}
+	for {
+		s, err := d.str(true)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+		if d.byte(',') {
+			continue
+		}
+		if d.byte(']') {
+			return out, nil
+		}
+		return nil, errSlow
+	}
+}

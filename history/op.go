@@ -1,0 +1,137 @@
+package history
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Type says how an op ended, as in Jepsen: an Invoke starts an operation and
+// exactly one of OK, Fail or Info completes it. Observations that have no
+// meaningful start (a delivery, a final-read row) are written as a lone OK.
+type Type uint8
+
+// The op types. The zero Type is invalid and is never written.
+const (
+	Invoke Type = iota + 1 // the process is about to attempt F
+	OK                     // F definitely took effect
+	Fail                   // F definitely did not take effect
+	Info                   // indeterminate: F may or may not have taken effect
+)
+
+var typeNames = [...]string{Invoke: "invoke", OK: "ok", Fail: "fail", Info: "info"}
+
+// String returns the wire name of t: "invoke", "ok", "fail" or "info".
+func (t Type) String() string {
+	if t >= Invoke && t <= Info {
+		return typeNames[t]
+	}
+	return "type(" + strconv.Itoa(int(t)) + ")"
+}
+
+// ParseType parses a wire name as returned by [Type.String].
+func ParseType(s string) (Type, error) {
+	switch s {
+	case "invoke":
+		return Invoke, nil
+	case "ok":
+		return OK, nil
+	case "fail":
+		return Fail, nil
+	case "info":
+		return Info, nil
+	}
+	return 0, fmt.Errorf("history: invalid op type %q", s)
+}
+
+// MarshalText implements [encoding.TextMarshaler].
+func (t Type) MarshalText() ([]byte, error) {
+	if t < Invoke || t > Info {
+		return nil, fmt.Errorf("history: invalid op type %d", t)
+	}
+	return []byte(typeNames[t]), nil
+}
+
+// UnmarshalText implements [encoding.TextUnmarshaler].
+func (t *Type) UnmarshalText(b []byte) error {
+	v, err := ParseType(string(b))
+	if err != nil {
+		return err
+	}
+	*t = v
+	return nil
+}
+
+// F names what an op attempted or observed. The pipeline vocabulary is the
+// set of F constants below; other values are kept and ignored by the checker.
+type F string
+
+// The pipeline vocabulary. See docs/history.md for which process writes
+// each one, with which types and which Value fields.
+const (
+	Setup     F = "setup"      // harness: run parameters, value.subscriptions lists every subscription
+	Commit    F = "commit"     // producer: local tx writing the aggregate and its outbox row
+	Publish   F = "publish"    // relay: send to the broker; ok only after the broker confirmed
+	Deliver   F = "deliver"    // consumer: the broker handed the event to subscription value.consumer
+	Apply     F = "apply"      // consumer: tx writing the effect and the inbox row; ok = committed
+	SkipStale F = "skip-stale" // consumer: version guard skipped an event older than the applied state
+	Ack       F = "ack"        // consumer: ack / offset commit covering the event
+	DLQ       F = "dlq"        // consumer: event dead-lettered
+	Fault     F = "fault"      // nemesis: invoke = fault starts, ok = fault healed
+	Crash     F = "crash"      // nemesis/harness: process value.target killed
+	Restart   F = "restart"    // nemesis/harness: process value.target started again
+	Drain     F = "drain"      // harness: ok = every committed row consumed; info/fail = deadline passed
+	FinalRead F = "final-read" // harness: one ok per row of the final state, bracketed by invoke/ok without table
+)
+
+// Final-read tables, the value.table of a [FinalRead] row.
+const (
+	TableOutbox  = "outbox"  // a row of the producer's outbox: event, source, key, version, published
+	TableEffects = "effects" // one applied effect: event, source, consumer, key, version (one row per application)
+	TableInbox   = "inbox"   // the inbox dedupe mark: event, source, consumer
+	TableDLQ     = "dlq"     // a dead-lettered event: event, source, consumer, reason
+)
+
+// Op is one line of a history.
+type Op struct {
+	// Index is the op's position. A [Recorder] numbers each file from 0;
+	// [Merge] and [ScanFiles] renumber the merged history from 0.
+	Index int64 `json:"index"`
+	// Time is nanoseconds since the run started.
+	Time int64 `json:"time"`
+	// Process names the writer, e.g. "producer-1", "relay-0",
+	// "consumer-inventory-1", "nemesis", "harness".
+	Process string `json:"process"`
+	Type    Type   `json:"type"`
+	F       F      `json:"f"`
+	Value   Value  `json:"value"`
+}
+
+// Value holds the fields an op may carry. A zero field is not written and
+// reads back as zero, so 0 and absent mean the same.
+type Value struct {
+	Event     string `json:"event,omitempty"`     // event id; with Source, the event's identity
+	Source    string `json:"source,omitempty"`    // CloudEvents-style source; may be empty
+	Key       string `json:"key,omitempty"`       // aggregate id
+	Version   int64  `json:"version,omitempty"`   // aggregate version, from 1, contiguous per key
+	Partition int64  `json:"partition,omitempty"` // Kafka partition
+	Offset    int64  `json:"offset,omitempty"`    // Kafka offset
+	Tag       int64  `json:"tag,omitempty"`       // RabbitMQ delivery tag
+	Attempt   int64  `json:"attempt,omitempty"`   // delivery or publish attempt, from 1
+	Consumer  string `json:"consumer,omitempty"`  // subscription / consumer group name
+	Table     string `json:"table,omitempty"`     // final-read table: outbox, effects, inbox, dlq
+	Published bool   `json:"published,omitempty"` // final-read outbox row: marked published
+	Poison    bool   `json:"poison,omitempty"`    // the event is meant to be dead-lettered
+	Error     string `json:"error,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	Fault     string `json:"fault,omitempty"`  // nemesis: fault name, e.g. "kill", "partition"
+	Target    string `json:"target,omitempty"` // nemesis: process or link hit
+	Detail    string `json:"detail,omitempty"`
+	// Subscriptions lists the subscriptions of the run, on a Setup op.
+	Subscriptions []string `json:"subscriptions,omitempty"`
+}
+
+// History is a sequence of ops ordered by Time, Index numbering them from 0.
+type History []Op
+
+// String renders op as its JSONL line without the newline.
+func (op Op) String() string { return string(op.AppendJSON(nil)) }
