@@ -1,0 +1,159 @@
+package cluster_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/cluster"
+)
+
+// The cleanup tests run a child copy of this test binary that starts real
+// servers, reports their pids and temp dirs, then dies one way or another.
+// The parent asserts that nothing the child started outlives it.
+const childEnv = "DELIVERYCHECK_CLEANUP_CHILD"
+
+type childReport struct {
+	PIDs []int    `json:"pids"`
+	Dirs []string `json:"dirs"`
+}
+
+// TestCleanupChild is the child's body; it does nothing in a normal run.
+func TestCleanupChild(t *testing.T) {
+	mode := os.Getenv(childEnv)
+	if mode == "" {
+		t.Skip("only runs as the child of TestCleanup")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	services := strings.Split(os.Getenv(childEnv+"_SERVICES"), ",")
+	c, err := cluster.Start(ctx, cluster.Config{Services: services})
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	defer c.Close()
+	var rep childReport
+	rep.PIDs = c.PIDs()
+	for _, s := range c.Services() {
+		if d, ok := s.(interface{ Dir() string }); ok {
+			rep.Dirs = append(rep.Dirs, d.Dir())
+		}
+	}
+	b, _ := json.Marshal(rep)
+	fmt.Println("REPORT", string(b))
+	switch mode {
+	case "panic":
+		panic("deliberate panic with servers running")
+	default: // "signal" and "kill": wait to be interrupted or killed
+		<-ctx.Done()
+	}
+}
+
+func TestCleanup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real servers")
+	}
+	services := "postgres,rabbitmq"
+	if os.Getenv("DELIVERYCHECK_CLEANUP_ALL") != "" {
+		services = "postgres,kafka,rabbitmq"
+	}
+	for _, mode := range []string{"signal", "panic", "kill"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCleanupChild$", "-test.v")
+			cmd.Env = append(os.Environ(), childEnv+"="+mode, childEnv+"_SERVICES="+services)
+			cmd.Stderr = os.Stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			rep := readReport(t, out)
+			if len(rep.PIDs) == 0 || len(rep.Dirs) == 0 {
+				t.Fatalf("child reported nothing to clean: %+v", rep)
+			}
+			switch mode {
+			case "signal":
+				cmd.Process.Signal(os.Interrupt)
+			case "kill":
+				// The harness gets no chance to clean up: the guards must.
+				cmd.Process.Kill()
+			}
+			go func() { _, _ = bufio.NewReader(out).WriteTo(os.Stdout) }()
+			_ = cmd.Wait()
+			waitGone(t, ctx, rep)
+		})
+	}
+}
+
+func readReport(t *testing.T, r interface{ Read([]byte) (int, error) }) childReport {
+	t.Helper()
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "REPORT "); ok {
+			var rep childReport
+			if err := json.Unmarshal([]byte(rest), &rep); err != nil {
+				t.Fatal(err)
+			}
+			return rep
+		}
+		if strings.HasPrefix(line, "ERROR") {
+			t.Fatal(line)
+		}
+	}
+	t.Fatalf("child exited without a report: %v", sc.Err())
+	return childReport{}
+}
+
+// waitGone waits (bounded) until every pid and dir in rep is gone.
+func waitGone(t *testing.T, ctx context.Context, rep childReport) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		var left []string
+		for _, pid := range rep.PIDs {
+			if alive(pid) {
+				left = append(left, fmt.Sprintf("pid %d", pid))
+			}
+		}
+		for _, d := range rep.Dirs {
+			if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+				left = append(left, "dir "+d)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("outlived the harness: %v", left)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// alive reports whether pid is a live, non-zombie process.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}

@@ -1,0 +1,206 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/deliverycheck/deliverycheck/cluster/link"
+	"github.com/deliverycheck/deliverycheck/cluster/local"
+)
+
+// Service names, as scenarios and reports spell them.
+const (
+	Postgres = "postgres"
+	Kafka    = "kafka"
+	RabbitMQ = "rabbitmq"
+)
+
+// Names lists every service a cluster can hold.
+func Names() []string { return []string{Postgres, Kafka, RabbitMQ} }
+
+// Config says which services a cluster runs and how.
+type Config struct {
+	// Runtime is "local" (child processes), the only runtime so far.
+	Runtime string
+	// Services to start, overriding the default of all three.
+	Services []string
+	// Keep leaves temp dirs (data, logs) on disk after Close.
+	Keep bool
+	// TempRoot is where temp dirs are made, overriding os.TempDir().
+	TempRoot string
+	// KafkaVersion overrides the default broker version.
+	KafkaVersion string
+	// Logger overrides slog.Default().
+	Logger *slog.Logger
+}
+
+// Cluster is a set of running services, each behind its own toxiproxy
+// link. Clients of a run reach a service only through its link (see
+// [Cluster.ClientURL]), so a nemesis can break any one connection path.
+// The caller should call Close when finished, also on error paths.
+type Cluster struct {
+	runtime  string
+	links    *link.Server
+	services map[string]Service
+	urls     map[string]func(addr string) string
+}
+
+// Start provisions and starts the configured services concurrently and
+// returns once every one is ready. On error everything started is torn down.
+func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
+	if cfg.Runtime == "" {
+		cfg.Runtime = "local"
+	}
+	if cfg.Runtime != "local" {
+		return nil, fmt.Errorf("cluster: unknown runtime %q (want local)", cfg.Runtime)
+	}
+	names := cfg.Services
+	if len(names) == 0 {
+		names = Names()
+	}
+	for _, n := range names {
+		if !slices.Contains(Names(), n) {
+			return nil, fmt.Errorf("cluster: unknown service %q (want one of %v)", n, Names())
+		}
+	}
+	c := &Cluster{
+		runtime:  cfg.Runtime,
+		links:    link.NewServer(),
+		services: map[string]Service{},
+		urls:     map[string]func(string) string{},
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.Close())
+		}
+	}()
+	opts := local.Options{Keep: cfg.Keep, TempRoot: cfg.TempRoot, Logger: cfg.Logger}
+	for _, n := range names {
+		if err := c.provision(n, opts, cfg); err != nil {
+			return nil, err
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, s := range c.services {
+		g.Go(func() error { return s.Start(gctx) })
+	}
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	return c, nil
+}
+
+// provision creates one service (not started) and the link in front of it.
+func (c *Cluster) provision(name string, opts local.Options, cfg Config) error {
+	l, err := c.links.Add(name, "127.0.0.1:0", "127.0.0.1:1")
+	if err != nil {
+		return err
+	}
+	var s Service
+	switch name {
+	case Postgres:
+		pg, err := local.NewPostgres(local.PostgresOptions{Options: opts})
+		if err != nil {
+			return err
+		}
+		s, c.urls[name] = pg, pg.DSN
+	case Kafka:
+		// The broker advertises the link's address, so every client,
+		// including ones we don't write, goes through the proxy.
+		k, err := local.NewKafka(local.KafkaOptions{Options: opts, Version: cfg.KafkaVersion, Advertise: l.Addr()})
+		if err != nil {
+			return err
+		}
+		s, c.urls[name] = k, func(addr string) string { return addr }
+	case RabbitMQ:
+		r, err := local.NewRabbitMQ(opts)
+		if err != nil {
+			return err
+		}
+		s, c.urls[name] = r, r.URL
+	}
+	c.services[name] = s
+	return l.SetUpstream(s.Endpoint())
+}
+
+// Runtime names the runtime that provisioned the cluster ("local").
+func (c *Cluster) Runtime() string { return c.runtime }
+
+// Service returns the named service, or nil if the cluster does not run it.
+func (c *Cluster) Service(name string) Service { return c.services[name] }
+
+// Services returns the running services sorted by name.
+func (c *Cluster) Services() []Service {
+	out := make([]Service, 0, len(c.services))
+	for _, s := range c.services {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	return out
+}
+
+// Link returns the proxy link in front of the named service, or nil.
+func (c *Cluster) Link(name string) *link.Link { return c.links.Link(name) }
+
+// Links returns the link server, to heal everything at once.
+func (c *Cluster) Links() *link.Server { return c.links }
+
+// ClientURL is what a client of the run dials to reach the named service
+// through its link: a PostgreSQL DSN, a Kafka seed broker (host:port) or
+// an AMQP URL. It is "" for a service the cluster does not run.
+func (c *Cluster) ClientURL(name string) string {
+	u, l := c.urls[name], c.links.Link(name)
+	if u == nil || l == nil {
+		return ""
+	}
+	return u(l.Addr())
+}
+
+// Versions maps each service's name to its exact server version.
+func (c *Cluster) Versions() map[string]string {
+	out := map[string]string{}
+	for n, s := range c.services {
+		out[n] = s.Version()
+	}
+	return out
+}
+
+// PIDs lists every live process of every service, for cleanup checks.
+func (c *Cluster) PIDs() []int {
+	var out []int
+	for _, s := range c.services {
+		if p, ok := s.(PIDer); ok {
+			out = append(out, p.PIDs()...)
+		}
+	}
+	return out
+}
+
+// Close tears everything down: links first (so clients see the services
+// vanish together), then every service. It reports every failure, not just
+// the first, and is safe to call more than once.
+func (c *Cluster) Close() error {
+	errs := []error{c.links.Close()}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, s := range c.services {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Close(); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deliverycheck/deliverycheck/cluster/local"
+)
+
+func newDoctorCmd() *cobra.Command {
+	var kafkaVersion string
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Show which runtimes and servers this machine has, and how to install what is missing",
+		Long: `doctor lists each runtime and server deliverycheck can use: found or not,
+its exact version, and the one command that installs what is missing.
+It exits non-zero when the default scenario could not run here.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			checks := local.Doctor(cmd.Context(), kafkaVersion)
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "runtime local (servers as child processes):")
+			ok := true
+			for _, c := range checks {
+				mark := "ok"
+				if !c.OK {
+					mark, ok = "MISSING", false
+				}
+				fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", c.Name, mark, c.Version, c.Detail)
+				if !c.OK {
+					fmt.Fprintf(w, "  \t\tinstall:\t%s\n", c.Install)
+				}
+			}
+			fmt.Fprintln(w, "runtime containers:\tnot available in this version (local only)")
+			w.Flush()
+			if !ok {
+				fmt.Fprintln(os.Stderr, "doctor: the default scenario cannot run here; `make deps` installs everything")
+				return withCode(exitHarness, nil)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "doctor: everything the default scenario needs is here")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&kafkaVersion, "kafka-version", local.DefaultKafkaVersion, "Kafka broker version to look for")
+	return cmd
+}
+
+func newDepsCmd() *cobra.Command {
+	var kafkaVersion string
+	cmd := &cobra.Command{
+		Use:   "deps",
+		Short: "Fetch what the local runtime needs beyond Debian packages (the Kafka broker jars)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir, err := local.KafkaJars(cmd.Context(), kafkaVersion)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "kafka %s jars: %s\n", kafkaVersion, dir)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&kafkaVersion, "kafka-version", local.DefaultKafkaVersion, "Kafka broker version to fetch")
+	return cmd
+}
