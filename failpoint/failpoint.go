@@ -1,0 +1,213 @@
+// Package failpoint names the crash windows of the pipeline and lets a
+// harness arm one in a running worker, which then kills itself exactly
+// there.
+//
+// A failpoint is a named place in the code (see the Name constants): the
+// worker calls [Set.Hit] there, and when an armed [Term] fires the worker's
+// crash function runs (it records what was in flight, then SIGKILLs the
+// process, so the kernel closes its sockets and its memory is gone). Terms
+// are written gofail-style: "consumer.after-commit-before-ack=kill(once)",
+// "=kill(3)" (the next 3 hits), "=kill(0.2)" (each hit with probability
+// 0.2), "=kill(always)", or "=off".
+package failpoint
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Name is a failpoint: <component>.<window>.
+type Name string
+
+// Every failpoint the pipeline has, as DESIGN.md names them.
+const (
+	// ProducerAfterCommit: the client never learns its commit happened
+	// (an indeterminate op).
+	ProducerAfterCommit Name = "producer.after-commit"
+	// RelayBeforePublish: nothing is lost, the row is still unpublished.
+	RelayBeforePublish Name = "relay.before-publish"
+	// RelayAfterPublishBeforeMark: the relay republishes; duplicates
+	// must not become duplicate effects.
+	RelayAfterPublishBeforeMark Name = "relay.after-publish-before-mark"
+	// ConsumerAfterEffectBeforeCommit: the tx aborts; neither the effect
+	// nor the inbox mark may survive.
+	ConsumerAfterEffectBeforeCommit Name = "consumer.after-effect-before-commit"
+	// ConsumerAfterCommitBeforeAck: redelivery of an applied event.
+	ConsumerAfterCommitBeforeAck Name = "consumer.after-commit-before-ack"
+	// ConsumerAfterAckBeforeCommit: only reachable in ack-first
+	// variants, where it loses the event.
+	ConsumerAfterAckBeforeCommit Name = "consumer.after-ack-before-commit"
+)
+
+// All lists every failpoint, sorted.
+func All() []Name {
+	return []Name{
+		ConsumerAfterAckBeforeCommit,
+		ConsumerAfterCommitBeforeAck,
+		ConsumerAfterEffectBeforeCommit,
+		ProducerAfterCommit,
+		RelayAfterPublishBeforeMark,
+		RelayBeforePublish,
+	}
+}
+
+// Component is the part before the dot: "producer", "relay" or "consumer".
+func (n Name) Component() string {
+	c, _, _ := strings.Cut(string(n), ".")
+	return c
+}
+
+// ParseName checks that s names a failpoint and lists the valid ones if not.
+func ParseName(s string) (Name, error) {
+	n := Name(s)
+	if slices.Contains(All(), n) {
+		return n, nil
+	}
+	names := make([]string, 0, len(All()))
+	for _, a := range All() {
+		names = append(names, string(a))
+	}
+	return "", fmt.Errorf("failpoint: unknown failpoint %q (valid: %s)", s, strings.Join(names, ", "))
+}
+
+// Term is an armed failpoint: where, and when it fires.
+type Term struct {
+	Name Name
+	// Count is how many more hits fire; -1 means every hit (subject to
+	// Prob). 0 means off.
+	Count int
+	// Prob is the chance each hit fires, in (0, 1]; 1 when not given.
+	Prob float64
+}
+
+// String renders t gofail-style, e.g. "relay.before-publish=kill(once)".
+func (t Term) String() string {
+	var arg string
+	switch {
+	case t.Count == 0:
+		return string(t.Name) + "=off"
+	case t.Prob < 1:
+		arg = strconv.FormatFloat(t.Prob, 'g', -1, 64)
+	case t.Count < 0:
+		arg = "always"
+	case t.Count == 1:
+		arg = "once"
+	default:
+		arg = strconv.Itoa(t.Count)
+	}
+	return string(t.Name) + "=kill(" + arg + ")"
+}
+
+// Parse reads a term such as "consumer.after-commit-before-ack=kill(once)".
+// A bare name means kill(once).
+func Parse(s string) (Term, error) {
+	name, action, hasAction := strings.Cut(strings.TrimSpace(s), "=")
+	n, err := ParseName(name)
+	if err != nil {
+		return Term{}, err
+	}
+	t := Term{Name: n, Count: 1, Prob: 1}
+	if !hasAction {
+		return t, nil
+	}
+	if action == "off" {
+		t.Count = 0
+		return t, nil
+	}
+	arg, ok := strings.CutPrefix(action, "kill(")
+	if !ok || !strings.HasSuffix(arg, ")") {
+		return Term{}, fmt.Errorf("failpoint: bad action %q in %q (want kill(once), kill(N), kill(P) with 0<P<1, kill(always) or off)", action, s)
+	}
+	arg = strings.TrimSuffix(arg, ")")
+	switch {
+	case arg == "once" || arg == "":
+		t.Count = 1
+	case arg == "always":
+		t.Count = -1
+	case strings.Contains(arg, "."):
+		p, err := strconv.ParseFloat(arg, 64)
+		if err != nil || p <= 0 || p > 1 {
+			return Term{}, fmt.Errorf("failpoint: bad probability %q in %q (want 0 < P <= 1)", arg, s)
+		}
+		t.Count, t.Prob = -1, p
+	default:
+		c, err := strconv.Atoi(arg)
+		if err != nil || c < 1 {
+			return Term{}, fmt.Errorf("failpoint: bad count %q in %q (want a positive integer)", arg, s)
+		}
+		t.Count = c
+	}
+	return t, nil
+}
+
+// Set is the failpoints armed in one process. Its zero value is not
+// usable; create one with [NewSet].
+type Set struct {
+	mu    sync.Mutex
+	armed map[Name]*Term
+	rng   *rand.Rand
+	crash func(n Name, ctx any)
+}
+
+// NewSet returns a set with nothing armed. crash runs when an armed
+// failpoint fires, with the name and the caller's context (typically the
+// event in flight); in a worker it records that and kills the process, so
+// it does not return. seed makes probabilistic terms reproducible.
+func NewSet(seed uint64, crash func(n Name, ctx any)) *Set {
+	return &Set{armed: map[Name]*Term{}, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), crash: crash}
+}
+
+// Arm arms (or, with Count 0, disarms) t.Name, replacing any earlier term.
+func (s *Set) Arm(t Term) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t.Count == 0 {
+		delete(s.armed, t.Name)
+		return
+	}
+	if t.Prob == 0 {
+		t.Prob = 1
+	}
+	s.armed[t.Name] = &t
+}
+
+// Armed returns the armed terms, sorted by name.
+func (s *Set) Armed() []Term {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Term, 0, len(s.armed))
+	for _, t := range s.armed {
+		out = append(out, *t)
+	}
+	slices.SortFunc(out, func(a, b Term) int { return strings.Compare(string(a.Name), string(b.Name)) })
+	return out
+}
+
+// Hit marks that the code reached failpoint n with ctx in flight. If a term
+// armed there fires, the crash function runs (and in a worker never
+// returns). Hit is cheap when nothing is armed.
+func (s *Set) Hit(n Name, ctx any) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	t, ok := s.armed[n]
+	fire := false
+	if ok && (t.Prob >= 1 || s.rng.Float64() < t.Prob) {
+		fire = true
+		if t.Count > 0 {
+			t.Count--
+			if t.Count == 0 {
+				delete(s.armed, n)
+			}
+		}
+	}
+	s.mu.Unlock()
+	if fire {
+		s.crash(n, ctx)
+	}
+}
