@@ -1,0 +1,128 @@
+// Package broker is the pipeline's view of a message broker: a [Publisher]
+// the relay (and the dual-write producer) sends events with, and a
+// [Subscriber] a consumer takes deliveries from. kafka.go and rabbitmq.go
+// implement both over franz-go and amqp091-go.
+//
+// The interfaces carry exactly the facts the checker needs: whether the
+// broker confirmed a publish (or whether that is unknown), and for each
+// delivery its partition/offset or delivery tag and attempt number.
+package broker
+
+import (
+	"context"
+	"errors"
+	"strconv"
+)
+
+// Event is what travels from outbox to inbox. ID and Source together are
+// its identity (as in CloudEvents); Key is the aggregate id, which is the
+// Kafka record key and the ordering unit; Version is the aggregate version
+// the event carries.
+type Event struct {
+	ID      string
+	Source  string
+	Key     string
+	Version int64
+	Type    string
+	Payload []byte
+}
+
+// Header names carried with every message, so a consumer (ours or not)
+// can read the identity without parsing the payload.
+const (
+	HeaderEventID = "event-id"
+	HeaderSource  = "source"
+	HeaderKey     = "aggregate-id"
+	HeaderVersion = "version"
+	HeaderType    = "type"
+	HeaderReason  = "dlq-reason"
+	HeaderAttempt = "dlq-attempts"
+)
+
+// Headers renders e's identity as string headers.
+func (e Event) Headers() map[string]string {
+	return map[string]string{
+		HeaderEventID: e.ID,
+		HeaderSource:  e.Source,
+		HeaderKey:     e.Key,
+		HeaderVersion: strconv.FormatInt(e.Version, 10),
+		HeaderType:    e.Type,
+	}
+}
+
+// EventFromHeaders rebuilds an Event from headers and payload. Missing or
+// malformed headers are left zero; validating them is the consumer's job
+// (a hostile message must never crash it).
+func EventFromHeaders(h map[string]string, payload []byte) Event {
+	v, _ := strconv.ParseInt(h[HeaderVersion], 10, 64)
+	return Event{
+		ID: h[HeaderEventID], Source: h[HeaderSource], Key: h[HeaderKey],
+		Version: v, Type: h[HeaderType], Payload: payload,
+	}
+}
+
+// ErrUnconfirmed means the broker's answer to a publish was lost (a
+// connection dropped, a confirm came back false after a reconnect, a
+// timeout): the event may or may not be in the broker. The relay must treat
+// it as not published and try again, which is where duplicates come from.
+var ErrUnconfirmed = errors.New("broker: publish outcome unknown")
+
+// ErrUnroutable means the broker returned the message because no queue was
+// bound for it (RabbitMQ mandatory publish): definitely not delivered.
+var ErrUnroutable = errors.New("broker: message unroutable")
+
+// Publisher sends events to the broker.
+type Publisher interface {
+	// Publish sends evs and waits for the broker's answer on each. The
+	// result has one entry per event: nil means the broker confirmed it
+	// (for an unconfirmed publisher: it was handed to the socket),
+	// ErrUnconfirmed (wrapped) means the outcome is unknown, any other
+	// error means it was not accepted.
+	Publish(ctx context.Context, evs []Event) []error
+	Close() error
+}
+
+// Delivery is one event as a subscription received it.
+type Delivery struct {
+	Event
+	// Subscription is the consumer group (Kafka) or queue (RabbitMQ) name.
+	Subscription string
+	Partition    int64  // Kafka
+	Offset       int64  // Kafka
+	Tag          uint64 // RabbitMQ delivery tag, valid on its channel only
+	// Attempt counts deliveries of this message to this subscription,
+	// from 1, as far as the broker can tell (RabbitMQ quorum queues count
+	// redeliveries; Kafka counts in-process retries, and a redelivery
+	// after a crash starts again at 1).
+	Attempt int64
+	// Headers are the message's headers as received, for validation.
+	Headers map[string]string
+	// opaque broker state for Ack/Retry/DeadLetter
+	handle any
+}
+
+// SetHandle attaches broker-private state to d; implementations use it.
+func (d *Delivery) SetHandle(h any) { d.handle = h }
+
+// Handle returns what SetHandle attached.
+func (d *Delivery) Handle() any { return d.handle }
+
+// Subscriber receives one subscription's deliveries.
+//
+// Ack is the point after which the broker will not deliver the message to
+// this subscription again: a RabbitMQ basic.ack, a Kafka offset commit
+// covering the record. A correct consumer acks only after its effect is
+// durable.
+type Subscriber interface {
+	// Next blocks until a delivery is available or ctx ends.
+	Next(ctx context.Context) (*Delivery, error)
+	// Ack acknowledges d.
+	Ack(ctx context.Context, d *Delivery) error
+	// Retry gives d back to be delivered again (with Attempt+1), after a
+	// transient failure or a rejected poison attempt.
+	Retry(ctx context.Context, d *Delivery) error
+	// DeadLetter sends d to the subscription's dead-letter destination with
+	// the reason, and acknowledges it.
+	DeadLetter(ctx context.Context, d *Delivery, reason string) error
+	Close() error
+}

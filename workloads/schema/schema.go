@@ -1,0 +1,113 @@
+// Package schema holds the pipeline's PostgreSQL tables and the final read
+// that turns them into history ops after a run.
+//
+// Read schema.sql first: orders (the aggregate), outbox (Debezium's outbox
+// shape), inbox (unique per consumer), effects (append-only, no unique
+// constraint, so duplicates show), projection (the version guard's state)
+// and dead_letters.
+package schema
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deliverycheck/deliverycheck/history"
+)
+
+//go:embed schema.sql
+var ddl string
+
+// DDL returns the statements that create every table.
+func DDL() string { return ddl }
+
+// Create creates every table (idempotent).
+func Create(ctx context.Context, db *pgxpool.Pool) error {
+	if _, err := db.Exec(ctx, ddl); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	return nil
+}
+
+// Reset empties every table, for a fresh run on a reused database.
+func Reset(ctx context.Context, db *pgxpool.Pool) error {
+	_, err := db.Exec(ctx, `TRUNCATE orders, outbox, inbox, inbox_unchecked, effects, projection, dead_letters RESTART IDENTITY`)
+	if err != nil {
+		return fmt.Errorf("reset schema: %w", err)
+	}
+	return nil
+}
+
+// FinalRead reads the authoritative final state into ops: one
+// [history.FinalRead] ok op per outbox, effects, inbox and dead_letters
+// row, bracketed by an invoke and an ok without a table so a reader can
+// tell a complete final read from one cut short. Rows come in a stable
+// order so the same state always gives the same history.
+func FinalRead(ctx context.Context, db *pgxpool.Pool, rec *history.Recorder) error {
+	if _, err := rec.Record(history.Invoke, history.FinalRead, history.Value{}); err != nil {
+		return err
+	}
+	// One snapshot for all four tables.
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("final read: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	queries := []struct {
+		table string
+		sql   string
+		scan  func(pgx.Rows) (history.Value, error)
+	}{
+		{history.TableOutbox, `SELECT id, source, aggregateid, version, published_at IS NOT NULL FROM outbox ORDER BY seq`,
+			func(r pgx.Rows) (v history.Value, err error) {
+				err = r.Scan(&v.Event, &v.Source, &v.Key, &v.Version, &v.Published)
+				return v, err
+			}},
+		{history.TableEffects, `SELECT event_id, source, consumer, aggregateid, version FROM effects ORDER BY seq`,
+			func(r pgx.Rows) (v history.Value, err error) {
+				err = r.Scan(&v.Event, &v.Source, &v.Consumer, &v.Key, &v.Version)
+				return v, err
+			}},
+		{history.TableInbox, `SELECT event_id, source, consumer FROM inbox ORDER BY consumer, source, event_id`,
+			func(r pgx.Rows) (v history.Value, err error) {
+				err = r.Scan(&v.Event, &v.Source, &v.Consumer)
+				return v, err
+			}},
+		{history.TableDLQ, `SELECT event_id, source, consumer, aggregateid, version, reason, attempts FROM dead_letters ORDER BY seq`,
+			func(r pgx.Rows) (v history.Value, err error) {
+				var attempts int32
+				err = r.Scan(&v.Event, &v.Source, &v.Consumer, &v.Key, &v.Version, &v.Reason, &attempts)
+				v.Attempt = int64(attempts)
+				return v, err
+			}},
+	}
+	for _, q := range queries {
+		rows, err := tx.Query(ctx, q.sql)
+		if err != nil {
+			return fmt.Errorf("final read %s: %w", q.table, err)
+		}
+		for rows.Next() {
+			v, err := q.scan(rows)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("final read %s: %w", q.table, err)
+			}
+			v.Table = q.table
+			if _, err := rec.Record(history.OK, history.FinalRead, v); err != nil {
+				rows.Close()
+				return err
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("final read %s: %w", q.table, err)
+		}
+	}
+	if _, err := rec.Record(history.OK, history.FinalRead, history.Value{}); err != nil {
+		return err
+	}
+	return nil
+}
