@@ -1,0 +1,186 @@
+package checker
+
+import (
+	"github.com/deliverycheck/deliverycheck/history"
+)
+
+// Validity is the verdict of a check. Nothing is Valid by default: Valid
+// needs both no fatal anomaly and the facts established (drain complete,
+// final read complete).
+type Validity string
+
+// The verdicts, ranked as Jepsen's merge-valid does: Invalid over Unknown
+// over Valid.
+const (
+	Valid   Validity = "valid"
+	Invalid Validity = "invalid"
+	Unknown Validity = "unknown"
+)
+
+// Kind names an anomaly, or a notable but expected behaviour, in results.
+type Kind string
+
+// Anomaly kinds. Whether one makes a run invalid depends on [Guarantees].
+const (
+	// Lost: committed, and after a complete drain a subscription has no
+	// effect for it and did not dead-letter it.
+	Lost Kind = "lost"
+	// DuplicateEffect: one subscription applied one event more than once.
+	DuplicateEffect Kind = "duplicate-effect"
+	// Unexpected: applied, but its commit failed or was never attempted (a
+	// phantom).
+	Unexpected Kind = "unexpected"
+	// OrderRegression: for one aggregate, a subscription applied version v
+	// after it had finished applying a version above v. Order is judged on
+	// each event's first effect; repeats are DuplicateEffect.
+	OrderRegression Kind = "order-regression"
+	// Gap: a subscription never applied version v of an aggregate because it
+	// had already applied a later one (its version guard skipped v as
+	// stale).
+	Gap Kind = "gap"
+	// DLQUnaccounted: a poison event neither applied nor dead-lettered.
+	DLQUnaccounted Kind = "dlq-unaccounted"
+	// WronglyDeadLettered: an event not marked poison is in the DLQ.
+	WronglyDeadLettered Kind = "wrongly-dead-lettered"
+)
+
+// Kinds shown in results that are not anomalies.
+const (
+	// Recovered: an indeterminate commit that something downstream proves
+	// took effect; it then counts as committed.
+	Recovered Kind = "recovered"
+	// InDoubt: an indeterminate commit never observed downstream; neither
+	// lost nor committed.
+	InDoubt Kind = "in-doubt"
+	// Redelivered: delivered more than once to one subscription; expected
+	// under at-least-once.
+	Redelivered Kind = "redelivered"
+	// StaleSkipped: a version guard skipped the event.
+	StaleSkipped Kind = "stale-skipped"
+	// Unseen: committed but not applied when the facts were not established
+	// (drain incomplete or final read missing): lost or just late.
+	Unseen Kind = "unseen"
+)
+
+// AnomalyKinds lists the anomaly kinds in the order results show them.
+var AnomalyKinds = []Kind{Lost, DuplicateEffect, Unexpected, OrderRegression, Gap, DLQUnaccounted, WronglyDeadLettered}
+
+// ShownKinds lists the non-anomaly kinds in the order results show them.
+var ShownKinds = []Kind{Recovered, InDoubt, Redelivered, StaleSkipped, Unseen}
+
+// Boundary is how far along the pipeline an event is known to have got,
+// from the ops each component recorded.
+type Boundary string
+
+// Boundaries, in pipeline order.
+const (
+	Committed Boundary = "committed" // commit ok (or recovered); never confirmed by the broker
+	Published Boundary = "published" // broker confirmed the publish (or outbox row marked published)
+	Delivered Boundary = "delivered" // the broker delivered it to the subscription
+	Applied   Boundary = "applied"   // the subscription's effect is durable
+	Acked     Boundary = "acked"     // the subscription acked it
+)
+
+// Result is the outcome of a check. It marshals to the stable
+// results.json schema documented in docs/results.md.
+type Result struct {
+	Valid Validity `json:"valid"`
+	// Reasons says why the result is not Valid: fatal anomalies and facts
+	// not established. Empty when Valid.
+	Reasons       []string            `json:"reasons"`
+	Guarantees    Guarantees          `json:"guarantees"`
+	Facts         Facts               `json:"facts"`
+	Counts        Counts              `json:"counts"`
+	Subscriptions []SubscriptionStats `json:"subscriptions"`
+	// Anomalies has one entry per kind and subscription found, fatal or not,
+	// in the order of AnomalyKinds then subscription name.
+	Anomalies []Anomaly `json:"anomalies"`
+	// Shown has the non-anomaly kinds, in the order of ShownKinds.
+	Shown  []Anomaly `json:"shown"`
+	Series Series    `json:"series"`
+}
+
+// Facts are what the run established; Valid needs DrainComplete and
+// FinalRead "complete".
+type Facts struct {
+	// Drain is "complete", "timed-out" or "missing".
+	Drain string `json:"drain"`
+	// FinalRead is "complete", "failed", "incomplete" (started, history
+	// ends before its closing op) or "missing".
+	FinalRead string `json:"final_read"`
+	// Cuts lists torn lines skipped while reading; they do not change the
+	// verdict by themselves.
+	Cuts []history.Cut `json:"cuts"`
+}
+
+// Counts are run-wide statistics, in the vocabulary of Jepsen's
+// total-queue.
+type Counts struct {
+	Ops           int64 `json:"ops"`
+	Events        int64 `json:"events"`        // distinct event ids seen
+	Attempted     int64 `json:"attempted"`     // events with a commit op
+	Acknowledged  int64 `json:"acknowledged"`  // commit ok
+	Failed        int64 `json:"failed"`        // commit definitely failed
+	Indeterminate int64 `json:"indeterminate"` // commit info, or invoked and never completed
+	Recovered     int64 `json:"recovered"`     // indeterminate, then observed downstream
+	InDoubt       int64 `json:"in_doubt"`      // indeterminate, never observed
+	Committed     int64 `json:"committed"`     // acknowledged + recovered
+	Published     int64 `json:"published"`     // committed events the broker confirmed
+	Poison        int64 `json:"poison"`
+	Faults        int64 `json:"faults"`
+	Crashes       int64 `json:"crashes"`
+	Restarts      int64 `json:"restarts"`
+}
+
+// SubscriptionStats are the counts of one subscription.
+type SubscriptionStats struct {
+	Name            string `json:"name"`
+	Declared        bool   `json:"declared"`    // named in the guarantees or a setup op
+	Delivered       int64  `json:"delivered"`   // events delivered at least once
+	Deliveries      int64  `json:"deliveries"`  // deliver ops
+	Redelivered     int64  `json:"redelivered"` // events delivered more than once
+	Applied         int64  `json:"applied"`     // events with at least one effect
+	Effects         int64  `json:"effects"`     // effects in all
+	Acked           int64  `json:"acked"`
+	DeadLettered    int64  `json:"dead_lettered"`
+	StaleSkipped    int64  `json:"stale_skipped"`
+	Lost            int64  `json:"lost"`
+	DuplicateEffect int64  `json:"duplicate_effect"`
+	Unexpected      int64  `json:"unexpected"`
+	Unseen          int64  `json:"unseen"`
+}
+
+// Anomaly is every finding of one kind in one subscription.
+type Anomaly struct {
+	Kind         Kind   `json:"kind"`
+	Subscription string `json:"subscription,omitempty"`
+	Fatal        bool   `json:"fatal"`
+	Count        int    `json:"count"`
+	// Events lists up to Options.MaxEvents event ids, in order of first
+	// appearance in the history.
+	Events []string `json:"events"`
+	// Boundaries counts the findings by the last boundary crossed (lost and
+	// duplicate-effect only), in pipeline order.
+	Boundaries []BoundaryCount `json:"boundaries,omitempty"`
+	// Examples details the first Options.MaxExamples findings.
+	Examples []Example `json:"examples,omitempty"`
+}
+
+// BoundaryCount is how many findings stopped at one boundary.
+type BoundaryCount struct {
+	Boundary Boundary `json:"boundary"`
+	Count    int      `json:"count"`
+}
+
+// Example is one finding with the ops that show it.
+type Example struct {
+	Event    string   `json:"event"`
+	Source   string   `json:"source,omitempty"`
+	Key      string   `json:"key,omitempty"`
+	Version  int64    `json:"version,omitempty"`
+	Boundary Boundary `json:"boundary,omitempty"`
+	Detail   string   `json:"detail,omitempty"`
+	// Ops are the event's ops for this subscription (and its commit and
+	// publish ops), at most Options.MaxOps of them.
+	Ops []history.Op `json:"ops"`
+}

@@ -1,0 +1,195 @@
+package checker
+
+import (
+	"slices"
+
+	"github.com/deliverycheck/deliverycheck/history"
+)
+
+// Series are the time series of a run for the report, in buckets of
+// BucketNanos from time 0 (at most MaxBuckets of them; one second unless
+// the run is longer than MaxBuckets seconds).
+type Series struct {
+	BucketNanos int64 `json:"bucket_ns"`
+	Buckets     int   `json:"buckets"`
+	// Throughput counts ops per bucket by f and type, sorted by f then type.
+	Throughput []Rate `json:"throughput"`
+	// Latency is commit→first-apply latency of the buckets where an event was
+	// first applied (all subscriptions together).
+	Latency []LatencyPoint `json:"latency"`
+	// Unseen is, per subscription, the committed events not yet applied,
+	// skipped or dead-lettered at the end of each bucket: a curve that
+	// returns to 0 means late, one that stays up means lost.
+	Unseen []Curve `json:"unseen"`
+}
+
+// MaxBuckets bounds the length of every series.
+const MaxBuckets = 600
+
+// Rate is the op count per bucket of one f and type.
+type Rate struct {
+	F      history.F    `json:"f"`
+	Type   history.Type `json:"type"`
+	Counts []int64      `json:"counts"`
+}
+
+// LatencyPoint summarises the latencies of one bucket, in nanoseconds.
+type LatencyPoint struct {
+	Bucket int   `json:"bucket"`
+	Count  int   `json:"count"`
+	P50    int64 `json:"p50"`
+	P95    int64 `json:"p95"`
+	P99    int64 `json:"p99"`
+	Max    int64 `json:"max"`
+}
+
+// Curve is one value per bucket for one subscription.
+type Curve struct {
+	Subscription string  `json:"subscription"`
+	Values       []int64 `json:"values"`
+}
+
+const (
+	second      = int64(1e9)
+	maxSeconds  = 1 << 17 // times beyond ~36h land in the last second bucket
+	maxFs       = 32      // distinct f values counted; others count as "other"
+	otherF      = history.F("other")
+	typesPerRow = 4
+)
+
+// seriesAcc accumulates per-second counts while the history streams by.
+type seriesAcc struct {
+	fs      []history.F
+	perSec  [][maxFs * typesPerRow]int64
+	lat     [][]int64 // per second of apply time
+	lastSec int
+}
+
+func secondOf(t int64) int {
+	if t < 0 {
+		return 0
+	}
+	return int(min(t/second, maxSeconds-1))
+}
+
+func (s *seriesAcc) fIndex(f history.F) int {
+	for i, g := range s.fs {
+		if g == f {
+			return i
+		}
+	}
+	if len(s.fs) < maxFs-1 {
+		s.fs = append(s.fs, f)
+		return len(s.fs) - 1
+	}
+	return maxFs - 1
+}
+
+func (s *seriesAcc) op(op *history.Op) {
+	sec := secondOf(op.Time)
+	for sec >= len(s.perSec) {
+		s.perSec = append(s.perSec, [maxFs * typesPerRow]int64{})
+	}
+	s.lastSec = max(s.lastSec, sec)
+	t := int(op.Type) - 1
+	if t < 0 || t >= typesPerRow {
+		return
+	}
+	s.perSec[sec][s.fIndex(op.F)*typesPerRow+t]++
+}
+
+func (s *seriesAcc) latency(t, d int64) {
+	sec := secondOf(t)
+	for sec >= len(s.lat) {
+		s.lat = append(s.lat, nil)
+	}
+	s.lat[sec] = append(s.lat[sec], d)
+}
+
+func (s *seriesAcc) build(a *analyzer, order []int32) Series {
+	seconds := s.lastSec + 1
+	for _, e := range a.events {
+		if e.flags&cTimeSet != 0 {
+			seconds = max(seconds, secondOf(e.commitTime)+1)
+		}
+	}
+	width := (seconds + MaxBuckets - 1) / MaxBuckets
+	n := (seconds + width - 1) / width
+	out := Series{BucketNanos: int64(width) * second, Buckets: n, Throughput: []Rate{}, Latency: []LatencyPoint{}, Unseen: []Curve{}}
+	bucket := func(t int64) int { return secondOf(t) / width }
+
+	// Throughput, rows sorted by f name then type.
+	for fi := range maxFs {
+		if fi >= len(s.fs) && fi != maxFs-1 {
+			continue
+		}
+		f := otherF
+		if fi < len(s.fs) {
+			f = s.fs[fi]
+		}
+		for t := range typesPerRow {
+			counts := make([]int64, n)
+			total := int64(0)
+			for sec := range s.perSec {
+				c := s.perSec[sec][fi*typesPerRow+t]
+				counts[sec/width] += c
+				total += c
+			}
+			if total > 0 {
+				out.Throughput = append(out.Throughput, Rate{F: f, Type: history.Type(t + 1), Counts: counts})
+			}
+		}
+	}
+	slices.SortStableFunc(out.Throughput, func(x, y Rate) int {
+		if c := cmpString(string(x.F), string(y.F)); c != 0 {
+			return c
+		}
+		return int(x.Type) - int(y.Type)
+	})
+
+	// Latency percentiles.
+	for b := range n {
+		var ls []int64
+		for sec := b * width; sec < min((b+1)*width, len(s.lat)); sec++ {
+			ls = append(ls, s.lat[sec]...)
+		}
+		if len(ls) == 0 {
+			continue
+		}
+		slices.Sort(ls)
+		q := func(p float64) int64 { return ls[min(len(ls)-1, int(p*float64(len(ls))))] }
+		out.Latency = append(out.Latency, LatencyPoint{Bucket: b, Count: len(ls), P50: q(0.50), P95: q(0.95), P99: q(0.99), Max: ls[len(ls)-1]})
+	}
+
+	// Unseen: committed by the end of the bucket minus resolved by then.
+	committed := make([]int64, n)
+	for i := range a.events {
+		e := &a.events[i]
+		if e.committed() && e.flags&cTimeSet != 0 {
+			committed[bucket(e.commitTime)]++
+		}
+	}
+	for _, si := range order {
+		sub := a.subs[si]
+		resolved := make([]int64, n)
+		for i := range a.events {
+			if i >= len(sub.ev) {
+				break
+			}
+			e := &a.events[i]
+			se := &sub.ev[i]
+			if se.flags&sResolved != 0 && e.committed() && e.flags&cTimeSet != 0 {
+				resolved[min(n-1, max(bucket(se.resolved), bucket(e.commitTime)))]++
+			}
+		}
+		values := make([]int64, n)
+		var c, r int64
+		for b := range n {
+			c += committed[b]
+			r += resolved[b]
+			values[b] = c - r
+		}
+		out.Unseen = append(out.Unseen, Curve{Subscription: sub.name, Values: values})
+	}
+	return out
+}
