@@ -1,0 +1,180 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deliverycheck/deliverycheck/checker"
+)
+
+func newCheckCmd() *cobra.Command {
+	var (
+		guarantees    string
+		subscriptions []string
+		out           string
+		examples      int
+	)
+	cmd := &cobra.Command{
+		Use:   "check <history.jsonl|dir>...",
+		Short: "Check recorded history files against the promised delivery guarantees",
+		Long: `check merges the given history files (a directory means every *.jsonl in
+it), finds lost events, duplicate effects, phantoms, order regressions, gaps
+and dead-letter mistakes per subscription, prints a short summary and writes
+results.json (next to the first history file unless --out says otherwise;
+--out - writes it to stdout).
+
+--guarantees takes presets and settings separated by commas, later ones
+overriding earlier ones: at-least-once, effectively-once (the default),
+ordered-effectively-once, at-most-once; loss=none|allowed,
+duplicate-effects=none|allowed, order=per-key|none, gaps=none|allowed,
+subscriptions=a+b.
+
+Exit codes: 0 valid, 1 invalid, 2 unknown (drain incomplete, final read
+missing), 3 bad input.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return withCode(exitBadInput, errors.New("check: name at least one history file"))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			g, err := checker.ParseGuarantees(guarantees)
+			if err != nil {
+				return withCode(exitBadInput, err)
+			}
+			g.Subscriptions = append(g.Subscriptions, subscriptions...)
+			g = g.Normalize()
+			paths, err := historyPaths(args)
+			if err != nil {
+				return withCode(exitBadInput, err)
+			}
+			r, err := checker.CheckFiles(paths, checker.Options{Guarantees: g, MaxExamples: examples})
+			if err != nil {
+				return withCode(exitBadInput, fmt.Errorf("check: %w", err))
+			}
+			if out == "" {
+				out = filepath.Join(filepath.Dir(paths[0]), "results.json")
+			}
+			if err := writeResults(cmd.OutOrStdout(), out, r); err != nil {
+				return withCode(exitHarness, err)
+			}
+			w := cmd.OutOrStdout()
+			if out == "-" {
+				w = cmd.ErrOrStderr()
+			}
+			printSummary(w, r, paths, out)
+			switch r.Valid {
+			case checker.Valid:
+				return nil
+			case checker.Invalid:
+				return withCode(exitInvalid, nil)
+			}
+			return withCode(exitUnknown, nil)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&guarantees, "guarantees", "g", "effectively-once", "promised guarantees: presets and key=value settings, comma-separated")
+	f.StringSliceVar(&subscriptions, "subscription", nil, "a subscription that must apply every committed event (repeatable)")
+	f.StringVarP(&out, "out", "o", "", "where to write results.json (- for stdout)")
+	f.IntVar(&examples, "examples", 5, "examples with their ops per anomaly")
+	return cmd
+}
+
+// historyPaths expands directories to their *.jsonl files, sorted.
+func historyPaths(args []string) ([]string, error) {
+	var paths []string
+	for _, a := range args {
+		st, err := os.Stat(a)
+		if err != nil {
+			return nil, fmt.Errorf("check: %w", err)
+		}
+		if !st.IsDir() {
+			paths = append(paths, a)
+			continue
+		}
+		m, _ := filepath.Glob(filepath.Join(a, "*.jsonl"))
+		if len(m) == 0 {
+			return nil, fmt.Errorf("check: no *.jsonl history files in %s", a)
+		}
+		slices.Sort(m)
+		paths = append(paths, m...)
+	}
+	return paths, nil
+}
+
+func writeResults(stdout io.Writer, path string, r *checker.Result) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	b = append(b, '\n')
+	if path == "-" {
+		_, err = stdout.Write(b)
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("check: write results: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("check: write results: %w", err)
+	}
+	return nil
+}
+
+func printSummary(w io.Writer, r *checker.Result, paths []string, out string) {
+	g := r.Guarantees
+	fmt.Fprintf(w, "%s  (promised: loss=%s duplicate-effects=%s order=%s gaps=%s)\n",
+		strings.ToUpper(string(r.Valid)), g.Loss, g.DuplicateEffects, g.Order, g.Gaps)
+	for _, reason := range r.Reasons {
+		fmt.Fprintf(w, "  because: %s\n", reason)
+	}
+	c := r.Counts
+	fmt.Fprintf(w, "  history: %d file(s), %d ops, %d events: %d committed (%d recovered), %d failed, %d in doubt; %d faults, %d crashes\n",
+		len(paths), c.Ops, c.Events, c.Committed, c.Recovered, c.Failed, c.InDoubt, c.Faults, c.Crashes)
+	fmt.Fprintf(w, "  facts: drain %s, final read %s", r.Facts.Drain, r.Facts.FinalRead)
+	if n := len(r.Facts.Cuts); n > 0 {
+		fmt.Fprintf(w, ", %d torn line(s) skipped", n)
+	}
+	fmt.Fprintln(w)
+	for _, cut := range r.Facts.Cuts {
+		fmt.Fprintf(w, "    torn: %s\n", cut)
+	}
+	for _, s := range r.Subscriptions {
+		fmt.Fprintf(w, "  %s: %d applied, %d redelivered, %d dead-lettered, %d stale-skipped, %d lost, %d duplicate effects\n",
+			s.Name, s.Applied, s.Redelivered, s.DeadLettered, s.StaleSkipped, s.Lost, s.DuplicateEffect)
+	}
+	for _, a := range r.Anomalies {
+		mark := "allowed"
+		if a.Fatal {
+			mark = "FATAL"
+		}
+		fmt.Fprintf(w, "  %-7s %s in %s: %d", mark, a.Kind, a.Subscription, a.Count)
+		if len(a.Boundaries) > 0 {
+			var bs []string
+			for _, b := range a.Boundaries {
+				bs = append(bs, fmt.Sprintf("%d after %s", b.Count, b.Boundary))
+			}
+			fmt.Fprintf(w, " (%s)", strings.Join(bs, ", "))
+		}
+		fmt.Fprintf(w, ", e.g. %s\n", strings.Join(a.Events[:min(len(a.Events), 5)], ", "))
+	}
+	for _, a := range r.Shown {
+		where := ""
+		if a.Subscription != "" {
+			where = " in " + a.Subscription
+		}
+		fmt.Fprintf(w, "  shown   %s%s: %d\n", a.Kind, where, a.Count)
+	}
+	if out != "-" {
+		fmt.Fprintf(w, "  results: %s\n", out)
+	}
+}
