@@ -115,7 +115,9 @@ func (p *proc) signal(sig syscall.Signal) error {
 // stop sends sig to the group leader and waits for the whole group to exit;
 // if ctx ends first, the group is killed.
 func (p *proc) stop(ctx context.Context, sig syscall.Signal) error {
-	_ = syscall.Kill(p.pgid, syscall.SIGCONT) // a paused server cannot shut down
+	// A paused server cannot shut down: wake every process, not only the
+	// leader (a start script's leader waits on a VM that would stay stopped).
+	_ = p.signal(syscall.SIGCONT)
 	if err := syscall.Kill(p.pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("signal %v to %d: %w", sig, p.pgid, err)
 	}
