@@ -1,0 +1,295 @@
+// Package producer is the pipeline's write side: each op is one local
+// transaction that bumps an aggregate's version and records the event, in
+// one of three variants (see [Variant]). Every op is recorded in the
+// history as invoke then ok / fail / info.
+package producer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deliverycheck/deliverycheck/failpoint"
+	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/workloads/broker"
+)
+
+// Variant is how the producer gets its event to the broker.
+type Variant string
+
+const (
+	// Outbox is correct: the aggregate and its outbox row commit in one
+	// transaction; the relay publishes later.
+	Outbox Variant = "outbox"
+	// DualWrite is known-bad: commit the aggregate, then publish straight
+	// to the broker. A crash between the two loses the event.
+	DualWrite Variant = "dual-write"
+	// PublishThenCommit is known-bad: publish first, then commit; when
+	// the transaction aborts the event is out but never happened.
+	PublishThenCommit Variant = "publish-then-commit"
+)
+
+// Variants lists every producer variant.
+func Variants() []Variant { return []Variant{Outbox, DualWrite, PublishThenCommit} }
+
+// Config is one producer process's workload.
+type Config struct {
+	Variant Variant `json:"variant"`
+	// Source is the CloudEvents-style source of every event.
+	Source string `json:"source"`
+	// Keys is how many aggregates (orders) ops are spread over.
+	Keys int `json:"keys"`
+	// KeyPrefix names the aggregates, e.g. "order-" gives order-0, order-1...
+	KeyPrefix string `json:"key_prefix"`
+	// Rate is ops per second for this process; 0 means as fast as it can.
+	Rate float64 `json:"rate"`
+	// PoisonRatio is the share of events written with a payload no
+	// consumer accepts, meant for the dead-letter destination.
+	PoisonRatio float64 `json:"poison_ratio"`
+	// AbortRatio is the share of publish-then-commit transactions that
+	// abort after the publish (the fault that exposes that variant).
+	AbortRatio float64 `json:"abort_ratio"`
+	// Seed makes key and poison choices reproducible.
+	Seed uint64 `json:"seed"`
+}
+
+// Producer runs ops for one process.
+type Producer struct {
+	cfg Config
+	db  *pgxpool.Pool
+	rec *history.Recorder
+	fp  *failpoint.Set
+	pub broker.Publisher // dual-write and publish-then-commit only
+	rng *mrand.Rand
+}
+
+// New returns a producer. pub is needed only by the dual-write and
+// publish-then-commit variants.
+func New(cfg Config, db *pgxpool.Pool, rec *history.Recorder, fp *failpoint.Set, pub broker.Publisher) (*Producer, error) {
+	switch cfg.Variant {
+	case Outbox:
+	case DualWrite, PublishThenCommit:
+		if pub == nil {
+			return nil, fmt.Errorf("producer: variant %s needs a broker publisher", cfg.Variant)
+		}
+	default:
+		return nil, fmt.Errorf("producer: unknown variant %q (valid: outbox, dual-write, publish-then-commit)", cfg.Variant)
+	}
+	if cfg.Keys <= 0 {
+		cfg.Keys = 10
+	}
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = "order-"
+	}
+	if cfg.Source == "" {
+		cfg.Source = "/orders"
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	return &Producer{cfg: cfg, db: db, rec: rec, fp: fp, pub: pub, rng: mrand.New(mrand.NewPCG(seed, seed>>1|1))}, nil
+}
+
+// Run performs ops at the configured rate until ctx ends. It returns nil
+// when ctx ends; a failed op is recorded, not returned.
+func (p *Producer) Run(ctx context.Context) error {
+	var tick <-chan time.Time
+	if p.cfg.Rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / p.cfg.Rate))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		if tick != nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick:
+			}
+		} else if ctx.Err() != nil {
+			return nil
+		}
+		if err := p.Once(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// NewEventID returns a random UUIDv4: event ids must be unique across
+// processes and restarts without coordination.
+func NewEventID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// Payload returns the JSON payload of an order event; poison payloads are
+// well-formed JSON that no consumer accepts (a schema violation), so they
+// are permanent failures meant for the dead-letter destination.
+func Payload(key string, version int64, poison bool) []byte {
+	if poison {
+		return []byte(`{"order":` + strconv.Quote(key) + `,"version":"v` + strconv.FormatInt(version, 10) + `","poison":true}`)
+	}
+	return []byte(`{"order":` + strconv.Quote(key) + `,"version":` + strconv.FormatInt(version, 10) + `,"status":"confirmed"}`)
+}
+
+// EventType is the type of every well-formed event.
+const EventType = "OrderConfirmed"
+
+// Once performs one op. Its error is only for failures of the harness
+// itself (the history could not be written); the op's own outcome is
+// recorded.
+func (p *Producer) Once(ctx context.Context) error {
+	key := p.cfg.KeyPrefix + strconv.Itoa(p.rng.IntN(p.cfg.Keys))
+	poison := p.cfg.PoisonRatio > 0 && p.rng.Float64() < p.cfg.PoisonRatio
+	abort := p.cfg.Variant == PublishThenCommit && p.cfg.AbortRatio > 0 && p.rng.Float64() < p.cfg.AbortRatio
+	v := history.Value{Event: NewEventID(), Source: p.cfg.Source, Key: key, Poison: poison}
+	switch p.cfg.Variant {
+	case PublishThenCommit:
+		return p.publishThenCommit(ctx, v, abort)
+	default:
+		return p.commitThenMaybePublish(ctx, v)
+	}
+}
+
+func (p *Producer) commitThenMaybePublish(ctx context.Context, v history.Value) error {
+	if _, err := p.rec.Record(history.Invoke, history.Commit, v); err != nil {
+		return err
+	}
+	version, err := p.commit(ctx, v, p.cfg.Variant == Outbox, false)
+	if err != nil {
+		return p.recordOutcome(history.Commit, v, err)
+	}
+	v.Version = version
+	p.fp.Hit(failpoint.ProducerAfterCommit, v)
+	if _, err := p.rec.Record(history.OK, history.Commit, v); err != nil {
+		return err
+	}
+	if p.cfg.Variant == DualWrite {
+		return p.publish(ctx, v)
+	}
+	return nil
+}
+
+func (p *Producer) publishThenCommit(ctx context.Context, v history.Value, abort bool) error {
+	// The version is not known before the transaction; read the next one
+	// optimistically so the published event carries it.
+	var cur int64
+	if err := p.db.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM orders WHERE id = $1`, v.Key).Scan(&cur); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		cur = 0
+	}
+	v.Version = cur + 1
+	if err := p.publish(ctx, v); err != nil {
+		return err
+	}
+	if _, err := p.rec.Record(history.Invoke, history.Commit, v); err != nil {
+		return err
+	}
+	version, err := p.commit(ctx, v, false, abort)
+	if err != nil {
+		return p.recordOutcome(history.Commit, v, err)
+	}
+	v.Version = version
+	p.fp.Hit(failpoint.ProducerAfterCommit, v)
+	_, err = p.rec.Record(history.OK, history.Commit, v)
+	return err
+}
+
+// errAborted is the deliberate abort of a publish-then-commit op.
+var errAborted = errors.New("transaction aborted by the workload")
+
+// commit runs the op's transaction and returns the aggregate's new version.
+func (p *Producer) commit(ctx context.Context, v history.Value, outbox, abort bool) (int64, error) {
+	tx, err := p.db.Begin(ctx)
+	if err != nil {
+		return 0, definite(err)
+	}
+	defer tx.Rollback(context.Background())
+	var version int64
+	err = tx.QueryRow(ctx, `INSERT INTO orders (id, version, status) VALUES ($1, 1, 'confirmed')
+		ON CONFLICT (id) DO UPDATE SET version = orders.version + 1, updated_at = now()
+		RETURNING version`, v.Key).Scan(&version)
+	if err != nil {
+		return 0, definite(err)
+	}
+	if outbox {
+		_, err = tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, source, version)
+			VALUES ($1, 'order', $2, $3, $4, $5, $6)`,
+			v.Event, v.Key, EventType, string(Payload(v.Key, version, v.Poison)), v.Source, version)
+		if err != nil {
+			return 0, definite(err)
+		}
+	}
+	if abort {
+		return 0, definite(errAborted)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, indeterminateCommit(err)
+	}
+	return version, nil
+}
+
+// publish sends v straight to the broker (the known-bad variants).
+func (p *Producer) publish(ctx context.Context, v history.Value) error {
+	if _, err := p.rec.Record(history.Invoke, history.Publish, v); err != nil {
+		return err
+	}
+	ev := broker.Event{ID: v.Event, Source: v.Source, Key: v.Key, Version: v.Version, Type: EventType, Payload: Payload(v.Key, v.Version, v.Poison)}
+	err := p.pub.Publish(ctx, []broker.Event{ev})[0]
+	switch {
+	case err == nil:
+		_, err = p.rec.Record(history.OK, history.Publish, v)
+	case errors.Is(err, broker.ErrUnconfirmed):
+		v.Error = err.Error()
+		_, err = p.rec.Record(history.Info, history.Publish, v)
+	default:
+		v.Error = err.Error()
+		_, err = p.rec.Record(history.Fail, history.Publish, v)
+	}
+	return err
+}
+
+// definiteError wraps an error that proves the op did not take effect.
+type definiteError struct{ err error }
+
+func (e definiteError) Error() string { return e.err.Error() }
+func (e definiteError) Unwrap() error { return e.err }
+
+func definite(err error) error { return definiteError{err} }
+
+// indeterminateCommit classifies a COMMIT error: the server's own answer
+// (an SQLSTATE) is definite, anything else (a dropped connection, a
+// timeout) leaves the outcome unknown.
+func indeterminateCommit(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return definite(err)
+	}
+	return err
+}
+
+// recordOutcome records a failed op as fail when it definitely did not
+// happen, info otherwise.
+func (p *Producer) recordOutcome(f history.F, v history.Value, err error) error {
+	v.Error = err.Error()
+	t := history.Info
+	var d definiteError
+	if errors.As(err, &d) {
+		t = history.Fail
+	}
+	_, rerr := p.rec.Record(t, f, v)
+	return rerr
+}

@@ -1,0 +1,233 @@
+// Package relay moves committed outbox rows to the broker: poll, publish,
+// wait for the broker's confirmation, mark published, commit. A row is
+// marked only after its confirmation, so a crash anywhere leads to a
+// republish with the same event id (a duplicate the consumer's inbox must
+// absorb), never to a loss.
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deliverycheck/deliverycheck/failpoint"
+	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/workloads/broker"
+)
+
+// Variant is how the relay finds rows and publishes them.
+type Variant string
+
+const (
+	// Polling is correct: unpublished rows, FOR UPDATE SKIP LOCKED,
+	// ordered, in batches; confirmed publishes.
+	Polling Variant = "polling"
+	// HighWaterMark is known-bad: WHERE seq > last_seen skips a row that
+	// commits late with a lower seq (concurrent producers).
+	HighWaterMark Variant = "high-water-mark"
+	// Unconfirmed is known-bad: fire and forget (acks=0 / no publisher
+	// confirms); a broker crash loses what it had not written.
+	Unconfirmed Variant = "unconfirmed"
+	// Unroutable is known-bad: confirms without mandatory, so a message
+	// with no bound queue is confirmed and dropped.
+	Unroutable Variant = "unroutable"
+)
+
+// Variants lists every relay variant.
+func Variants() []Variant { return []Variant{Polling, HighWaterMark, Unconfirmed, Unroutable} }
+
+// ParseVariant checks a variant name.
+func ParseVariant(s string) (Variant, error) {
+	for _, v := range Variants() {
+		if string(v) == s {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("relay: unknown variant %q (valid: polling, high-water-mark, unconfirmed, unroutable)", s)
+}
+
+// Config tunes one relay process.
+type Config struct {
+	Variant Variant `json:"variant"`
+	// Batch is the most rows published per transaction, overriding the
+	// default 100.
+	Batch int `json:"batch"`
+	// Poll is how long to wait when no row is pending, overriding the
+	// default 5ms.
+	Poll time.Duration `json:"poll"`
+	// PublishTimeout bounds one batch's wait for confirmations,
+	// overriding the default 10s.
+	PublishTimeout time.Duration `json:"publish_timeout"`
+}
+
+// Relay publishes outbox rows for one process.
+type Relay struct {
+	cfg      Config
+	db       *pgxpool.Pool
+	pub      broker.Publisher
+	rec      *history.Recorder
+	fp       *failpoint.Set
+	lastSeen int64 // high-water-mark only
+	hwmInit  bool
+	attempts map[string]int64
+}
+
+// New returns a relay over db publishing with pub.
+func New(cfg Config, db *pgxpool.Pool, pub broker.Publisher, rec *history.Recorder, fp *failpoint.Set) (*Relay, error) {
+	if _, err := ParseVariant(string(cfg.Variant)); err != nil {
+		return nil, err
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 100
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 5 * time.Millisecond
+	}
+	if cfg.PublishTimeout <= 0 {
+		cfg.PublishTimeout = 10 * time.Second
+	}
+	return &Relay{cfg: cfg, db: db, pub: pub, rec: rec, fp: fp, attempts: map[string]int64{}}, nil
+}
+
+// Run relays until ctx ends. Transient errors (database or broker down)
+// are retried with capped exponential backoff; only a failure to write the
+// history is returned.
+func (r *Relay) Run(ctx context.Context) error {
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		n, err := r.Once(ctx)
+		var herr historyError
+		switch {
+		case errors.As(err, &herr):
+			return err
+		case err != nil:
+			backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
+			sleep(ctx, backoff)
+		case n == 0:
+			backoff = 0
+			sleep(ctx, r.cfg.Poll)
+		default:
+			backoff = 0
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// historyError marks a failure to record, which must stop the worker.
+type historyError struct{ error }
+
+func (e historyError) Unwrap() error { return e.error }
+
+type row struct {
+	seq int64
+	ev  broker.Event
+}
+
+// Once relays one batch and returns how many rows it published.
+func (r *Relay) Once(ctx context.Context) (int, error) {
+	tx, err := r.db.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("relay: begin: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	var rows pgx.Rows
+	if r.cfg.Variant == HighWaterMark && !r.hwmInit {
+		// A restarted relay resumes from its persisted mark, as a real
+		// one would: the highest seq already published.
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM outbox WHERE published_at IS NOT NULL`).Scan(&r.lastSeen); err != nil {
+			return 0, fmt.Errorf("relay: read high-water mark: %w", err)
+		}
+		r.hwmInit = true
+	}
+	if r.cfg.Variant == HighWaterMark {
+		rows, err = tx.Query(ctx, `SELECT seq, id, source, aggregateid, version, type, payload FROM outbox
+			WHERE seq > $1 ORDER BY seq LIMIT $2`, r.lastSeen, r.cfg.Batch)
+	} else {
+		rows, err = tx.Query(ctx, `SELECT seq, id, source, aggregateid, version, type, payload FROM outbox
+			WHERE published_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`, r.cfg.Batch)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("relay: poll: %w", err)
+	}
+	var batch []row
+	for rows.Next() {
+		var b row
+		var payload string
+		if err := rows.Scan(&b.seq, &b.ev.ID, &b.ev.Source, &b.ev.Key, &b.ev.Version, &b.ev.Type, &payload); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("relay: scan: %w", err)
+		}
+		b.ev.Payload = []byte(payload)
+		batch = append(batch, b)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("relay: poll: %w", err)
+	}
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	r.fp.Hit(failpoint.RelayBeforePublish, value(batch[0].ev, 0))
+	evs := make([]broker.Event, len(batch))
+	for i, b := range batch {
+		evs[i] = b.ev
+		r.attempts[b.ev.ID]++
+		if _, err := r.rec.Record(history.Invoke, history.Publish, value(b.ev, r.attempts[b.ev.ID])); err != nil {
+			return 0, historyError{err}
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	results := r.pub.Publish(pctx, evs)
+	cancel()
+	var confirmed []int64
+	for i, b := range batch {
+		v := value(b.ev, r.attempts[b.ev.ID])
+		t := history.OK
+		if err := results[i]; err != nil {
+			v.Error = err.Error()
+			t = history.Fail
+			if errors.Is(err, broker.ErrUnconfirmed) {
+				t = history.Info
+			}
+		} else {
+			confirmed = append(confirmed, b.seq)
+			delete(r.attempts, b.ev.ID)
+		}
+		if _, err := r.rec.Record(t, history.Publish, v); err != nil {
+			return 0, historyError{err}
+		}
+		if r.cfg.Variant == HighWaterMark {
+			r.lastSeen = max(r.lastSeen, b.seq)
+		}
+	}
+	r.fp.Hit(failpoint.RelayAfterPublishBeforeMark, value(batch[0].ev, 0))
+	if len(confirmed) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE outbox SET published_at = now() WHERE seq = ANY($1)`, confirmed); err != nil {
+			return 0, fmt.Errorf("relay: mark published: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("relay: commit: %w", err)
+	}
+	if len(confirmed) < len(batch) {
+		return len(confirmed), fmt.Errorf("relay: %d of %d publishes not confirmed", len(batch)-len(confirmed), len(batch))
+	}
+	return len(batch), nil
+}
+
+func value(ev broker.Event, attempt int64) history.Value {
+	return history.Value{Event: ev.ID, Source: ev.Source, Key: ev.Key, Version: ev.Version, Attempt: attempt}
+}
