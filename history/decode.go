@@ -79,32 +79,48 @@ func (d *decoder) byte(c byte) bool {
 	return false
 }
 
+// strClass classifies string bytes for raw: 0 plain ASCII, 1 closing
+// quote, 2 needs encoding/json (escape or control), 3 non-ASCII.
+var strClass = func() (t [256]uint8) {
+	for c := range 0x20 {
+		t[c] = 2
+	}
+	t['"'] = 1
+	t['\\'] = 2
+	for c := 0x80; c < 0x100; c++ {
+		t[c] = 3
+	}
+	return t
+}()
+
 // raw returns the bytes of a plain JSON string: no escapes, no control
 // characters, valid UTF-8.
 func (d *decoder) raw() ([]byte, error) {
 	d.ws()
-	if d.i >= len(d.b) || d.b[d.i] != '"' {
+	b := d.b
+	i := d.i
+	if i >= len(b) || b[i] != '"' {
 		return nil, errSlow
 	}
-	d.i++
-	start := d.i
+	i++
+	start := i
 	ascii := true
-	for d.i < len(d.b) {
-		c := d.b[d.i]
-		switch {
-		case c == '"':
-			s := d.b[start:d.i]
-			d.i++
+	for ; i < len(b); i++ {
+		switch strClass[b[i]] {
+		case 0:
+			continue
+		case 1:
+			s := b[start:i]
+			d.i = i + 1
 			if !ascii && !utf8.Valid(s) {
 				return nil, errSlow
 			}
 			return s, nil
-		case c == '\\' || c < 0x20:
+		case 2:
 			return nil, errSlow
-		case c >= utf8.RuneSelf:
+		default:
 			ascii = false
 		}
-		d.i++
 	}
 	return nil, errSlow
 }

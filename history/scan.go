@@ -1,6 +1,7 @@
 package history
 
 import (
+	"bytes"
 	"container/heap"
 	"errors"
 	"fmt"
@@ -72,10 +73,10 @@ func ScanFiles(paths []string, fn func(batch []Op) error) (ScanReport, error) {
 }
 
 type scanner struct {
-	jobs  chan *chunk
-	quit  chan struct{}
-	wg    sync.WaitGroup
-	n     int64 // ops emitted
+	jobs    chan *chunk
+	quit    chan struct{}
+	wg      sync.WaitGroup
+	n       int64 // ops emitted
 	pools   sync.Pool
 	opsPool sync.Pool
 }
@@ -217,7 +218,7 @@ func (s *scanner) read(r io.Reader, f *fileStream) {
 			continue // a line longer than the buffer: grow it
 		}
 		c := &chunk{data: buf[:cutAt+1], line: line, offset: offset}
-		line += countLines(c.data)
+		line += int64(bytes.Count(c.data, []byte{'\n'}))
 		offset += int64(len(c.data))
 		rest := buf[cutAt+1:]
 		buf = append(s.getBuf(), rest...)
@@ -235,16 +236,6 @@ func lastNewline(b []byte) int {
 		}
 	}
 	return -1
-}
-
-func countLines(b []byte) int64 {
-	var n int64
-	for _, c := range b {
-		if c == '\n' {
-			n++
-		}
-	}
-	return n
 }
 
 // next returns f's next decoded chunk, or nil at the end of the file.
