@@ -1,0 +1,756 @@
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// DefaultKafkaVersion is the Apache Kafka release run when none is asked for.
+const DefaultKafkaVersion = "4.1.1"
+
+// kafkaPom lists the broker's jars for Maven; the Kafka version is a
+// property overridden on the mvn command line.
+//
+//go:embed kafka-pom.xml
+var kafkaPom []byte
+
+const (
+	installJava  = "apt-get install -y openjdk-17-jre-headless"
+	installMaven = "apt-get install -y maven"
+	// kafkaNodeID is the single node's id, broker and controller at once.
+	kafkaNodeID = 1
+	// kafkaStartTimeout bounds Start when the caller's context has no
+	// deadline: a broker that is not up in this long will not come up.
+	kafkaStartTimeout = 2 * time.Minute
+	// kafkaStopTimeout bounds a graceful stop before it turns into a kill.
+	kafkaStopTimeout = 30 * time.Second
+)
+
+// KafkaOptions configure a local Apache Kafka broker.
+type KafkaOptions struct {
+	Options
+	// Version is the Apache Kafka release, overriding the default
+	// DefaultKafkaVersion. It is ignored when KAFKA_HOME is set: the
+	// installed jars decide, and Version() reports what really ran.
+	Version string
+	// Advertise is the host:port the broker hands out to clients in
+	// metadata, normally the listen address of a proxy link in front of
+	// it, overriding the default of the broker's own listener. Kafka
+	// clients dial whatever the broker advertises after their first
+	// request, so without this they would bypass the proxy.
+	Advertise string
+	// HeapMB is the JVM's maximum heap in MiB, overriding the default 512.
+	HeapMB int
+}
+
+// Kafka is a single-node Apache Kafka broker in KRaft mode (broker and
+// controller in one JVM) run from the Maven Central jars or a Kafka install.
+//
+// It has three listeners on 127.0.0.1: the client listener (Endpoint,
+// advertised as KafkaOptions.Advertise), a broker listener used for the
+// broker's traffic to itself (transaction markers), and the controller
+// listener. Keeping inter-broker traffic off the client listener means a
+// fault on the client's proxy link hits clients only, as it would with a
+// real network between clients and a cluster.
+type Kafka struct {
+	*base
+	version   string // requested release
+	advertise string
+	heapMB    int
+	port      int // client listener
+	brokerPt  int // inter-broker listener
+	ctrlPort  int // controller listener
+	data      string
+	logPath   string
+
+	mu      sync.Mutex
+	running string // exact version, set once Start succeeded
+	prep    *kafkaPrep
+}
+
+// NewKafka prepares a broker on free ports in a fresh temp dir. Nothing
+// runs until Start, but Endpoint is valid at once, so a proxy can be put
+// in front of the broker before it starts. The caller should call Close
+// when finished.
+func NewKafka(o KafkaOptions) (*Kafka, error) {
+	if o.Version == "" {
+		o.Version = DefaultKafkaVersion
+	}
+	if o.HeapMB <= 0 {
+		o.HeapMB = 512
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	b, err := newBase("kafka", o.Options)
+	if err != nil {
+		return nil, err
+	}
+	k := &Kafka{
+		base:     b,
+		version:  o.Version,
+		heapMB:   o.HeapMB,
+		port:     ports[0],
+		brokerPt: ports[1],
+		ctrlPort: ports[2],
+		data:     filepath.Join(b.dir, "data"),
+		logPath:  filepath.Join(b.dir, "kafka.log"),
+	}
+	k.advertise = o.Advertise
+	if k.advertise == "" {
+		k.advertise = k.Endpoint()
+	}
+	if err := writeKafkaConfig(b.dir, k.data, k.port, k.brokerPt, k.ctrlPort, k.advertise); err != nil {
+		b.closeBase(nil)
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	return k, nil
+}
+
+// Endpoint implements cluster.Service: the client listener, dialled
+// directly. A client that bootstraps here is still sent to the advertised
+// address for everything after its first metadata request.
+func (k *Kafka) Endpoint() string { return fmt.Sprintf("127.0.0.1:%d", k.port) }
+
+// Advertised is the host:port the broker hands out to clients.
+func (k *Kafka) Advertised() string { return k.advertise }
+
+// Logs implements cluster.Service: the broker's log4j2 output and the
+// JVM's own stdout and stderr, in one file.
+func (k *Kafka) Logs() string { return k.logPath }
+
+// Version implements cluster.Service, e.g. "Apache Kafka 4.1.1", read
+// from the name of the broker jar that ran.
+func (k *Kafka) Version() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.running
+}
+
+// Start implements cluster.Service. The first start fetches the jars and
+// builds the per-machine cache if needed (see PrepareKafka) and formats
+// the storage; later starts reuse the data. Ready means a metadata request
+// sent straight to Endpoint is answered and lists this broker, so
+// readiness does not depend on the advertised address being reachable
+// (its proxy may not be up yet).
+func (k *Kafka) Start(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, kafkaStartTimeout)
+		defer cancel()
+	}
+	prep, err := k.prepare(ctx)
+	if err != nil {
+		return fmt.Errorf("start kafka: %w", err)
+	}
+	if err := k.format(prep); err != nil {
+		return fmt.Errorf("start kafka: %w", err)
+	}
+	p, err := k.launch(prep.brokerSpec(k.dir, k.heapMB, k.logPath, ""))
+	if err != nil {
+		return fmt.Errorf("start kafka: %w", err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Endpoint()), kgo.DialTimeout(time.Second))
+	if err != nil {
+		return fmt.Errorf("start kafka: %w", err)
+	}
+	defer cl.Close()
+	if err := k.waitReady(ctx, p, k.logPath, func(ctx context.Context) error { return probeKafka(ctx, cl) }); err != nil {
+		// Leave nothing half-started behind: a failed Start is stopped.
+		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return errors.Join(fmt.Errorf("start kafka: %w", err), p.kill(kctx))
+	}
+	k.mu.Lock()
+	k.running = "Apache Kafka " + prep.version
+	k.mu.Unlock()
+	k.log.Info("ready", "endpoint", k.Endpoint(), "advertised", k.advertise, "version", k.Version())
+	return nil
+}
+
+// probeKafka sends a metadata request to the seed broker itself (not to
+// the address it advertises) and checks that the broker lists itself: a
+// broker answers metadata only once it is registered and unfenced.
+func probeKafka(ctx context.Context, cl *kgo.Client) error {
+	seeds := cl.SeedBrokers()
+	if len(seeds) == 0 {
+		return fmt.Errorf("no seed broker")
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = []kmsg.MetadataRequestTopic{} // no topics, only brokers
+	resp, err := seeds[0].Request(ctx, req)
+	if err != nil {
+		return err
+	}
+	for _, b := range resp.(*kmsg.MetadataResponse).Brokers {
+		if b.NodeID == kafkaNodeID {
+			return nil
+		}
+	}
+	return fmt.Errorf("broker %d not yet in its own metadata", kafkaNodeID)
+}
+
+// Stop implements cluster.Service: SIGTERM, which makes the broker shut
+// down in a controlled way (logs flushed and closed cleanly, so the next
+// start skips log recovery). A broker that has not exited after 30 s, or
+// when ctx ends, is killed.
+func (k *Kafka) Stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, kafkaStopTimeout)
+	defer cancel()
+	return k.stopWith(ctx, syscall.SIGTERM)
+}
+
+// Restart implements cluster.Service: same ports, same data, no re-format.
+func (k *Kafka) Restart(ctx context.Context) error {
+	if err := k.Stop(ctx); err != nil {
+		return err
+	}
+	return k.Start(ctx)
+}
+
+// Close implements cluster.Service.
+func (k *Kafka) Close() error { return k.closeBase(nil) }
+
+// prepare finds java and the jars and the per-machine cache, once per Kafka.
+func (k *Kafka) prepare(ctx context.Context) (*kafkaPrep, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.prep != nil {
+		return k.prep, nil
+	}
+	p, err := prepareKafka(ctx, k.version, k.g, k.log)
+	if err != nil {
+		return nil, err
+	}
+	k.prep = p
+	return p, nil
+}
+
+// format lays out a fresh log dir before the first start: the feature
+// levels Kafka's own `kafka-storage format` chose for this release (kept
+// in the cache), and a meta.properties with a new cluster and directory
+// id. An existing log dir (a restart) is left alone.
+func (k *Kafka) format(p *kafkaPrep) error {
+	if _, err := os.Stat(filepath.Join(k.data, "meta.properties")); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(k.data, 0o755); err != nil {
+		return fmt.Errorf("format: %w", err)
+	}
+	if err := copyFile(p.bootstrap, filepath.Join(k.data, "bootstrap.checkpoint")); err != nil {
+		return fmt.Errorf("format: %w", err)
+	}
+	meta := fmt.Sprintf("#written by deliverycheck, as kafka-storage format does\nnode.id=%d\ndirectory.id=%s\nversion=1\ncluster.id=%s\n",
+		kafkaNodeID, kafkaUUID(), kafkaUUID())
+	if err := os.WriteFile(filepath.Join(k.data, "meta.properties"), []byte(meta), 0o644); err != nil {
+		return fmt.Errorf("format: %w", err)
+	}
+	return nil
+}
+
+// kafkaUUID returns a random Kafka Uuid in its base64 form. Like Kafka's
+// Uuid.randomUuid it avoids a leading '-', which command-line tools would
+// take for a flag.
+func kafkaUUID() string {
+	for {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		s := base64.RawURLEncoding.EncodeToString(b[:])
+		if s[0] != '-' {
+			return s
+		}
+	}
+}
+
+// writeKafkaConfig writes server.properties and log4j2.properties to dir.
+func writeKafkaConfig(dir, data string, port, brokerPort, ctrlPort int, advertise string) error {
+	props := fmt.Sprintf(`# Single-node KRaft: broker and controller in one process.
+process.roles=broker,controller
+node.id=%[1]d
+controller.quorum.voters=%[1]d@127.0.0.1:%[4]d
+controller.listener.names=CONTROLLER
+listeners=PLAINTEXT://127.0.0.1:%[2]d,BROKER://127.0.0.1:%[3]d,CONTROLLER://127.0.0.1:%[4]d
+advertised.listeners=PLAINTEXT://%[5]s,BROKER://127.0.0.1:%[3]d
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=BROKER
+log.dirs=%[6]s
+num.partitions=3
+default.replication.factor=1
+min.insync.replicas=1
+auto.create.topics.enable=true
+# Internal topics: one replica, few partitions (created on first use, so
+# fewer partitions means a faster first consumer group or transaction).
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=5
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=5
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+controlled.shutdown.enable=true
+`, kafkaNodeID, port, brokerPort, ctrlPort, advertise, data)
+	log4j := `# Everything to stdout, which the harness appends to kafka.log.
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.target = SYSTEM_OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = out
+logger.state.name = state.change.logger
+logger.state.level = WARN
+`
+	if err := os.WriteFile(filepath.Join(dir, "server.properties"), []byte(props), 0o644); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "log4j2.properties"), []byte(log4j), 0o644); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	return nil
+}
+
+// kafkaPrep is what starting a broker needs besides its config: java, the
+// jars, and what the per-machine cache holds for them.
+type kafkaPrep struct {
+	java      string
+	libs      string
+	version   string // exact release of the jars
+	classpath string
+	bootstrap string // bootstrap.checkpoint template
+	cds       string // class data sharing archive, "" if none
+}
+
+// brokerSpec is the command line of a broker whose config is in dir.
+// dumpCDS, when set, makes the JVM write a class data sharing archive
+// there when it exits.
+//
+// JVM choices, measured on a 2-core machine: C1 only
+// (TieredStopAtLevel=1) and SerialGC start the broker about twice as
+// fast as the defaults and spend no cores on C2 or concurrent GC threads;
+// a test broker needs no peak throughput. The class data sharing archive
+// roughly halves start time again. PerfData is off and java.io.tmpdir is
+// in the temp dir, so a killed JVM leaves nothing in /tmp.
+func (p *kafkaPrep) brokerSpec(dir string, heapMB int, log, dumpCDS string) procSpec {
+	args := []string{
+		fmt.Sprintf("-Xmx%dm", heapMB),
+		fmt.Sprintf("-Xms%dm", max(heapMB/2, 64)),
+		"-XX:+UseSerialGC",
+		"-XX:TieredStopAtLevel=1",
+		"-XX:-UsePerfData",
+		"-XX:+ExitOnOutOfMemoryError",
+		"-Djava.awt.headless=true",
+		"-Djava.io.tmpdir=" + filepath.Join(dir, "tmp"),
+		"-Dlog4j2.configurationFile=" + filepath.Join(dir, "log4j2.properties"),
+		"-Dlog4j2.disable.jmx=true",
+		"-Dkafka.logs.dir=" + dir,
+	}
+	switch {
+	case dumpCDS != "":
+		args = append(args, "-XX:ArchiveClassesAtExit="+dumpCDS)
+	case p.cds != "":
+		args = append(args, "-XX:SharedArchiveFile="+p.cds)
+	}
+	args = append(args, "-cp", p.classpath, "kafka.Kafka", filepath.Join(dir, "server.properties"))
+	return procSpec{path: p.java, args: args, dir: dir, log: log}
+}
+
+// KafkaJars returns the directory holding the broker jars of version:
+// $KAFKA_HOME/libs when KAFKA_HOME is set, else a per-user cache outside
+// the work tree (os.UserCacheDir()/deliverycheck/kafka-<version>/libs),
+// fetched from Maven Central with mvn on first use. The fetch goes to a
+// temp dir that is renamed into place, so a fetch that fails or is
+// interrupted, or runs concurrently with another, never leaves a half
+// cache behind.
+func KafkaJars(ctx context.Context, version string) (string, error) {
+	if version == "" {
+		version = DefaultKafkaVersion
+	}
+	dir, ok := KafkaJarsStatus(version)
+	if ok {
+		return dir, nil
+	}
+	if os.Getenv("KAFKA_HOME") != "" {
+		return "", fmt.Errorf("kafka: KAFKA_HOME=%s has no broker jar in %s", os.Getenv("KAFKA_HOME"), dir)
+	}
+	if err := fetchKafkaJars(ctx, version, dir); err != nil {
+		return "", fmt.Errorf("kafka: fetch %s jars: %w", version, err)
+	}
+	return dir, nil
+}
+
+// KafkaJarsStatus says where the jars of version are or would be cached,
+// and whether they are there. It never fetches (for `deliverycheck doctor`).
+func KafkaJarsStatus(version string) (dir string, ok bool) {
+	if version == "" {
+		version = DefaultKafkaVersion
+	}
+	if home := os.Getenv("KAFKA_HOME"); home != "" {
+		dir = filepath.Join(home, "libs")
+		_, err := kafkaJarVersion(dir)
+		return dir, err == nil
+	}
+	cache, err := kafkaCacheRoot()
+	if err != nil {
+		return "", false
+	}
+	dir = filepath.Join(cache, "kafka-"+version, "libs")
+	v, err := kafkaJarVersion(dir)
+	return dir, err == nil && v == version
+}
+
+// kafkaCacheRoot is os.UserCacheDir()/deliverycheck.
+func kafkaCacheRoot() (string, error) {
+	c, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("kafka: no cache dir: %w", err)
+	}
+	return filepath.Join(c, "deliverycheck"), nil
+}
+
+// fetchKafkaJars runs mvn on the embedded pom into a temp dir next to dest
+// and renames it into place.
+func fetchKafkaJars(ctx context.Context, version, dest string) error {
+	mvn, err := exec.LookPath("mvn")
+	if err != nil {
+		return fmt.Errorf("mvn not found on PATH (install with: %s), or set KAFKA_HOME to a Kafka install", installMaven)
+	}
+	if _, err := exec.LookPath("java"); err != nil {
+		return fmt.Errorf("java not found on PATH (install with: %s)", installJava)
+	}
+	parent := filepath.Dir(dest)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(parent, ".fetch-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	pom := filepath.Join(tmp, "pom.xml")
+	if err := os.WriteFile(pom, kafkaPom, 0o644); err != nil {
+		return err
+	}
+	libs := filepath.Join(tmp, "libs")
+	cmd := exec.CommandContext(ctx, mvn, "-B", "-q", "-f", pom,
+		"dependency:copy-dependencies", "-DincludeScope=runtime",
+		"-DoutputDirectory="+libs, "-Dkafka.version="+version)
+	cmd.Dir = tmp
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("mvn: %w\n%s", err, lastLines(out, 30))
+	}
+	if v, err := kafkaJarVersion(libs); err != nil || v != version {
+		return fmt.Errorf("mvn fetched no kafka_2.13-%s.jar (got %q, %v)", version, v, err)
+	}
+	if err := os.Rename(libs, dest); err != nil {
+		// Someone else finished first: theirs is as good as ours.
+		if _, ok := KafkaJarsStatus(version); ok {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// lastLines returns the last n lines of b.
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+var kafkaJarRe = regexp.MustCompile(`^kafka_2\.1[0-9]-([0-9][0-9A-Za-z.]*(?:-[0-9A-Za-z.]+)?)\.jar$`)
+
+// kafkaJarVersion reads the release from the broker jar's name in libs
+// (kafka_2.13-4.1.1.jar → 4.1.1); the broker does not tell its version
+// over the protocol.
+func kafkaJarVersion(libs string) (string, error) {
+	ents, err := os.ReadDir(libs)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range ents {
+		n := e.Name()
+		if strings.HasSuffix(n, "-test.jar") || strings.HasSuffix(n, "-sources.jar") || strings.HasSuffix(n, "-javadoc.jar") {
+			continue
+		}
+		if m := kafkaJarRe.FindStringSubmatch(n); m != nil {
+			return m[1], nil
+		}
+	}
+	return "", fmt.Errorf("no kafka_2.13-<version>.jar in %s", libs)
+}
+
+// PrepareKafka makes sure everything a broker of version needs is on this
+// machine, so that the first Start is as fast as later ones: the jars (see
+// KafkaJars), and a per-machine cache entry built from them once, with
+// Kafka's own tools: the storage bootstrap written by `kafka-storage
+// format` and a class data sharing archive of a broker's start. It returns
+// the cache entry's directory. `deliverycheck deps` runs it; Start runs
+// it too when needed.
+func PrepareKafka(ctx context.Context, version string) (string, error) {
+	g, err := newGuard()
+	if err != nil {
+		return "", fmt.Errorf("kafka: %w", err)
+	}
+	defer g.close()
+	p, err := prepareKafka(ctx, version, g, nil)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(p.bootstrap), nil
+}
+
+// prepareKafka resolves java and the jars, and builds the cache entry for
+// them if it is missing. The entry's key covers the java binary and every
+// jar, so a JDK upgrade or other jars get a new entry (a class data
+// sharing archive only works for the JVM and classpath it was made with).
+func prepareKafka(ctx context.Context, version string, g *guard, log *slog.Logger) (*kafkaPrep, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	java, err := exec.LookPath("java")
+	if err != nil {
+		return nil, fmt.Errorf("kafka: java not found on PATH (install with: %s)", installJava)
+	}
+	if real, err := filepath.EvalSymlinks(java); err == nil {
+		java = real
+	}
+	libs, err := KafkaJars(ctx, version)
+	if err != nil {
+		return nil, err
+	}
+	exact, err := kafkaJarVersion(libs)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	jars, key, err := kafkaClasspath(libs, java)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	p := &kafkaPrep{java: java, libs: libs, version: exact, classpath: strings.Join(jars, ":")}
+	root, err := kafkaCacheRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(root, "kafka-prep", key)
+	if !fileExists(filepath.Join(dir, "bootstrap.checkpoint")) {
+		log.Info("preparing kafka cache (once per machine)", "dir", dir)
+		if err := buildKafkaPrep(ctx, p, dir, g); err != nil {
+			return nil, fmt.Errorf("kafka: prepare %s: %w", dir, err)
+		}
+	}
+	p.bootstrap = filepath.Join(dir, "bootstrap.checkpoint")
+	if fileExists(filepath.Join(dir, "classes.jsa")) {
+		p.cds = filepath.Join(dir, "classes.jsa")
+	} else {
+		log.Warn("kafka: no class data sharing archive, start will be slower", "dir", dir)
+	}
+	return p, nil
+}
+
+// kafkaClasspath lists the jars in libs in a stable order and derives the
+// cache key from them and the java binary.
+func kafkaClasspath(libs, java string) (jars []string, key string, err error) {
+	ents, err := os.ReadDir(libs)
+	if err != nil {
+		return nil, "", err
+	}
+	h := sha256.New()
+	fi, err := os.Stat(java)
+	if err != nil {
+		return nil, "", err
+	}
+	fmt.Fprintf(h, "%s %d %d\n", java, fi.Size(), fi.ModTime().UnixNano())
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".jar") {
+			continue
+		}
+		path := filepath.Join(libs, e.Name())
+		fi, err := os.Stat(path)
+		if err != nil {
+			return nil, "", err
+		}
+		jars = append(jars, path)
+		fmt.Fprintf(h, "%s %d %d\n", path, fi.Size(), fi.ModTime().UnixNano())
+	}
+	sort.Strings(jars)
+	if len(jars) == 0 {
+		return nil, "", fmt.Errorf("no jars in %s", libs)
+	}
+	return jars, hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// buildKafkaPrep builds the cache entry dir in a temp dir next to it and
+// renames it into place (the first of concurrent builders wins):
+//
+//  1. `kafka-storage format` (kafka.tools.StorageTool) on a throwaway
+//     config yields bootstrap.checkpoint: the feature levels Kafka picks
+//     for a new cluster of this release. With a static controller quorum
+//     it holds no ports or ids, so every broker can start from a copy;
+//     that saves a 2–6 s JVM run per broker.
+//  2. A broker started from that storage, made ready and stopped
+//     gracefully, writes classes.jsa: the classes it loaded, parsed and
+//     verified, which later JVMs map instead of loading again. Without it
+//     brokers still start, only slower.
+func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard) error {
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(parent, ".build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := g.trackDir(tmp); err != nil {
+		return err
+	}
+	run := filepath.Join(tmp, "run")
+	if err := os.Mkdir(run, 0o755); err != nil {
+		return err
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	data := filepath.Join(run, "data")
+	ep := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	if err := writeKafkaConfig(run, data, ports[0], ports[1], ports[2], ep); err != nil {
+		return err
+	}
+	logPath := filepath.Join(run, "kafka.log")
+
+	// 1. Format.
+	fmtSpec := procSpec{path: p.java, dir: run, log: logPath, args: []string{
+		"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
+		"-Djava.io.tmpdir=" + filepath.Join(run, "tmp"),
+		"-Dlog4j2.configurationFile=" + filepath.Join(run, "log4j2.properties"),
+		"-cp", p.classpath, "kafka.tools.StorageTool", "format",
+		"-t", kafkaUUID(), "-c", filepath.Join(run, "server.properties"),
+	}}
+	fp, err := startProc(fmtSpec, g)
+	if err != nil {
+		return fmt.Errorf("format: %w", err)
+	}
+	select {
+	case <-fp.done:
+	case <-ctx.Done():
+		_ = fp.kill(context.Background())
+		return fmt.Errorf("format: %w", ctx.Err())
+	}
+	if fp.err != nil {
+		return fmt.Errorf("format: %w\n%s", fp.err, tail(logPath, 20))
+	}
+	if err := copyFile(filepath.Join(data, "bootstrap.checkpoint"), filepath.Join(tmp, "bootstrap.checkpoint")); err != nil {
+		return fmt.Errorf("format: %w", err)
+	}
+
+	// 2. Class data sharing archive from one start and graceful stop.
+	jsa := filepath.Join(tmp, "classes.jsa")
+	bp, err := startProc(p.brokerSpec(run, 512, logPath, jsa), g)
+	if err != nil {
+		return fmt.Errorf("training broker: %w", err)
+	}
+	killed := false
+	defer func() {
+		if !killed {
+			_ = bp.kill(context.Background())
+		}
+	}()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(ep), kgo.DialTimeout(time.Second))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ready := false
+	for !ready {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ready = probeKafka(pctx, cl) == nil
+		cancel()
+		if ready {
+			break
+		}
+		select {
+		case <-bp.done:
+			return fmt.Errorf("training broker exited (%v)\n%s", bp.err, tail(logPath, 20))
+		case <-ctx.Done():
+			return fmt.Errorf("training broker: %w\n%s", ctx.Err(), tail(logPath, 20))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err = bp.stop(sctx, syscall.SIGTERM)
+	killed = true
+	if err != nil {
+		return fmt.Errorf("training broker: %w", err)
+	}
+	if fi, err := os.Stat(jsa); err != nil || fi.Size() == 0 {
+		// Not fatal: some JVMs cannot dump a dynamic archive.
+		os.Remove(jsa)
+	}
+	if err := os.RemoveAll(run); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if fileExists(filepath.Join(dir, "bootstrap.checkpoint")) {
+			return nil // a concurrent builder finished first
+		}
+		return err
+	}
+	return nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// copyFile copies src to dst (created or truncated).
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
