@@ -1,0 +1,329 @@
+// Package supervisor runs the pipeline's workers (producers, relays,
+// consumers) as separate OS processes of the same binary, so a crash is
+// real: the kernel closes the sockets and the memory is gone. It restarts a
+// crashed worker after a delay and records every crash and restart in the
+// harness's history.
+//
+// A worker reads commands on its stdin ("arm <failpoint term>", "stop")
+// and exits when stdin closes, so no worker outlives the harness.
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/history"
+)
+
+// SpecEnv is the environment variable a worker reads its spec from.
+const SpecEnv = "DELIVERYCHECK_WORKER_SPEC"
+
+// Config says how to start workers.
+type Config struct {
+	// Command is the argv prefix that starts a worker, e.g.
+	// [/path/to/deliverycheck worker]. Tests pass their own binary.
+	Command []string
+	// Env is added to each worker's environment.
+	Env []string
+	// LogDir receives one <name>.log per worker.
+	LogDir string
+	// RestartDelay is how long a crashed worker stays down, overriding
+	// the default 200ms.
+	RestartDelay time.Duration
+	// Recorder records crash and restart ops (process "harness").
+	Recorder *history.Recorder
+	Logger   *slog.Logger
+}
+
+// Supervisor owns a set of named workers. The caller should call StopAll
+// when finished.
+type Supervisor struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	workers map[string]*worker
+	wg      sync.WaitGroup
+	closed  bool
+}
+
+type worker struct {
+	name string
+	spec []byte
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	exited   chan struct{}
+	stopping bool // an exit now is expected, not a crash
+	killed   bool // the nemesis killed it: record it as such
+	crashes  int
+	restarts int
+	pids     []int
+}
+
+// New returns a supervisor with no workers.
+func New(cfg Config) (*Supervisor, error) {
+	if len(cfg.Command) == 0 {
+		return nil, errors.New("supervisor: no worker command")
+	}
+	if cfg.RestartDelay <= 0 {
+		cfg.RestartDelay = 200 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+		return nil, fmt.Errorf("supervisor: %w", err)
+	}
+	return &Supervisor{cfg: cfg, log: cfg.Logger, workers: map[string]*worker{}}, nil
+}
+
+// Start starts a worker called name with the given spec (JSON, passed in
+// SpecEnv), and keeps it running until StopAll: a worker that exits on its
+// own is recorded as crashed and restarted after RestartDelay.
+func (s *Supervisor) Start(ctx context.Context, name string, spec []byte) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errors.New("supervisor: stopped")
+	}
+	if _, ok := s.workers[name]; ok {
+		s.mu.Unlock()
+		return fmt.Errorf("supervisor: worker %s already exists", name)
+	}
+	w := &worker{name: name, spec: spec}
+	s.workers[name] = w
+	s.mu.Unlock()
+	if err := s.launch(w); err != nil {
+		return err
+	}
+	s.wg.Add(1)
+	go s.watch(ctx, w)
+	return nil
+}
+
+// errStopping means the worker is being stopped and must not start again.
+var errStopping = errors.New("supervisor: worker is stopping")
+
+// launch starts w's process. It holds w.mu throughout, so StopAll either
+// sees the new process or prevents it from starting.
+func (s *Supervisor) launch(w *worker) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopping {
+		return errStopping
+	}
+	logf, err := os.OpenFile(filepath.Join(s.cfg.LogDir, w.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("supervisor: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
+	cmd.Env = append(append(os.Environ(), s.cfg.Env...), SpecEnv+"="+string(w.spec))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return fmt.Errorf("supervisor: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("supervisor: start %s: %w", w.name, err)
+	}
+	exited := make(chan struct{})
+	w.cmd, w.stdin, w.exited = cmd, stdin, exited
+	w.pids = append(w.pids, cmd.Process.Pid)
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.log.Debug("worker started", "worker", w.name, "pid", cmd.Process.Pid)
+	return nil
+}
+
+// watch restarts w whenever it exits unexpectedly, until it is stopped.
+func (s *Supervisor) watch(ctx context.Context, w *worker) {
+	defer s.wg.Done()
+	for {
+		w.mu.Lock()
+		exited, cmd := w.exited, w.cmd
+		w.mu.Unlock()
+		<-exited
+		w.mu.Lock()
+		stopping, killed := w.stopping, w.killed
+		w.killed = false
+		if !stopping {
+			w.crashes++
+		}
+		w.mu.Unlock()
+		if stopping {
+			return
+		}
+		detail := cmd.ProcessState.String()
+		if !killed {
+			// The worker died on its own (a failpoint, a bug): say so.
+			s.record(history.Info, history.Crash, history.Value{Target: w.name, Detail: detail})
+		}
+		s.log.Info("worker exited, restarting", "worker", w.name, "status", detail)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.cfg.RestartDelay):
+		}
+		if err := s.launch(w); err != nil {
+			if !errors.Is(err, errStopping) {
+				s.log.Error("restart failed", "worker", w.name, "err", err)
+			}
+			return
+		}
+		w.mu.Lock()
+		w.restarts++
+		w.mu.Unlock()
+		s.record(history.OK, history.Restart, history.Value{Target: w.name})
+	}
+}
+
+func (s *Supervisor) record(t history.Type, f history.F, v history.Value) {
+	if s.cfg.Recorder == nil {
+		return
+	}
+	if _, err := s.cfg.Recorder.Record(t, f, v); err != nil {
+		s.log.Error("record", "err", err)
+	}
+}
+
+func (s *Supervisor) get(name string) (*worker, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.workers[name]
+	if !ok {
+		return nil, fmt.Errorf("supervisor: no worker %s (have %v)", name, s.namesLocked())
+	}
+	return w, nil
+}
+
+func (s *Supervisor) namesLocked() []string {
+	out := make([]string, 0, len(s.workers))
+	for n := range s.workers {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Names lists the workers, sorted.
+func (s *Supervisor) Names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.namesLocked()
+}
+
+// Send writes one command line to a running worker's stdin, e.g.
+// "arm consumer.after-commit-before-ack=kill(once)".
+func (s *Supervisor) Send(name, line string) error {
+	w, err := s.get(name)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, err := io.WriteString(w.stdin, line+"\n"); err != nil {
+		return fmt.Errorf("supervisor: send to %s: %w", name, err)
+	}
+	return nil
+}
+
+// Signal sends sig to a worker's process group. SIGKILL is recorded as a
+// crash by the nemesis that sent it, so the supervisor does not record it
+// again; the worker is restarted as after any crash.
+func (s *Supervisor) Signal(name string, sig syscall.Signal) error {
+	w, err := s.get(name)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if sig == syscall.SIGKILL {
+		w.killed = true
+	}
+	if err := syscall.Kill(-w.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("supervisor: signal %s: %w", name, err)
+	}
+	return nil
+}
+
+// Stats reports a worker's crashes and restarts so far.
+func (s *Supervisor) Stats(name string) (crashes, restarts int) {
+	w, err := s.get(name)
+	if err != nil {
+		return 0, 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.crashes, w.restarts
+}
+
+// PIDs lists every pid any worker ever had, for cleanup checks.
+func (s *Supervisor) PIDs() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int
+	for _, w := range s.workers {
+		w.mu.Lock()
+		out = append(out, w.pids...)
+		w.mu.Unlock()
+	}
+	return out
+}
+
+// StopAll asks every worker to stop ("stop" on stdin, then stdin closed),
+// waits for them until ctx ends, then kills what is left.
+func (s *Supervisor) StopAll(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	ws := make([]*worker, 0, len(s.workers))
+	for _, w := range s.workers {
+		ws = append(ws, w)
+	}
+	s.mu.Unlock()
+	for _, w := range ws {
+		w.mu.Lock()
+		w.stopping = true
+		if w.stdin != nil {
+			_, _ = io.WriteString(w.stdin, "stop\n")
+			w.stdin.Close()
+		}
+		if w.cmd != nil && w.cmd.Process != nil {
+			_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGCONT) // a paused worker cannot stop
+		}
+		w.mu.Unlock()
+	}
+	var errs []error
+	for _, w := range ws {
+		w.mu.Lock()
+		exited, cmd := w.exited, w.cmd
+		w.mu.Unlock()
+		if exited == nil {
+			continue
+		}
+		select {
+		case <-exited:
+		case <-ctx.Done():
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+			errs = append(errs, fmt.Errorf("supervisor: %s did not stop in time; killed", w.name))
+		}
+	}
+	s.wg.Wait()
+	return errors.Join(errs...)
+}
