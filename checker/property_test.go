@@ -1,0 +1,519 @@
+package checker
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/deliverycheck/deliverycheck/history"
+)
+
+// strict promises everything, so any anomaly in a generated correct
+// history would make it invalid.
+var strict = Guarantees{Loss: None, DuplicateEffects: None, Order: PerKey, Gaps: None}
+
+// Commit outcomes of generated events.
+const (
+	outOK = iota
+	outInfoCommitted
+	outInfoNotCommitted
+	outFail
+)
+
+type genEvent struct {
+	id        string
+	key       string
+	version   int64
+	outcome   int
+	poison    bool
+	committed bool
+}
+
+// genHistory is a generated correct at-least-once history and what the
+// generator knows about it.
+type genHistory struct {
+	h       history.History
+	subs    []string
+	events  []*genEvent
+	applied map[string][]*genEvent // per subscription, in apply order
+	dlq     map[string][]*genEvent
+}
+
+// script is a queue of ops one actor still has to write; gate, if set,
+// must be true before the next op can be written.
+type worker struct {
+	name  string
+	sub   string
+	queue []*genEvent // published events of this worker's keys, in order
+	ops   []func()    // the rest of the current event's script
+	seen  map[*genEvent]bool
+}
+
+// genCorrect draws a correct history: concurrent producers with
+// indeterminate and failed commits, a relay that sometimes republishes,
+// per-subscription consumers (keys split across workers, in order per key)
+// with redeliveries, crashes between commit and ack, poison events
+// dead-lettered, nemesis noise, then drain and final read.
+func genCorrect(t *rapid.T) *genHistory {
+	g := &genHistory{applied: map[string][]*genEvent{}, dlq: map[string][]*genEvent{}}
+	nSubs := rapid.IntRange(1, 3).Draw(t, "subs")
+	for i := range nSubs {
+		g.subs = append(g.subs, "s"+strconv.Itoa(i))
+	}
+	nKeys := rapid.IntRange(1, 4).Draw(t, "keys")
+	nEvents := rapid.IntRange(0, 24).Draw(t, "events")
+	nProducers := rapid.IntRange(1, 3).Draw(t, "producers")
+	var now int64
+	emit := func(p string, typ history.Type, f history.F, v history.Value) {
+		now += 1000
+		g.h = append(g.h, history.Op{Index: int64(len(g.h)), Time: now, Process: p, Type: typ, F: f, Value: v})
+	}
+	g.h = nil
+	emit("harness", history.OK, history.Setup, history.Value{Subscriptions: g.subs})
+
+	// Producers.
+	prodQueues := make([][]*genEvent, nProducers)
+	for i := range nEvents {
+		e := &genEvent{
+			id:      "e" + strconv.Itoa(i),
+			key:     "k" + strconv.Itoa(rapid.IntRange(0, nKeys-1).Draw(t, "key")),
+			outcome: rapid.SampledFrom([]int{outOK, outOK, outOK, outInfoCommitted, outInfoNotCommitted, outFail}).Draw(t, "outcome"),
+			poison:  rapid.IntRange(0, 9).Draw(t, "poison") == 0,
+		}
+		g.events = append(g.events, e)
+		p := rapid.IntRange(0, nProducers-1).Draw(t, "producer")
+		prodQueues[p] = append(prodQueues[p], e)
+	}
+	prodStep := make([]int, nProducers) // 2 ops per event
+	nextVersion := map[string]int64{}
+	var relayQueue []*genEvent
+
+	// Consumers: each subscription has 1-2 workers; key k goes to worker k%n.
+	var workers []*worker
+	workerOf := map[string][]*worker{}
+	for _, s := range g.subs {
+		n := rapid.IntRange(1, 2).Draw(t, "workers")
+		for w := range n {
+			wk := &worker{name: fmt.Sprintf("consumer-%s-%d", s, w), sub: s, seen: map[*genEvent]bool{}}
+			workers = append(workers, wk)
+			workerOf[s] = append(workerOf[s], wk)
+		}
+	}
+	keyWorker := func(s, key string) *worker {
+		ws := workerOf[s]
+		k, _ := strconv.Atoi(key[1:])
+		return ws[k%len(ws)]
+	}
+	effects := map[string]map[*genEvent]int{}
+	for _, s := range g.subs {
+		effects[s] = map[*genEvent]int{}
+	}
+	faults := rapid.IntRange(0, 3).Draw(t, "faults")
+
+	// startEvent builds the script a worker follows for its next event.
+	startEvent := func(wk *worker, e *genEvent) {
+		s, p := wk.sub, wk.name
+		v := history.Value{Event: e.id, Consumer: s}
+		vk := history.Value{Event: e.id, Consumer: s, Key: e.key, Version: e.version}
+		deliver := func(attempt int64) func() {
+			return func() {
+				d := v
+				d.Attempt = attempt
+				emit(p, history.OK, history.Deliver, d)
+			}
+		}
+		op := func(typ history.Type, f history.F, val history.Value) func() {
+			return func() { emit(p, typ, f, val) }
+		}
+		dup := history.Value{Event: e.id, Consumer: s, Key: e.key, Version: e.version, Reason: "duplicate"}
+		if wk.seen[e] {
+			// Already handled: the inbox (or DLQ mark) turns it away.
+			wk.ops = []func(){deliver(2), op(history.Invoke, history.Apply, vk), op(history.Fail, history.Apply, dup), op(history.OK, history.Ack, v)}
+			if e.poison {
+				wk.ops = []func(){deliver(2), op(history.OK, history.Ack, v)}
+			}
+			return
+		}
+		wk.seen[e] = true
+		if e.poison {
+			attempts := rapid.IntRange(1, 3).Draw(t, "poison-attempts")
+			for a := range attempts {
+				wk.ops = append(wk.ops, deliver(int64(a+1)), op(history.Fail, history.Apply, history.Value{Event: e.id, Consumer: s, Error: "poison"}))
+			}
+			wk.ops = append(wk.ops, op(history.OK, history.DLQ, v), op(history.OK, history.Ack, v))
+			g.dlq[s] = append(g.dlq[s], e)
+			return
+		}
+		effects[s][e]++
+		g.applied[s] = append(g.applied[s], e)
+		switch rapid.IntRange(0, 5).Draw(t, "consume") {
+		case 0: // crash after commit, before the op and the ack: redelivered
+			wk.ops = []func(){deliver(1), op(history.Invoke, history.Apply, vk),
+				func() { emit("nemesis", history.OK, history.Crash, history.Value{Target: p}) },
+				func() { emit("nemesis", history.OK, history.Restart, history.Value{Target: p}) },
+				deliver(2), op(history.Invoke, history.Apply, vk), op(history.Fail, history.Apply, dup), op(history.OK, history.Ack, v)}
+		case 1: // redelivered after the ack
+			wk.ops = []func(){deliver(1), op(history.Invoke, history.Apply, vk), op(history.OK, history.Apply, vk), op(history.OK, history.Ack, v),
+				deliver(2), op(history.Invoke, history.Apply, vk), op(history.Fail, history.Apply, dup), op(history.OK, history.Ack, v)}
+		default:
+			wk.ops = []func(){deliver(1), op(history.Invoke, history.Apply, vk), op(history.OK, history.Apply, vk), op(history.OK, history.Ack, v)}
+		}
+	}
+
+	for {
+		type actor struct {
+			name string
+			step func()
+		}
+		var ready []actor
+		for p := range prodQueues {
+			if prodStep[p] < 2*len(prodQueues[p]) {
+				ready = append(ready, actor{"producer", func() {
+					e := prodQueues[p][prodStep[p]/2]
+					name := "producer-" + strconv.Itoa(p)
+					if prodStep[p]%2 == 0 {
+						emit(name, history.Invoke, history.Commit, history.Value{Event: e.id, Key: e.key, Poison: e.poison})
+					} else {
+						v := history.Value{Event: e.id, Key: e.key, Poison: e.poison}
+						typ := history.OK
+						switch e.outcome {
+						case outInfoCommitted, outInfoNotCommitted:
+							typ, v.Error = history.Info, "timeout"
+						case outFail:
+							typ, v.Error = history.Fail, "serialization failure"
+						}
+						if e.outcome == outOK || e.outcome == outInfoCommitted {
+							nextVersion[e.key]++
+							e.version = nextVersion[e.key]
+							e.committed = true
+							relayQueue = append(relayQueue, e)
+						}
+						if e.outcome == outOK {
+							v.Version = e.version
+						}
+						emit(name, typ, history.Commit, v)
+					}
+					prodStep[p]++
+				}})
+			}
+		}
+		if len(relayQueue) > 0 {
+			ready = append(ready, actor{"relay", func() {
+				e := relayQueue[0]
+				relayQueue = relayQueue[1:]
+				emit("relay-0", history.OK, history.Publish, history.Value{Event: e.id, Partition: 0, Offset: int64(len(g.h))})
+				for _, s := range g.subs {
+					wk := keyWorker(s, e.key)
+					wk.queue = append(wk.queue, e)
+				}
+				if rapid.IntRange(0, 7).Draw(t, "republish") == 0 {
+					// The relay crashed after publishing, before marking.
+					relayQueue = append([]*genEvent{e}, relayQueue...)
+				}
+			}})
+		}
+		for _, wk := range workers {
+			if len(wk.ops) > 0 || len(wk.queue) > 0 {
+				ready = append(ready, actor{wk.name, func() {
+					if len(wk.ops) == 0 {
+						e := wk.queue[0]
+						wk.queue = wk.queue[1:]
+						startEvent(wk, e)
+					}
+					next := wk.ops[0]
+					wk.ops = wk.ops[1:]
+					next()
+				}})
+			}
+		}
+		if faults > 0 {
+			ready = append(ready, actor{"nemesis", func() {
+				faults--
+				emit("nemesis", history.Invoke, history.Fault, history.Value{Fault: "partition", Target: "broker"})
+				emit("nemesis", history.OK, history.Fault, history.Value{Fault: "partition", Target: "broker"})
+			}})
+		}
+		if len(ready) == 0 {
+			break
+		}
+		ready[rapid.IntRange(0, len(ready)-1).Draw(t, "actor")].step()
+	}
+
+	emit("harness", history.OK, history.Drain, history.Value{})
+	emit("harness", history.Invoke, history.FinalRead, history.Value{})
+	for _, e := range g.events {
+		if e.committed {
+			emit("harness", history.OK, history.FinalRead, history.Value{Table: history.TableOutbox, Event: e.id, Key: e.key, Version: e.version, Published: true})
+		}
+	}
+	for _, s := range g.subs {
+		for _, e := range g.applied[s] {
+			for range effects[s][e] {
+				emit("harness", history.OK, history.FinalRead, history.Value{Table: history.TableEffects, Event: e.id, Consumer: s, Key: e.key, Version: e.version})
+			}
+			emit("harness", history.OK, history.FinalRead, history.Value{Table: history.TableInbox, Event: e.id, Consumer: s})
+		}
+		for _, e := range g.dlq[s] {
+			emit("harness", history.OK, history.FinalRead, history.Value{Table: history.TableDLQ, Event: e.id, Consumer: s})
+		}
+	}
+	emit("harness", history.OK, history.FinalRead, history.Value{})
+	return g
+}
+
+func TestPropertyCorrectHistoriesAreValid(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		g := genCorrect(t)
+		r := Check(g.h, Options{Guarantees: strict})
+		if r.Valid != Valid || len(r.Anomalies) != 0 {
+			t.Fatalf("correct history judged %s: %v\nanomalies %+v\n%s", r.Valid, r.Reasons, r.Anomalies, dump(g.h))
+		}
+		// Recovered and in-doubt are exactly the indeterminate commits.
+		var rec, doubt []string
+		for _, e := range g.events {
+			switch e.outcome {
+			case outInfoCommitted:
+				rec = append(rec, e.id)
+			case outInfoNotCommitted:
+				doubt = append(doubt, e.id)
+			}
+		}
+		got := found(r.Shown)
+		slices.Sort(rec)
+		slices.Sort(doubt)
+		if !slices.Equal(stripSub(got[Recovered]), rec) || !slices.Equal(stripSub(got[InDoubt]), doubt) {
+			t.Fatalf("recovered %v / in-doubt %v, want %v / %v", got[Recovered], got[InDoubt], rec, doubt)
+		}
+	})
+}
+
+func stripSub(ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		out = append(out, id[1:]) // ":e1" → "e1"
+	}
+	slices.Sort(out)
+	return out
+}
+
+func dump(h history.History) string {
+	var b []byte
+	for _, op := range h {
+		b = append(op.AppendJSON(b), '\n')
+	}
+	return string(b)
+}
+
+// plant describes one planted anomaly: the history with it and the
+// subscription:event ids it must be found at.
+type plant func(t *rapid.T, g *genHistory) (history.History, []string, bool)
+
+func pickSub(t *rapid.T, g *genHistory) string {
+	return rapid.SampledFrom(g.subs).Draw(t, "plant-sub")
+}
+
+// without returns h without the ops matching drop.
+func without(h history.History, drop func(op *history.Op) bool) history.History {
+	var out history.History
+	for i := range h {
+		if !drop(&h[i]) {
+			out = append(out, h[i])
+		}
+	}
+	return out
+}
+
+// pickSome draws a non-empty subset of candidates, in order.
+func pickSome(t *rapid.T, cands []*genEvent) []*genEvent {
+	var out []*genEvent
+	for _, e := range cands {
+		if rapid.Bool().Draw(t, "pick") {
+			out = append(out, e)
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, cands[rapid.IntRange(0, len(cands)-1).Draw(t, "pick-one")])
+	}
+	return out
+}
+
+func ids(sub string, es []*genEvent) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, sub+":"+e.id)
+	}
+	return out
+}
+
+func set(es []*genEvent) map[string]bool {
+	m := map[string]bool{}
+	for _, e := range es {
+		m[e.id] = true
+	}
+	return m
+}
+
+var plants = map[Kind]plant{
+	Lost: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
+		s := pickSub(t, g)
+		if len(g.applied[s]) == 0 {
+			return nil, nil, false
+		}
+		es := pickSome(t, g.applied[s])
+		m := set(es)
+		return without(g.h, func(op *history.Op) bool { return m[op.Value.Event] && op.Value.Consumer == s }), ids(s, es), true
+	},
+	DuplicateEffect: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
+		s := pickSub(t, g)
+		if len(g.applied[s]) == 0 {
+			return nil, nil, false
+		}
+		es := pickSome(t, g.applied[s])
+		h := slices.Clone(g.h)
+		last := h[len(h)-1]
+		h = h[:len(h)-1]
+		for _, e := range es {
+			last.Time++
+			h = append(h, history.Op{Time: last.Time, Process: "harness", Type: history.OK, F: history.FinalRead,
+				Value: history.Value{Table: history.TableEffects, Event: e.id, Consumer: s, Key: e.key, Version: e.version}})
+		}
+		return append(h, last), ids(s, es), true
+	},
+	Unexpected: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
+		s := pickSub(t, g)
+		var failed []*genEvent
+		for _, e := range g.events {
+			if e.outcome == outFail {
+				failed = append(failed, e)
+			}
+		}
+		var es []*genEvent
+		if len(failed) > 0 && rapid.Bool().Draw(t, "phantom-of-failed") {
+			es = pickSome(t, failed)
+		} else {
+			es = []*genEvent{{id: "phantom"}}
+		}
+		h := slices.Clone(g.h)
+		last := h[len(h)-1]
+		h = h[:len(h)-1]
+		for _, e := range es {
+			last.Time++
+			h = append(h, history.Op{Time: last.Time, Process: "harness", Type: history.OK, F: history.FinalRead,
+				Value: history.Value{Table: history.TableEffects, Event: e.id, Consumer: s}})
+		}
+		return append(h, last), ids(s, es), true
+	},
+	OrderRegression: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
+		// Move the apply of e to just after the apply of the next version of
+		// its key, by another worker.
+		s := pickSub(t, g)
+		var cands [][2]*genEvent
+		for i, e := range g.applied[s] {
+			for _, f := range g.applied[s][i+1:] {
+				if f.key == e.key {
+					cands = append(cands, [2]*genEvent{e, f})
+					break
+				}
+			}
+		}
+		if len(cands) == 0 {
+			return nil, nil, false
+		}
+		c := rapid.SampledFrom(cands).Draw(t, "regression")
+		e, f := c[0], c[1]
+		var applyF *history.Op
+		for i := range g.h {
+			op := &g.h[i]
+			if op.F == history.Apply && op.Type == history.OK && op.Value.Event == f.id && op.Value.Consumer == s {
+				applyF = op
+			}
+		}
+		if applyF == nil {
+			return nil, nil, false // f's apply op was lost in a crash
+		}
+		h := without(g.h, func(op *history.Op) bool {
+			return op.F == history.Apply && op.Value.Event == e.id && op.Value.Consumer == s
+		})
+		v := history.Value{Event: e.id, Consumer: s, Key: e.key, Version: e.version}
+		h = append(h,
+			history.Op{Time: applyF.Time + 1, Process: "consumer-late", Type: history.Invoke, F: history.Apply, Value: v},
+			history.Op{Time: applyF.Time + 2, Process: "consumer-late", Type: history.OK, F: history.Apply, Value: v})
+		return history.Merge(h), []string{s + ":" + e.id}, true
+	},
+	Gap: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
+		// e is never applied: skipped as stale after a later version was.
+		s := pickSub(t, g)
+		var cands [][2]*genEvent
+		for i, e := range g.applied[s] {
+			for _, f := range g.applied[s][i+1:] {
+				if f.key == e.key {
+					cands = append(cands, [2]*genEvent{e, f})
+					break
+				}
+			}
+		}
+		if len(cands) == 0 {
+			return nil, nil, false
+		}
+		c := rapid.SampledFrom(cands).Draw(t, "gap")
+		e := c[0]
+		h := without(g.h, func(op *history.Op) bool {
+			return op.Value.Event == e.id && op.Value.Consumer == s && (op.F == history.Apply || op.Value.Table == history.TableEffects)
+		})
+		last := h[len(h)-1]
+		h = append(h[:len(h)-1:len(h)-1], history.Op{Time: last.Time, Process: "consumer-late", Type: history.OK, F: history.SkipStale,
+			Value: history.Value{Event: e.id, Consumer: s, Key: e.key, Version: e.version}}, last)
+		return history.Merge(h), []string{s + ":" + e.id}, true
+	},
+	DLQUnaccounted: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
+		s := pickSub(t, g)
+		if len(g.dlq[s]) == 0 {
+			return nil, nil, false
+		}
+		es := pickSome(t, g.dlq[s])
+		m := set(es)
+		return without(g.h, func(op *history.Op) bool {
+			return m[op.Value.Event] && op.Value.Consumer == s && (op.F == history.DLQ || op.Value.Table == history.TableDLQ)
+		}), ids(s, es), true
+	},
+	WronglyDeadLettered: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
+		s := pickSub(t, g)
+		if len(g.applied[s]) == 0 {
+			return nil, nil, false
+		}
+		es := pickSome(t, g.applied[s])
+		h := slices.Clone(g.h)
+		last := h[len(h)-1]
+		h = h[:len(h)-1]
+		for _, e := range es {
+			last.Time++
+			h = append(h, history.Op{Time: last.Time, Process: "harness", Type: history.OK, F: history.FinalRead,
+				Value: history.Value{Table: history.TableDLQ, Event: e.id, Consumer: s}})
+		}
+		return append(h, last), ids(s, es), true
+	},
+}
+
+func TestPropertyPlantedAnomalyIsFoundAlone(t *testing.T) {
+	for _, kind := range AnomalyKinds {
+		t.Run(string(kind), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				g := genCorrect(t)
+				h, want, ok := plants[kind](t, g)
+				if !ok {
+					t.Skip("no place to plant")
+				}
+				r := Check(h, Options{Guarantees: strict, MaxEvents: 1000})
+				got := found(r.Anomalies)
+				slices.Sort(want)
+				slices.Sort(got[kind])
+				if r.Valid != Invalid || len(got) != 1 || !slices.Equal(got[kind], want) {
+					t.Fatalf("planted %s at %v; got %s with %v\n%s", kind, want, r.Valid, got, dump(h))
+				}
+			})
+		})
+	}
+}
