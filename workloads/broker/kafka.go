@@ -1,0 +1,896 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Kafka adapter over franz-go. SetupKafka creates the topics,
+// NewKafkaPublisher is the relay's side and NewKafkaSubscriber a
+// consumer group's side. Read KafkaConfig, KafkaPublisher and
+// KafkaSubscriber first.
+
+// Extra headers a dead-lettered record carries besides HeaderReason and
+// HeaderAttempt, so the original can be found and the DLQ record can be
+// attributed to the subscription that gave up on it.
+const (
+	HeaderDLQTopic        = "dlq-original-topic"
+	HeaderDLQPartition    = "dlq-original-partition"
+	HeaderDLQOffset       = "dlq-original-offset"
+	HeaderDLQSubscription = "dlq-subscription"
+)
+
+// KafkaConfig says where the events topic is. The zero value of every
+// field but Seeds has a usable default.
+type KafkaConfig struct {
+	// Seeds are bootstrap brokers, host:port. Clients dial whatever the
+	// brokers advertise after the first request.
+	Seeds []string
+	// Topic is the events topic, overriding the default "events". Its
+	// dead-letter topic is Topic + ".dlq".
+	Topic string
+	// Partitions is the events topic's partition count, overriding the
+	// default 3. Only SetupKafka reads it.
+	Partitions int32
+	// DialTimeout bounds one connection attempt, overriding the default
+	// 3s, so a refused or black-holed broker is noticed soon.
+	DialTimeout time.Duration
+	// Logger receives the adapter's and franz-go's warnings, overriding
+	// the default slog.Default().
+	Logger *slog.Logger
+}
+
+// DLQTopic is the dead-letter topic of c's events topic.
+func (c KafkaConfig) DLQTopic() string { return c.withDefaults().Topic + ".dlq" }
+
+func (c KafkaConfig) withDefaults() KafkaConfig {
+	if c.Topic == "" {
+		c.Topic = "events"
+	}
+	if c.Partitions <= 0 {
+		c.Partitions = 3
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = 3 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// clientOpts are the options every client of c shares.
+func (c KafkaConfig) clientOpts(role string) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.SeedBrokers(c.Seeds...),
+		kgo.ClientID("deliverycheck-" + role),
+		kgo.DialTimeout(c.DialTimeout),
+		kgo.WithLogger(kgoLogger{c.Logger.With("kafka", role)}),
+		// No kgo.AllowAutoTopicCreation: topics are made by SetupKafka
+		// with the partition count the scenario asked for.
+	}
+}
+
+// SetupKafka creates cfg's events topic and its dead-letter topic (same
+// partition count, replication factor 1) and waits until every partition
+// of both has a leader, so the first publish does not race the topic's
+// creation. Topics that exist already are left as they are (a warning is
+// logged if the partition count differs).
+func SetupKafka(ctx context.Context, cfg KafkaConfig) error {
+	cfg = cfg.withDefaults()
+	if len(cfg.Seeds) == 0 {
+		return errors.New("kafka setup: no seed brokers")
+	}
+	cl, err := kgo.NewClient(cfg.clientOpts("admin")...)
+	if err != nil {
+		return fmt.Errorf("kafka setup: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	topics := []string{cfg.Topic, cfg.DLQTopic()}
+	resps, err := adm.CreateTopics(ctx, cfg.Partitions, 1, nil, topics...)
+	if err != nil {
+		return fmt.Errorf("kafka setup: create topics: %w", err)
+	}
+	for _, r := range resps.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("kafka setup: create topic %s: %w (%s)", r.Topic, r.Err, r.ErrMessage)
+		}
+	}
+	// Creation is asynchronous in the broker: wait for leaders.
+	for {
+		details, err := adm.ListTopics(ctx, topics...)
+		if err == nil {
+			err = topicsReady(details, topics, cfg.Partitions, cfg.Logger)
+		}
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("kafka setup: topics not ready: %w (last: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+// topicsReady says why topics are not all usable yet, or nil.
+func topicsReady(details kadm.TopicDetails, topics []string, partitions int32, log *slog.Logger) error {
+	for _, name := range topics {
+		d, ok := details[name]
+		switch {
+		case !ok:
+			return fmt.Errorf("topic %s not in metadata", name)
+		case d.Err != nil:
+			return fmt.Errorf("topic %s: %w", name, d.Err)
+		case len(d.Partitions) == 0:
+			return fmt.Errorf("topic %s has no partitions yet", name)
+		}
+		if n := int32(len(d.Partitions)); n != partitions {
+			log.Warn("kafka topic exists with another partition count", "topic", name, "partitions", n, "asked", partitions)
+		}
+		for _, p := range d.Partitions {
+			if p.Err != nil || p.Leader < 0 {
+				return fmt.Errorf("topic %s partition %d has no leader (%v)", name, p.Partition, p.Err)
+			}
+		}
+	}
+	return nil
+}
+
+// KafkaPublishMode chooses between the correct publisher and its
+// known-bad sibling.
+type KafkaPublishMode string
+
+const (
+	// KafkaConfirmed waits for the broker's acks=all answer on every
+	// record, with the idempotent producer (the correct relay).
+	KafkaConfirmed KafkaPublishMode = "confirmed"
+	// KafkaUnconfirmed is known-bad: acks=0, fire and forget. Publish
+	// returns as soon as the records are handed to the client, so a broker
+	// crash (or a relay crash) loses what had not reached the log.
+	KafkaUnconfirmed KafkaPublishMode = "unconfirmed"
+)
+
+// KafkaPublisherOptions tune a KafkaPublisher. The zero value is the
+// correct, confirmed publisher.
+type KafkaPublisherOptions struct {
+	// Mode is KafkaConfirmed or KafkaUnconfirmed, overriding the default
+	// KafkaConfirmed.
+	Mode KafkaPublishMode
+	// DeliveryTimeout bounds how long a record may wait for its answer
+	// (franz-go's RecordDeliveryTimeout), overriding the default 10s. It
+	// bounds Publish even when its ctx has no deadline.
+	DeliveryTimeout time.Duration
+	// Linger is how long the client waits to fill a batch, overriding the
+	// default 0 (send at once; Publish already hands over whole batches).
+	Linger time.Duration
+}
+
+// KafkaPublisher implements Publisher over one franz-go producer client.
+// It is safe for concurrent use.
+//
+// In KafkaConfirmed mode the record key is the event's aggregate id, so
+// one aggregate's events share a partition and keep their order; the
+// producer is idempotent with acks=all, so the client's own retries never
+// duplicate or reorder a record. What it cannot make exact is a record
+// whose answer never came (a partition, a broker crash, a timeout): such
+// a record is reported as ErrUnconfirmed, and republishing it may store it
+// twice. That is the relay's duplicate the inbox has to absorb.
+type KafkaPublisher struct {
+	cfg  KafkaConfig
+	opts KafkaPublisherOptions
+	cl   *kgo.Client
+}
+
+// NewKafkaPublisher returns a publisher for cfg's events topic. It does
+// not dial until the first Publish. The caller should call Close when
+// finished.
+func NewKafkaPublisher(cfg KafkaConfig, opts KafkaPublisherOptions) (*KafkaPublisher, error) {
+	cfg = cfg.withDefaults()
+	if len(cfg.Seeds) == 0 {
+		return nil, errors.New("kafka publisher: no seed brokers")
+	}
+	if opts.Mode == "" {
+		opts.Mode = KafkaConfirmed
+	}
+	if opts.DeliveryTimeout <= 0 {
+		opts.DeliveryTimeout = 10 * time.Second
+	}
+	kopts := cfg.clientOpts("relay")
+	kopts = append(kopts,
+		kgo.DefaultProduceTopic(cfg.Topic),
+		kgo.ProducerLinger(opts.Linger),
+		kgo.RecordDeliveryTimeout(opts.DeliveryTimeout),
+		kgo.ProduceRequestTimeout(min(opts.DeliveryTimeout, 10*time.Second)),
+	)
+	switch opts.Mode {
+	case KafkaConfirmed:
+		kopts = append(kopts,
+			kgo.RequiredAcks(kgo.AllISRAcks()),
+			// By default an idempotent client refuses to fail a record
+			// whose request is in flight (the broker may have written
+			// it), so a partitioned broker keeps Publish's records, and
+			// every later record of their partitions, buffered until the
+			// broker answers: the delivery timeout and ctx would not
+			// bound anything. Allowing cancellation fails them with the
+			// outcome unknown, which is exactly what ErrUnconfirmed
+			// says; the price, a duplicate when the relay republishes,
+			// is one the pipeline already pays for lost confirms.
+			kgo.AllowIdempotentProduceCancellation(),
+		)
+	case KafkaUnconfirmed:
+		kopts = append(kopts,
+			kgo.RequiredAcks(kgo.NoAck()),
+			// franz-go rejects acks=0 with idempotence: the broker
+			// never answers, so there is no sequence to track.
+			kgo.DisableIdempotentWrite(),
+		)
+	default:
+		return nil, fmt.Errorf("kafka publisher: unknown mode %q (valid: %s, %s)", opts.Mode, KafkaConfirmed, KafkaUnconfirmed)
+	}
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka publisher: %w", err)
+	}
+	return &KafkaPublisher{cfg: cfg, opts: opts, cl: cl}, nil
+}
+
+// Mode is the publisher's mode.
+func (p *KafkaPublisher) Mode() KafkaPublishMode { return p.opts.Mode }
+
+// Publish implements Publisher. It returns when every record has its
+// answer or ctx ends, whichever is first; records still unanswered then
+// are ErrUnconfirmed (their fate is decided later, and nobody will be
+// told). A record the broker rejected for good (too large, not
+// authorized, ...) gets that error, not ErrUnconfirmed.
+//
+// In KafkaUnconfirmed mode Publish returns nil for every record the client
+// accepted into its buffer, without waiting for anything to be sent.
+func (p *KafkaPublisher) Publish(ctx context.Context, evs []Event) []error {
+	errs := make([]error, len(evs))
+	if len(evs) == 0 {
+		return errs
+	}
+	if p.opts.Mode == KafkaUnconfirmed {
+		for i, e := range evs {
+			if err := ctx.Err(); err != nil {
+				errs[i] = fmt.Errorf("kafka publish: not handed off: %w", err)
+				continue
+			}
+			p.cl.Produce(ctx, p.record(e), func(r *kgo.Record, err error) {
+				if err != nil {
+					// Fire and forget: the caller has moved on; this
+					// is the loss the known-bad variant exists to show.
+					p.cfg.Logger.Debug("kafka unconfirmed publish failed", "event", string(r.Key), "err", err)
+				}
+			})
+		}
+		return errs
+	}
+
+	type result struct {
+		i   int
+		err error
+	}
+	// Buffered for every record: promises that fire after Publish gave
+	// up must not block the client's producer goroutine.
+	done := make(chan result, len(evs))
+	for i, e := range evs {
+		p.cl.Produce(ctx, p.record(e), func(_ *kgo.Record, err error) { done <- result{i, err} })
+	}
+	answered := make([]bool, len(evs))
+	for n := 0; n < len(evs); n++ {
+		select {
+		case r := <-done:
+			answered[r.i] = true
+			errs[r.i] = classifyProduceErr(r.err)
+		case <-ctx.Done():
+			for i := range evs {
+				if !answered[i] {
+					errs[i] = fmt.Errorf("kafka publish: %w: %w", ErrUnconfirmed, ctx.Err())
+				}
+			}
+			return errs
+		}
+	}
+	return errs
+}
+
+// record renders e as a Kafka record: key = aggregate id, value = payload,
+// identity in headers (sorted, so equal events give equal records).
+func (p *KafkaPublisher) record(e Event) *kgo.Record {
+	return &kgo.Record{Topic: p.cfg.Topic, Key: []byte(e.Key), Value: e.Payload, Headers: recordHeaders(e.Headers())}
+}
+
+func recordHeaders(h map[string]string) []kgo.RecordHeader {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]kgo.RecordHeader, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, kgo.RecordHeader{Key: k, Value: []byte(h[k])})
+	}
+	return out
+}
+
+// classifyProduceErr maps a produce promise's error to Publish's contract.
+// Only a non-retriable broker error is a definite "not written"; every
+// other failure (timeouts, cancellation, dropped connections, retries
+// exhausted) can follow a write whose answer was lost, so it is unknown.
+func classifyProduceErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) && !ke.Retriable {
+		return fmt.Errorf("kafka publish: rejected: %w", err)
+	}
+	return fmt.Errorf("kafka publish: %w: %w", ErrUnconfirmed, err)
+}
+
+// Close implements Publisher. An unconfirmed publisher first gives its
+// buffered records up to 5s to be sent, as a fire-and-forget producer
+// shutting down cleanly would; a confirmed publisher has nothing
+// outstanding that anyone waits for.
+func (p *KafkaPublisher) Close() error {
+	if p.opts.Mode == KafkaUnconfirmed {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = p.cl.Flush(ctx)
+		cancel()
+	}
+	p.cl.Close()
+	return nil
+}
+
+// KafkaSubscriberOptions tune a KafkaSubscriber.
+type KafkaSubscriberOptions struct {
+	// SessionTimeout is how long the group coordinator waits for a
+	// silent member before giving its partitions to others, overriding
+	// the default 6s (the broker's minimum). It is how long a killed
+	// consumer's partitions stay unconsumed.
+	SessionTimeout time.Duration
+	// MaxPollRecords caps the records taken from the client per poll,
+	// overriding the default 500.
+	MaxPollRecords int
+	// MaxBuffered caps records held for handing out before the next
+	// poll, overriding the default 2000.
+	MaxBuffered int
+	// DeliveryTimeout bounds a dead-letter produce, overriding the
+	// default 10s.
+	DeliveryTimeout time.Duration
+	// CommitTimeout bounds an Ack's offset commit when its ctx has no
+	// earlier deadline, overriding the default 15s. A commit blocks the
+	// group's rebalance, so it must not wait forever on a dead broker.
+	CommitTimeout time.Duration
+}
+
+// KafkaSubscriber implements Subscriber as one member of a consumer group
+// (the subscription) on cfg's events topic. It is safe for concurrent
+// use: several workers may call Next, Ack, Retry and DeadLetter at once.
+//
+// # Ordering
+//
+// At most one delivery per partition is outstanding: Next hands out a
+// partition's next record only after the previous one was settled with
+// Ack, Retry or DeadLetter. Retry puts the record back at the front of its
+// partition, so it comes next (Attempt+1) and nothing later from that
+// partition is handed out before it. Per-key order (one aggregate, one
+// partition) therefore holds across retries and across workers. A caller
+// that takes a delivery and never settles it stalls that partition.
+//
+// # Acks and rebalances
+//
+// Ack commits the record's offset+1 synchronously. Because a partition
+// has one outstanding delivery, every earlier record of it was settled, so
+// the commit never covers something unprocessed. Auto-commit is off, and
+// Close commits nothing: a consumer that dies (or closes) before Ack has
+// its record redelivered, from the last committed offset, to whoever owns
+// the partition next, with Attempt starting again at 1.
+//
+// A commit must never be issued for a partition this member no longer
+// owns: with the classic group protocol the coordinator checks the
+// member's generation, not which partitions it holds, so a commit made
+// after a rebalance moved a partition away would be accepted and could
+// skip records the new owner has not processed. Two mechanisms close that:
+//
+//   - kgo.BlockRebalanceOnPoll makes rebalance callbacks and polls
+//     mutually exclusive. The subscriber moves polled records into its own
+//     buffer and calls AllowRebalance at once (it does not hold the
+//     rebalance for as long as records are processed, which could exceed
+//     the rebalance timeout while PostgreSQL is paused). So any
+//     revocation happens after the polled records are buffered, never in
+//     the middle.
+//   - OnPartitionsRevoked/OnPartitionsLost take the ownership lock
+//     exclusively, which waits for in-progress commits (Ack holds it
+//     shared while it checks and commits; while the callback runs the
+//     partition is still ours, so those commits are valid), then drop the
+//     revoked partitions' buffered records (the new owner fetches them
+//     again from the committed offset) and bump each partition's epoch.
+//     A delivery remembers the epoch it was handed out in; an Ack for an
+//     older epoch commits nothing and returns an error.
+//
+// Every settle call releases its partition even when it fails, so a
+// broker outage cannot stall a partition forever: an Ack whose commit
+// failed leaves the offset to the next Ack (or to a redelivery after a
+// crash); a DeadLetter whose produce failed puts the record back as Retry
+// does.
+type KafkaSubscriber struct {
+	cfg  KafkaConfig
+	sub  string
+	opts KafkaSubscriberOptions
+	cl   *kgo.Client
+	log  *slog.Logger
+
+	// ownMu is held shared by commits (and dead-letter produces) and
+	// exclusively by the rebalance callbacks.
+	ownMu sync.RWMutex
+
+	mu         sync.Mutex
+	parts      map[int32]*kafkaPartition
+	ids        []int32 // sorted keys of parts, for round-robin
+	cursor     int
+	queued     int
+	changed    chan struct{} // closed and replaced on every change
+	polling    bool
+	pollCancel context.CancelFunc
+	closed     bool
+}
+
+// kafkaPartition is one partition's state in a subscriber.
+type kafkaPartition struct {
+	queue []kafkaPending // front is next
+	out   *kafkaHandle   // the outstanding delivery, or nil
+	epoch uint64         // bumped when the partition is revoked or lost
+}
+
+type kafkaPending struct {
+	rec     *kgo.Record
+	attempt int64
+}
+
+// kafkaHandle is a Delivery's private state.
+type kafkaHandle struct {
+	rec     *kgo.Record
+	attempt int64
+	epoch   uint64
+}
+
+// ErrKafkaRevoked means the delivery's partition was revoked from this
+// member (a rebalance) after it was handed out: the offset was not
+// committed, and the partition's new owner will deliver the record again.
+var ErrKafkaRevoked = errors.New("kafka: partition revoked since delivery")
+
+// NewKafkaSubscriber joins consumer group subscription on cfg's events
+// topic. A new group starts from the earliest offset. The caller should
+// call Close when finished.
+func NewKafkaSubscriber(cfg KafkaConfig, subscription string, opts KafkaSubscriberOptions) (*KafkaSubscriber, error) {
+	cfg = cfg.withDefaults()
+	if len(cfg.Seeds) == 0 {
+		return nil, errors.New("kafka subscriber: no seed brokers")
+	}
+	if subscription == "" {
+		return nil, errors.New("kafka subscriber: empty subscription (consumer group)")
+	}
+	if opts.SessionTimeout <= 0 {
+		opts.SessionTimeout = 6 * time.Second
+	}
+	if opts.MaxPollRecords <= 0 {
+		opts.MaxPollRecords = 500
+	}
+	if opts.MaxBuffered <= 0 {
+		opts.MaxBuffered = 2000
+	}
+	if opts.DeliveryTimeout <= 0 {
+		opts.DeliveryTimeout = 10 * time.Second
+	}
+	if opts.CommitTimeout <= 0 {
+		opts.CommitTimeout = 15 * time.Second
+	}
+	s := &KafkaSubscriber{
+		cfg: cfg, sub: subscription, opts: opts,
+		log:     cfg.Logger.With("subscription", subscription),
+		parts:   make(map[int32]*kafkaPartition),
+		changed: make(chan struct{}),
+	}
+	kopts := cfg.clientOpts("consumer-" + subscription)
+	kopts = append(kopts,
+		kgo.ConsumerGroup(subscription),
+		kgo.ConsumeTopics(cfg.Topic),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsRevoked(s.onRevoked),
+		kgo.OnPartitionsLost(s.onRevoked),
+		kgo.SessionTimeout(opts.SessionTimeout),
+		kgo.HeartbeatInterval(min(time.Second, opts.SessionTimeout/3)),
+		kgo.FetchMaxWait(time.Second),
+		// The client produces dead letters too: acks=all, idempotent,
+		// bounded (see NewKafkaPublisher for why cancellation is allowed).
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.AllowIdempotentProduceCancellation(),
+		kgo.RecordDeliveryTimeout(opts.DeliveryTimeout),
+	)
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka subscriber: %w", err)
+	}
+	s.cl = cl
+	return s, nil
+}
+
+// onRevoked is both OnPartitionsRevoked and OnPartitionsLost: partitions
+// leaving this member, whether cleanly or not. See KafkaSubscriber.
+func (s *KafkaSubscriber) onRevoked(_ context.Context, _ *kgo.Client, gone map[string][]int32) {
+	ps := gone[s.cfg.Topic]
+	if len(ps) == 0 {
+		return
+	}
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range ps {
+		st := s.parts[p]
+		if st == nil {
+			continue
+		}
+		st.epoch++
+		s.queued -= len(st.queue)
+		st.queue = nil
+		st.out = nil
+	}
+	s.log.Info("kafka partitions revoked", "partitions", ps)
+	s.notifyLocked()
+}
+
+// notifyLocked wakes every waiting Next and interrupts a poll in
+// progress, since something may have become available to hand out.
+func (s *KafkaSubscriber) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+	if s.pollCancel != nil {
+		s.pollCancel()
+	}
+}
+
+// Next implements Subscriber. It hands out the next record of a partition
+// that has no outstanding delivery, polling the broker when there is
+// none. Records with missing or malformed headers are delivered as they
+// are (Event fields left zero): validating them is the consumer's job.
+func (s *KafkaSubscriber) Next(ctx context.Context) (*Delivery, error) {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("kafka next: %w", kgo.ErrClientClosed)
+		}
+		if d := s.takeLocked(); d != nil {
+			s.mu.Unlock()
+			return d, nil
+		}
+		if err := ctx.Err(); err != nil {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("kafka next: %w", err)
+		}
+		if !s.polling && s.queued < s.opts.MaxBuffered {
+			s.polling = true
+			pctx, cancel := context.WithCancel(ctx)
+			s.pollCancel = cancel
+			s.mu.Unlock()
+			err := s.poll(pctx)
+			cancel()
+			s.mu.Lock()
+			s.polling = false
+			s.pollCancel = nil
+			s.notifyLocked() // another waiter may poll now
+			s.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("kafka next: %w", ctx.Err())
+		}
+	}
+}
+
+// poll takes records from the client into the partitions' queues. It
+// returns an error only when the client is closed.
+func (s *KafkaSubscriber) poll(ctx context.Context) error {
+	fs := s.cl.PollRecords(ctx, s.opts.MaxPollRecords)
+	// BlockRebalanceOnPoll holds rebalances from here until
+	// AllowRebalance, so the records below are buffered before any
+	// revocation can run (and be dropped by it).
+	defer s.cl.AllowRebalance()
+	if fs.IsClientClosed() {
+		return fmt.Errorf("kafka next: %w", kgo.ErrClientClosed)
+	}
+	var failed bool
+	fs.EachError(func(topic string, p int32, err error) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return
+		}
+		failed = true
+		s.log.Warn("kafka fetch error", "topic", topic, "partition", p, "err", err)
+	})
+	n := 0
+	s.mu.Lock()
+	fs.EachPartition(func(ftp kgo.FetchTopicPartition) {
+		if ftp.Topic != s.cfg.Topic || len(ftp.Records) == 0 {
+			return
+		}
+		st := s.partLocked(ftp.Partition)
+		for _, r := range ftp.Records {
+			st.queue = append(st.queue, kafkaPending{rec: r, attempt: 1})
+		}
+		n += len(ftp.Records)
+	})
+	s.queued += n
+	s.mu.Unlock()
+	if n == 0 && failed {
+		// Errors without records (e.g. a broker that refuses
+		// connections) come back at once; do not spin on them.
+		t := time.NewTimer(200 * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
+
+func (s *KafkaSubscriber) partLocked(p int32) *kafkaPartition {
+	st := s.parts[p]
+	if st == nil {
+		st = &kafkaPartition{}
+		s.parts[p] = st
+		i, _ := slices.BinarySearch(s.ids, p)
+		s.ids = slices.Insert(s.ids, i, p)
+	}
+	return st
+}
+
+// takeLocked hands out the front record of the next partition, in
+// round-robin order, that has one and no outstanding delivery.
+func (s *KafkaSubscriber) takeLocked() *Delivery {
+	for k := range s.ids {
+		i := (s.cursor + k) % len(s.ids)
+		st := s.parts[s.ids[i]]
+		if st.out != nil || len(st.queue) == 0 {
+			continue
+		}
+		s.cursor = i + 1
+		pd := st.queue[0]
+		st.queue[0] = kafkaPending{}
+		st.queue = st.queue[1:]
+		s.queued--
+		h := &kafkaHandle{rec: pd.rec, attempt: pd.attempt, epoch: st.epoch}
+		st.out = h
+		return s.delivery(h)
+	}
+	return nil
+}
+
+func (s *KafkaSubscriber) delivery(h *kafkaHandle) *Delivery {
+	r := h.rec
+	hs := make(map[string]string, len(r.Headers))
+	for _, kv := range r.Headers {
+		hs[kv.Key] = string(kv.Value) // a repeated key: the last wins
+	}
+	d := &Delivery{
+		Event:        EventFromHeaders(hs, r.Value),
+		Subscription: s.sub,
+		Partition:    int64(r.Partition),
+		Offset:       r.Offset,
+		Attempt:      h.attempt,
+		Headers:      hs,
+	}
+	d.SetHandle(h)
+	return d
+}
+
+// outstanding checks that d is this subscriber's outstanding delivery of
+// its partition. It returns the partition, and ErrKafkaRevoked when the
+// partition changed hands since d was handed out.
+func (s *KafkaSubscriber) outstandingLocked(d *Delivery) (*kafkaHandle, *kafkaPartition, error) {
+	if d == nil {
+		return nil, nil, errors.New("nil delivery")
+	}
+	h, ok := d.Handle().(*kafkaHandle)
+	if !ok {
+		return nil, nil, fmt.Errorf("delivery %s/%d@%d is not from a kafka subscriber", d.Subscription, d.Partition, d.Offset)
+	}
+	st := s.parts[h.rec.Partition]
+	switch {
+	case st == nil:
+		return nil, nil, fmt.Errorf("delivery %d@%d is not from this subscriber", h.rec.Partition, h.rec.Offset)
+	case st.epoch != h.epoch:
+		return h, st, fmt.Errorf("partition %d offset %d: %w", h.rec.Partition, h.rec.Offset, ErrKafkaRevoked)
+	case st.out != h:
+		return h, st, fmt.Errorf("partition %d offset %d: delivery already settled", h.rec.Partition, h.rec.Offset)
+	}
+	return h, st, nil
+}
+
+// release ends h's outstanding state on its partition (if it still holds
+// it), putting back, when requeue is set, the record at the front with
+// Attempt+1.
+func (s *KafkaSubscriber) release(h *kafkaHandle, requeue bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.parts[h.rec.Partition]
+	if st == nil || st.out != h {
+		return
+	}
+	st.out = nil
+	if requeue {
+		st.queue = slices.Insert(st.queue, 0, kafkaPending{rec: h.rec, attempt: h.attempt + 1})
+		s.queued++
+	}
+	s.notifyLocked()
+}
+
+// Ack implements Subscriber: it commits d's offset+1 for its partition
+// and returns once the coordinator has stored it. It commits nothing and
+// returns an error wrapping ErrKafkaRevoked if the partition was revoked
+// since d was handed out. d's partition is released even if the commit
+// fails.
+func (s *KafkaSubscriber) Ack(ctx context.Context, d *Delivery) error {
+	s.ownMu.RLock()
+	defer s.ownMu.RUnlock()
+	s.mu.Lock()
+	h, _, err := s.outstandingLocked(d)
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("kafka ack: %w", err)
+	}
+	defer s.release(h, false)
+	if err := s.commitLocked(ctx, h.rec); err != nil {
+		return fmt.Errorf("kafka ack: partition %d offset %d: %w", h.rec.Partition, h.rec.Offset, err)
+	}
+	return nil
+}
+
+// commitLocked commits r.Offset+1 synchronously; ownMu must be held.
+func (s *KafkaSubscriber) commitLocked(ctx context.Context, r *kgo.Record) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CommitTimeout)
+	defer cancel()
+	offsets := map[string]map[int32]kgo.EpochOffset{
+		r.Topic: {r.Partition: {Epoch: r.LeaderEpoch, Offset: r.Offset + 1}},
+	}
+	var cerr error
+	s.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			cerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					cerr = err
+					return
+				}
+			}
+		}
+	})
+	return cerr
+}
+
+// Retry implements Subscriber: d comes back from the next Next that
+// serves its partition, with Attempt+1, before anything later of that
+// partition. If the partition was revoked since, Retry does nothing and
+// returns nil: the new owner will deliver the record (from Attempt 1).
+func (s *KafkaSubscriber) Retry(_ context.Context, d *Delivery) error {
+	s.mu.Lock()
+	h, _, err := s.outstandingLocked(d)
+	s.mu.Unlock()
+	if errors.Is(err, ErrKafkaRevoked) {
+		s.log.Debug("kafka retry of a revoked delivery: its new owner redelivers it", "partition", h.rec.Partition, "offset", h.rec.Offset)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kafka retry: %w", err)
+	}
+	s.release(h, true)
+	return nil
+}
+
+// DeadLetter implements Subscriber: it produces d's record to the
+// dead-letter topic (same key and value, the original headers plus
+// dlq-reason, dlq-attempts, the original topic, partition and offset and
+// the subscription; acks=all, waiting for the answer), then acks d. If the
+// produce fails d is put back as by Retry; if the commit fails d's
+// partition is released and the error returned, and a redelivery after a
+// crash may dead-letter it again.
+func (s *KafkaSubscriber) DeadLetter(ctx context.Context, d *Delivery, reason string) error {
+	// Held across produce and commit, so a rebalance cannot slip between
+	// them (which would dead-letter the record here and let the new
+	// owner dead-letter it again).
+	s.ownMu.RLock()
+	defer s.ownMu.RUnlock()
+	s.mu.Lock()
+	h, _, err := s.outstandingLocked(d)
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("kafka dead-letter: %w", err)
+	}
+	r := h.rec
+	hdrs := make([]kgo.RecordHeader, 0, len(r.Headers)+6)
+	for _, kv := range r.Headers {
+		switch kv.Key {
+		case HeaderReason, HeaderAttempt, HeaderDLQTopic, HeaderDLQPartition, HeaderDLQOffset, HeaderDLQSubscription:
+			continue // ours win over a replayed record's
+		}
+		hdrs = append(hdrs, kv)
+	}
+	hdrs = append(hdrs,
+		kgo.RecordHeader{Key: HeaderReason, Value: []byte(reason)},
+		kgo.RecordHeader{Key: HeaderAttempt, Value: []byte(strconv.FormatInt(h.attempt, 10))},
+		kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(r.Topic)},
+		kgo.RecordHeader{Key: HeaderDLQPartition, Value: []byte(strconv.FormatInt(int64(r.Partition), 10))},
+		kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
+		kgo.RecordHeader{Key: HeaderDLQSubscription, Value: []byte(s.sub)},
+	)
+	dl := &kgo.Record{Topic: s.cfg.DLQTopic(), Key: r.Key, Value: r.Value, Headers: hdrs}
+	if err := s.cl.ProduceSync(ctx, dl).FirstErr(); err != nil {
+		s.release(h, true)
+		return fmt.Errorf("kafka dead-letter: partition %d offset %d: produce: %w", r.Partition, r.Offset, err)
+	}
+	defer s.release(h, false)
+	if err := s.commitLocked(ctx, r); err != nil {
+		return fmt.Errorf("kafka dead-letter: partition %d offset %d: dead-lettered but not acked: %w", r.Partition, r.Offset, err)
+	}
+	return nil
+}
+
+// Close implements Subscriber: it leaves the group without committing
+// anything, so unacked records are redelivered to the group's next owner
+// of their partition. Safe to call more than once.
+func (s *KafkaSubscriber) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.notifyLocked()
+	s.mu.Unlock()
+	s.cl.Close()
+	return nil
+}
+
+// kgoLogger sends franz-go's warnings and errors to slog; its info and
+// debug output is far too chatty for a run's log.
+type kgoLogger struct{ l *slog.Logger }
+
+func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	lv := slog.LevelWarn
+	if level == kgo.LogLevelError {
+		lv = slog.LevelError
+	}
+	k.l.Log(context.Background(), lv, msg, keyvals...)
+}
