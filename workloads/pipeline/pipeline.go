@@ -1,0 +1,402 @@
+// Package pipeline wires producers, relays and consumers into one run on a
+// cluster: it creates the schema and the broker topology, starts every
+// worker as a supervised process, and at the end stops the producers,
+// drains, and reads the final state into the history.
+//
+// Read [Config] and [Run] first. A nemesis drives faults through
+// [Run.Supervisor] (workers) and the cluster (servers and links).
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/workloads/consumer"
+	"github.com/deliverycheck/deliverycheck/workloads/producer"
+	"github.com/deliverycheck/deliverycheck/workloads/relay"
+	"github.com/deliverycheck/deliverycheck/workloads/schema"
+	"github.com/deliverycheck/deliverycheck/workloads/supervisor"
+	"github.com/deliverycheck/deliverycheck/workloads/worker"
+)
+
+// Config is the shape of one run's pipeline.
+type Config struct {
+	// Broker is "kafka" or "rabbitmq".
+	Broker string
+	// Name makes the run's database, topic, queues and groups unique on a
+	// shared cluster, overriding the default (derived from the time).
+	Name string
+
+	Producers       int
+	ProducerVariant producer.Variant
+	// Rate is ops per second per producer; 0 is as fast as possible.
+	Rate        float64
+	Keys        int
+	PoisonRatio float64
+	AbortRatio  float64
+
+	Relays       int
+	RelayVariant relay.Variant
+	RelayBatch   int
+
+	Subscriptions   []string
+	Consumers       int // per subscription
+	ConsumerVariant consumer.Variant
+	ConsumerWorkers int // deliveries in flight per consumer process
+	MaxAttempts     int64
+
+	// Partitions of the Kafka topic, overriding the default 3.
+	Partitions int32
+	// Unbound lists subscriptions whose RabbitMQ binding is missing
+	// (what exposes the unroutable relay).
+	Unbound []string
+
+	// Failpoints armed at start, by worker name (e.g. "consumer-inventory-0").
+	Failpoints map[string][]string
+
+	// RestartDelay is how long a crashed worker stays down.
+	RestartDelay time.Duration
+	// DrainTimeout bounds the drain, overriding the default 60s.
+	DrainTimeout time.Duration
+	// Quiet is how long the pipeline must make no progress, with nothing
+	// left in the broker, for the drain to be complete; overriding the
+	// default 2s.
+	Quiet time.Duration
+	Seed  uint64
+}
+
+func (c *Config) defaults() error {
+	if c.Broker != "kafka" && c.Broker != "rabbitmq" {
+		return fmt.Errorf("pipeline: unknown broker %q (valid: kafka, rabbitmq)", c.Broker)
+	}
+	if c.Name == "" {
+		c.Name = "run" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	c.Name = strings.ToLower(c.Name)
+	if c.Producers <= 0 {
+		c.Producers = 1
+	}
+	if c.ProducerVariant == "" {
+		c.ProducerVariant = producer.Outbox
+	}
+	if c.Keys <= 0 {
+		c.Keys = 10
+	}
+	if c.Relays <= 0 && c.ProducerVariant == producer.Outbox {
+		c.Relays = 1
+	}
+	if c.RelayVariant == "" {
+		c.RelayVariant = relay.Polling
+	}
+	if len(c.Subscriptions) == 0 {
+		c.Subscriptions = []string{"inventory", "email"}
+	}
+	if c.Consumers <= 0 {
+		c.Consumers = 1
+	}
+	if c.ConsumerVariant == "" {
+		c.ConsumerVariant = consumer.Inbox
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 60 * time.Second
+	}
+	if c.Quiet <= 0 {
+		c.Quiet = 2 * time.Second
+	}
+	if c.Seed == 0 {
+		c.Seed = uint64(time.Now().UnixNano())
+	}
+	return nil
+}
+
+// Run is one pipeline run in progress. The caller should call Close.
+type Run struct {
+	cfg     Config
+	cl      *cluster.Cluster
+	dir     string
+	base    time.Time
+	rec     *history.Recorder
+	db      *pgxpool.Pool
+	dsn     string
+	broker  worker.Broker
+	sup     *supervisor.Supervisor
+	log     *slog.Logger
+	workers []string
+}
+
+// HistoryDir is where a run's history files go, under its run dir.
+const HistoryDir = "history"
+
+// Start prepares the run in dir (history/ and logs/ are created there) and
+// starts every worker: consumers first, then relays, then producers.
+// workerCmd is the argv prefix that starts a worker process.
+func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, workerCmd []string, log *slog.Logger) (_ *Run, err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	for _, d := range []string{filepath.Join(dir, HistoryDir), filepath.Join(dir, "logs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("pipeline: %w", err)
+		}
+	}
+	r := &Run{cfg: cfg, cl: cl, dir: dir, base: time.Now(), log: log}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, r.Close())
+		}
+	}()
+	r.rec, err = history.NewRecorder(filepath.Join(dir, HistoryDir, "harness.jsonl"), "harness", r.base)
+	if err != nil {
+		return nil, err
+	}
+	if r.dsn, err = createDatabase(ctx, cl.ClientURL(cluster.Postgres), cfg.Name); err != nil {
+		return nil, err
+	}
+	if r.db, err = pgxpool.New(ctx, r.dsn); err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	if err := schema.Create(ctx, r.db); err != nil {
+		return nil, err
+	}
+	r.broker = worker.Broker{
+		Kind:          cfg.Broker,
+		URL:           cl.ClientURL(cfg.Broker),
+		Namespace:     cfg.Name,
+		Partitions:    cfg.Partitions,
+		Subscriptions: cfg.Subscriptions,
+		Unbound:       cfg.Unbound,
+		DeliveryLimit: int(cfg.MaxAttempts),
+	}
+	if err := worker.SetupBroker(ctx, r.broker); err != nil {
+		return nil, err
+	}
+	if _, err := r.rec.Record(history.OK, history.Setup, history.Value{
+		Subscriptions: cfg.Subscriptions,
+		Detail:        fmt.Sprintf("broker=%s producer=%s relay=%s consumer=%s seed=%d", cfg.Broker, cfg.ProducerVariant, cfg.RelayVariant, cfg.ConsumerVariant, cfg.Seed),
+	}); err != nil {
+		return nil, err
+	}
+	r.sup, err = supervisor.New(supervisor.Config{
+		Command:      workerCmd,
+		LogDir:       filepath.Join(dir, "logs"),
+		RestartDelay: cfg.RestartDelay,
+		Recorder:     r.rec,
+		Logger:       log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, sub := range cfg.Subscriptions {
+		for i := range cfg.Consumers {
+			spec := r.spec(worker.RoleConsumer, fmt.Sprintf("consumer-%s-%d", sub, i))
+			spec.Consumer = consumer.Config{Variant: cfg.ConsumerVariant, Subscription: sub, MaxAttempts: cfg.MaxAttempts, Workers: cfg.ConsumerWorkers}
+			if err := r.start(ctx, spec); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for i := range cfg.Relays {
+		spec := r.spec(worker.RoleRelay, fmt.Sprintf("relay-%d", i))
+		spec.Relay = relay.Config{Variant: cfg.RelayVariant, Batch: cfg.RelayBatch}
+		if err := r.start(ctx, spec); err != nil {
+			return nil, err
+		}
+	}
+	for i := range cfg.Producers {
+		spec := r.spec(worker.RoleProducer, fmt.Sprintf("producer-%d", i))
+		spec.Producer = producer.Config{
+			Variant: cfg.ProducerVariant, Keys: cfg.Keys, Rate: cfg.Rate,
+			PoisonRatio: cfg.PoisonRatio, AbortRatio: cfg.AbortRatio, Seed: cfg.Seed + uint64(i),
+		}
+		if err := r.start(ctx, spec); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (r *Run) spec(role, name string) worker.Spec {
+	return worker.Spec{
+		Role: role, Process: name,
+		History:      filepath.Join(r.dir, HistoryDir, name+".jsonl"),
+		BaseUnixNano: r.base.UnixNano(),
+		Seed:         r.cfg.Seed ^ uint64(len(r.workers)+1)*0x9e3779b97f4a7c15,
+		PostgresDSN:  r.dsn,
+		Broker:       r.broker,
+		Failpoints:   r.cfg.Failpoints[name],
+	}
+}
+
+func (r *Run) start(ctx context.Context, spec worker.Spec) error {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	if err := r.sup.Start(ctx, spec.Process, b); err != nil {
+		return err
+	}
+	r.workers = append(r.workers, spec.Process)
+	return nil
+}
+
+// Supervisor gives access to the workers, for faults.
+func (r *Run) Supervisor() *supervisor.Supervisor { return r.sup }
+
+// Recorder is the harness's own history recorder (for nemesis ops).
+func (r *Run) Recorder() *history.Recorder { return r.rec }
+
+// Dir is the run's directory.
+func (r *Run) Dir() string { return r.dir }
+
+// DB is the run's database.
+func (r *Run) DB() *pgxpool.Pool { return r.db }
+
+// HistoryFiles lists every history file of the run.
+func (r *Run) HistoryFiles() ([]string, error) {
+	m, err := filepath.Glob(filepath.Join(r.dir, HistoryDir, "*.jsonl"))
+	slices.Sort(m)
+	return m, err
+}
+
+// StopProducers stops every producer, so nothing new is committed.
+func (r *Run) StopProducers(ctx context.Context) error {
+	var errs []error
+	for _, w := range r.workers {
+		if strings.HasPrefix(w, "producer-") {
+			errs = append(errs, r.sup.Stop(ctx, w))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// progress is what the drain watches.
+type progress struct {
+	unpublished, effects, inbox, dlq, backlog int64
+}
+
+func (r *Run) progress(ctx context.Context) (progress, error) {
+	var p progress
+	err := r.db.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM outbox WHERE published_at IS NULL),
+		(SELECT count(*) FROM effects),
+		(SELECT count(*) FROM inbox) + (SELECT count(*) FROM inbox_unchecked),
+		(SELECT count(*) FROM dead_letters)`).Scan(&p.unpublished, &p.effects, &p.inbox, &p.dlq)
+	if err != nil {
+		return p, fmt.Errorf("drain: %w", err)
+	}
+	p.backlog, err = worker.Backlog(ctx, r.broker)
+	return p, err
+}
+
+// Drain waits until the pipeline is quiescent: nothing left in the broker
+// for any subscription and no progress (publishes, effects, inbox marks,
+// dead letters) for the Quiet window; or until DrainTimeout. It records
+// the outcome as a drain op: ok when complete, info when the deadline
+// passed (the checker then cannot call the run valid).
+func (r *Run) Drain(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.DrainTimeout)
+	defer cancel()
+	if _, err := r.rec.Record(history.Invoke, history.Drain, history.Value{}); err != nil {
+		return false, err
+	}
+	var last progress
+	var lastErr error
+	since := time.Now()
+	for {
+		p, err := r.progress(ctx)
+		lastErr = err
+		switch {
+		case err != nil || p != last || p.backlog > 0:
+			last, since = p, time.Now()
+		case time.Since(since) >= r.cfg.Quiet:
+			_, err := r.rec.Record(history.OK, history.Drain, history.Value{
+				Detail: fmt.Sprintf("quiescent for %s: %d unpublished, %d effects, %d inbox, %d dead letters", r.cfg.Quiet, p.unpublished, p.effects, p.inbox, p.dlq),
+			})
+			return true, err
+		}
+		select {
+		case <-ctx.Done():
+			v := history.Value{Detail: fmt.Sprintf("deadline %s passed: %d unpublished, %d in the broker", r.cfg.DrainTimeout, last.unpublished, last.backlog)}
+			if lastErr != nil {
+				v.Error = lastErr.Error()
+			}
+			_, err := r.rec.Record(history.Info, history.Drain, v)
+			return false, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Finish stops the producers, drains, stops every worker and does the
+// final read. It returns whether the drain completed.
+func (r *Run) Finish(ctx context.Context) (bool, error) {
+	if err := r.StopProducers(ctx); err != nil {
+		return false, err
+	}
+	drained, err := r.Drain(ctx)
+	if err != nil {
+		return false, err
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := r.sup.StopAll(stopCtx); err != nil {
+		r.log.Warn("stop workers", "err", err)
+	}
+	if err := schema.FinalRead(ctx, r.db, r.rec); err != nil {
+		return drained, err
+	}
+	return drained, nil
+}
+
+// Close stops whatever still runs and closes the run's files. It does not
+// touch the cluster.
+func (r *Run) Close() error {
+	var errs []error
+	if r.sup != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		errs = append(errs, r.sup.StopAll(ctx))
+		cancel()
+	}
+	if r.db != nil {
+		r.db.Close()
+	}
+	if r.rec != nil {
+		errs = append(errs, r.rec.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// createDatabase creates a fresh database for the run and returns its DSN.
+func createDatabase(ctx context.Context, adminDSN, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, adminDSN)
+	if err != nil {
+		return "", fmt.Errorf("pipeline: postgres: %w", err)
+	}
+	defer conn.Close(context.Background())
+	db := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+		return "", fmt.Errorf("pipeline: create database %s: %w", name, err)
+	}
+	cfg, err := pgx.ParseConfig(adminDSN)
+	if err != nil {
+		return "", err
+	}
+	return strings.Replace(adminDSN, "/"+cfg.Database+"?", "/"+name+"?", 1), nil
+}

@@ -1,0 +1,77 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/checker"
+)
+
+// runPipeline runs cfg for d on the shared cluster, finishes it and checks
+// the history against g.
+func runPipeline(t *testing.T, cfg Config, d time.Duration, g checker.Guarantees) *checker.Result {
+	t.Helper()
+	cl := env.cluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if cfg.Name == "" {
+		cfg.Name = strings.NewReplacer("/", "_", "-", "_").Replace(strings.ToLower(t.Name())) + fmt.Sprintf("_%d", time.Now().UnixNano()%1e6)
+	}
+	dir := t.TempDir()
+	r, err := Start(ctx, cl, dir, cfg, workerCmd(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	drained, err := r.Finish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !drained {
+		t.Errorf("drain did not complete")
+	}
+	files, err := r.HistoryFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Subscriptions = cfg.Subscriptions
+	res, err := checker.CheckFiles(files, checker.Options{Guarantees: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: valid=%s reasons=%v counts=%+v", t.Name(), res.Valid, res.Reasons, res.Counts)
+	for _, s := range res.Subscriptions {
+		t.Logf("  %s: %+v", s.Name, s)
+	}
+	return res
+}
+
+func effectivelyOnce() checker.Guarantees {
+	return checker.Guarantees{Loss: checker.None, DuplicateEffects: checker.None, Order: checker.PerKey}
+}
+
+func TestNoFaults(t *testing.T) {
+	for _, b := range []string{"kafka", "rabbitmq"} {
+		t.Run(b, func(t *testing.T) {
+			res := runPipeline(t, Config{Broker: b, Producers: 2, Rate: 100, Subscriptions: []string{"inventory", "email"}}, 3*time.Second, effectivelyOnce())
+			if res.Valid != checker.Valid {
+				t.Fatalf("verdict %s: %v", res.Valid, res.Reasons)
+			}
+			if res.Counts.Committed < 100 {
+				t.Fatalf("only %d events committed", res.Counts.Committed)
+			}
+			for _, s := range res.Subscriptions {
+				if s.Applied != res.Counts.Committed {
+					t.Errorf("%s applied %d of %d committed", s.Name, s.Applied, res.Counts.Committed)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,113 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/deliverycheck/deliverycheck/workloads/broker"
+)
+
+// Broker says which broker a run uses and how its topology is named.
+type Broker struct {
+	Kind string `json:"kind"` // "kafka" or "rabbitmq"
+	// URL is a Kafka seed (host:port, comma-separated) or an AMQP URL.
+	URL string `json:"url"`
+	// Namespace prefixes the topic, exchange, queues and consumer groups,
+	// so runs sharing a broker never see each other's events.
+	Namespace     string   `json:"namespace"`
+	Partitions    int32    `json:"partitions"`
+	Subscriptions []string `json:"subscriptions"`
+	Unbound       []string `json:"unbound"`
+	DeliveryLimit int      `json:"delivery_limit"`
+}
+
+// qualify names a subscription's consumer group or queue.
+func (b Broker) qualify(sub string) string { return b.Namespace + "." + sub }
+
+func (b Broker) qualifyAll(subs []string) []string {
+	out := make([]string, len(subs))
+	for i, s := range subs {
+		out[i] = b.qualify(s)
+	}
+	return out
+}
+
+func (b Broker) kafka() broker.KafkaConfig {
+	return broker.KafkaConfig{Seeds: strings.Split(b.URL, ","), Topic: b.Namespace + ".events", Partitions: b.Partitions}
+}
+
+func (b Broker) rabbit() broker.RabbitConfig {
+	return broker.RabbitConfig{
+		URL: b.URL, Exchange: b.Namespace + ".events",
+		Subscriptions: b.qualifyAll(b.Subscriptions), Unbound: b.qualifyAll(b.Unbound),
+		DeliveryLimit: b.DeliveryLimit,
+	}
+}
+
+// SetupBroker creates b's topic or exchange and queues.
+func SetupBroker(ctx context.Context, b Broker) error {
+	switch b.Kind {
+	case "kafka":
+		return broker.SetupKafka(ctx, b.kafka())
+	case "rabbitmq":
+		return broker.SetupRabbitMQ(ctx, b.rabbit())
+	}
+	return fmt.Errorf("worker: unknown broker %q (valid: kafka, rabbitmq)", b.Kind)
+}
+
+// Backlog sums, over every subscription, what the broker still holds for it.
+func Backlog(ctx context.Context, b Broker) (int64, error) {
+	var total int64
+	for _, sub := range b.Subscriptions {
+		var n int64
+		var err error
+		switch b.Kind {
+		case "kafka":
+			n, err = broker.KafkaBacklog(ctx, b.kafka(), b.qualify(sub))
+		case "rabbitmq":
+			n, err = broker.RabbitBacklog(ctx, b.rabbit(), b.qualify(sub))
+		default:
+			return 0, fmt.Errorf("worker: unknown broker %q", b.Kind)
+		}
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+type publisherCloser = broker.Publisher
+
+// openPublisher opens a publisher in mode "confirmed", "unconfirmed" or
+// "unroutable" (RabbitMQ only; on Kafka it is the same as confirmed, which
+// has no mandatory flag to forget).
+func openPublisher(ctx context.Context, b Broker, mode string) (broker.Publisher, error) {
+	switch b.Kind {
+	case "kafka":
+		m := broker.KafkaConfirmed
+		if mode == "unconfirmed" {
+			m = broker.KafkaUnconfirmed
+		}
+		return broker.NewKafkaPublisher(b.kafka(), broker.KafkaPublisherOptions{Mode: m})
+	case "rabbitmq":
+		m, err := broker.ParseRabbitPublishMode(mode)
+		if err != nil {
+			return nil, err
+		}
+		return broker.NewRabbitPublisher(b.rabbit(), m)
+	}
+	return nil, fmt.Errorf("worker: unknown broker %q", b.Kind)
+}
+
+// openSubscriber opens the subscriber of one subscription.
+func openSubscriber(ctx context.Context, b Broker, sub string) (broker.Subscriber, error) {
+	switch b.Kind {
+	case "kafka":
+		return broker.NewKafkaSubscriber(b.kafka(), b.qualify(sub), broker.KafkaSubscriberOptions{})
+	case "rabbitmq":
+		return broker.NewRabbitSubscriber(b.rabbit(), b.qualify(sub))
+	}
+	return nil, fmt.Errorf("worker: unknown broker %q", b.Kind)
+}

@@ -1,0 +1,194 @@
+// Package worker is the body of one pipeline process (`deliverycheck
+// worker`): a producer, a relay or a consumer, started by the supervisor
+// with a [Spec], recording everything it does in its own history file.
+//
+// It reads commands on stdin: "arm <term>" arms a failpoint (see package
+// failpoint), "stop" stops it gracefully. When stdin closes (the harness
+// died) it exits, so a worker never outlives its harness. When an armed
+// failpoint fires it records a crash op naming the failpoint and the event
+// in flight, then SIGKILLs itself.
+package worker
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deliverycheck/deliverycheck/failpoint"
+	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/workloads/consumer"
+	"github.com/deliverycheck/deliverycheck/workloads/producer"
+	"github.com/deliverycheck/deliverycheck/workloads/relay"
+)
+
+// Roles.
+const (
+	RoleProducer = "producer"
+	RoleRelay    = "relay"
+	RoleConsumer = "consumer"
+)
+
+// Spec is everything one worker process needs, passed as JSON.
+type Spec struct {
+	Role    string `json:"role"`
+	Process string `json:"process"` // its name in the history
+	History string `json:"history"` // its history file
+	// BaseUnixNano is the run's start; every process times ops from it.
+	BaseUnixNano int64  `json:"base_unix_nano"`
+	Seed         uint64 `json:"seed"`
+
+	PostgresDSN string `json:"postgres_dsn"`
+	// PoolSize bounds the worker's PostgreSQL connections, overriding the
+	// default 4.
+	PoolSize int32 `json:"pool_size"`
+	Broker   Broker `json:"broker"`
+
+	Producer producer.Config `json:"producer"`
+	Relay    relay.Config    `json:"relay"`
+	Consumer consumer.Config `json:"consumer"`
+
+	// Failpoints are armed before the worker starts working.
+	Failpoints []string `json:"failpoints"`
+}
+
+// Run runs the worker described by spec until ctx ends, "stop" arrives on
+// control, or control closes.
+func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (err error) {
+	base := time.Unix(0, spec.BaseUnixNano)
+	rec, err := history.NewRecorder(spec.History, spec.Process, base)
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+
+	fp := failpoint.NewSet(spec.Seed, func(n failpoint.Name, inFlight any) {
+		v, _ := inFlight.(history.Value)
+		v.Target, v.Detail = spec.Process, "failpoint "+string(n)
+		_, _ = rec.Record(history.Info, history.Crash, v)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way; nothing after a failpoint may run
+	})
+	for _, s := range spec.Failpoints {
+		t, err := failpoint.Parse(s)
+		if err != nil {
+			return err
+		}
+		fp.Arm(t)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go readControl(control, fp, cancel, log)
+
+	poolCfg, err := pgxpool.ParseConfig(spec.PostgresDSN)
+	if err != nil {
+		return fmt.Errorf("worker: postgres dsn: %w", err)
+	}
+	poolCfg.MaxConns = 4
+	if spec.PoolSize > 0 {
+		poolCfg.MaxConns = spec.PoolSize
+	}
+	db, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return fmt.Errorf("worker: postgres: %w", err)
+	}
+	defer db.Close()
+
+	switch spec.Role {
+	case RoleProducer:
+		var pub publisherCloser
+		if spec.Producer.Variant != producer.Outbox {
+			if pub, err = openPublisher(ctx, spec.Broker, "confirmed"); err != nil {
+				return err
+			}
+			defer pub.Close()
+		}
+		p, err := producer.New(spec.Producer, db, rec, fp, pub)
+		if err != nil {
+			return err
+		}
+		return p.Run(ctx)
+	case RoleRelay:
+		mode := "confirmed"
+		switch spec.Relay.Variant {
+		case relay.Unconfirmed:
+			mode = "unconfirmed"
+		case relay.Unroutable:
+			mode = "unroutable"
+		}
+		pub, err := openPublisher(ctx, spec.Broker, mode)
+		if err != nil {
+			return err
+		}
+		defer pub.Close()
+		r, err := relay.New(spec.Relay, db, pub, rec, fp)
+		if err != nil {
+			return err
+		}
+		return r.Run(ctx)
+	case RoleConsumer:
+		sub, err := openSubscriber(ctx, spec.Broker, spec.Consumer.Subscription)
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		c, err := consumer.New(spec.Consumer, db, sub, rec, fp)
+		if err != nil {
+			return err
+		}
+		return c.Run(ctx)
+	}
+	return fmt.Errorf("worker: unknown role %q (valid: producer, relay, consumer)", spec.Role)
+}
+
+// readControl applies commands from the harness until "stop" or EOF, then
+// cancels the worker.
+func readControl(r io.Reader, fp *failpoint.Set, cancel func(), log *slog.Logger) {
+	defer cancel()
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		cmd, arg, _ := strings.Cut(strings.TrimSpace(sc.Text()), " ")
+		switch cmd {
+		case "stop":
+			return
+		case "arm":
+			t, err := failpoint.Parse(arg)
+			if err != nil {
+				log.Error("arm", "err", err)
+				continue
+			}
+			fp.Arm(t)
+			log.Info("armed", "failpoint", t.String())
+		case "":
+		default:
+			log.Error("unknown control command", "command", cmd)
+		}
+	}
+}
+
+// Main is the entry point of a worker process: it reads the spec from the
+// environment (supervisor.SpecEnv), runs, and returns the exit code.
+func Main(specJSON string) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	var spec Spec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		log.Error("worker spec", "err", err)
+		return 3
+	}
+	log = log.With("process", spec.Process)
+	if err := Run(context.Background(), spec, os.Stdin, log); err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("worker failed", "err", err)
+		return 4
+	}
+	return 0
+}
