@@ -310,6 +310,12 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 controlled.shutdown.enable=true
+# After kill -9 the controller refuses the restarted broker's registration
+# (DUPLICATE_BROKER_REGISTRATION) until the dead incarnation's session
+# expires: 9 s by default, 2 s here. Broker and controller share one JVM,
+# so a pause or GC stall freezes both and cannot fence the broker.
+broker.session.timeout.ms=2000
+broker.heartbeat.interval.ms=500
 `, kafkaNodeID, port, brokerPort, ctrlPort, advertise, data)
 	log4j := `# Everything to stdout, which the harness appends to kafka.log.
 status = warn
@@ -384,9 +390,9 @@ func (p *kafkaPrep) brokerSpec(dir string, heapMB int, log, dumpCDS string) proc
 // $KAFKA_HOME/libs when KAFKA_HOME is set, else a per-user cache outside
 // the work tree (os.UserCacheDir()/deliverycheck/kafka-<version>/libs),
 // fetched from Maven Central with mvn on first use. The fetch goes to a
-// temp dir that is renamed into place, so a fetch that fails or is
-// interrupted, or runs concurrently with another, never leaves a half
-// cache behind.
+// temp dir that is renamed into place, under a lock on the cache, so a
+// fetch that fails or is interrupted never leaves a half cache behind and
+// concurrent harnesses fetch once.
 func KafkaJars(ctx context.Context, version string) (string, error) {
 	if version == "" {
 		version = DefaultKafkaVersion
@@ -397,6 +403,18 @@ func KafkaJars(ctx context.Context, version string) (string, error) {
 	}
 	if os.Getenv("KAFKA_HOME") != "" {
 		return "", fmt.Errorf("kafka: KAFKA_HOME=%s has no broker jar in %s", os.Getenv("KAFKA_HOME"), dir)
+	}
+	root, err := kafkaCacheRoot()
+	if err != nil {
+		return "", err
+	}
+	unlock, err := lockKafkaCache(ctx, root)
+	if err != nil {
+		return "", fmt.Errorf("kafka: %w", err)
+	}
+	defer unlock()
+	if _, ok := KafkaJarsStatus(version); ok {
+		return dir, nil // fetched while we waited for the lock
 	}
 	if err := fetchKafkaJars(ctx, version, dir); err != nil {
 		return "", fmt.Errorf("kafka: fetch %s jars: %w", version, err)
@@ -431,6 +449,43 @@ func kafkaCacheRoot() (string, error) {
 		return "", fmt.Errorf("kafka: no cache dir: %w", err)
 	}
 	return filepath.Join(c, "deliverycheck"), nil
+}
+
+// lockKafkaCache takes an exclusive lock on the cache (flock on a file in
+// it), so that concurrent harnesses (go test runs packages in parallel)
+// fetch and build once and the others wait, instead of running mvn or a
+// training broker twice on a small machine. Under the lock, temp dirs
+// left by a holder that died are removed: only a holder makes them.
+func lockKafkaCache(ctx context.Context, root string) (unlock func(), err error) {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(root, ".kafka.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("wait for another deliverycheck preparing kafka: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	stale, _ := filepath.Glob(filepath.Join(root, "*", ".fetch-*"))
+	more, _ := filepath.Glob(filepath.Join(root, "*", ".build-*"))
+	for _, d := range append(stale, more...) {
+		os.RemoveAll(d)
+	}
+	return func() { f.Close() }, nil // closing the file drops the lock
 }
 
 // fetchKafkaJars runs mvn on the embedded pom into a temp dir next to dest
@@ -470,14 +525,7 @@ func fetchKafkaJars(ctx context.Context, version, dest string) error {
 	if v, err := kafkaJarVersion(libs); err != nil || v != version {
 		return fmt.Errorf("mvn fetched no kafka_2.13-%s.jar (got %q, %v)", version, v, err)
 	}
-	if err := os.Rename(libs, dest); err != nil {
-		// Someone else finished first: theirs is as good as ours.
-		if _, ok := KafkaJarsStatus(version); ok {
-			return nil
-		}
-		return err
-	}
-	return nil
+	return os.Rename(libs, dest)
 }
 
 // lastLines returns the last n lines of b.
@@ -565,10 +613,19 @@ func prepareKafka(ctx context.Context, version string, g *guard, log *slog.Logge
 	}
 	dir := filepath.Join(root, "kafka-prep", key)
 	if !fileExists(filepath.Join(dir, "bootstrap.checkpoint")) {
+		unlock, err := lockKafkaCache(ctx, root)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: %w", err)
+		}
+		defer unlock()
+	}
+	if !fileExists(filepath.Join(dir, "bootstrap.checkpoint")) {
 		log.Info("preparing kafka cache (once per machine)", "dir", dir)
+		start := time.Now()
 		if err := buildKafkaPrep(ctx, p, dir, g); err != nil {
 			return nil, fmt.Errorf("kafka: prepare %s: %w", dir, err)
 		}
+		log.Info("prepared kafka cache", "dir", dir, "took", time.Since(start).Round(time.Millisecond))
 	}
 	p.bootstrap = filepath.Join(dir, "bootstrap.checkpoint")
 	if fileExists(filepath.Join(dir, "classes.jsa")) {
@@ -612,7 +669,7 @@ func kafkaClasspath(libs, java string) (jars []string, key string, err error) {
 }
 
 // buildKafkaPrep builds the cache entry dir in a temp dir next to it and
-// renames it into place (the first of concurrent builders wins):
+// renames it into place, under the cache lock:
 //
 //  1. `kafka-storage format` (kafka.tools.StorageTool) on a throwaway
 //     config yields bootstrap.checkpoint: the feature levels Kafka picks
@@ -630,6 +687,9 @@ func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard) err
 	}
 	tmp, err := os.MkdirTemp(parent, ".build-")
 	if err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
@@ -723,13 +783,7 @@ func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard) err
 	if err := os.RemoveAll(run); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, dir); err != nil {
-		if fileExists(filepath.Join(dir, "bootstrap.checkpoint")) {
-			return nil // a concurrent builder finished first
-		}
-		return err
-	}
-	return nil
+	return os.Rename(tmp, dir)
 }
 
 func fileExists(path string) bool {
