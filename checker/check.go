@@ -3,8 +3,11 @@ package checker
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/deliverycheck/deliverycheck/history"
 )
@@ -49,6 +52,7 @@ func CheckFiles(paths []string, opts Options) (*Result, error) {
 	a := newAnalyzer(opts)
 	rep, err := history.ScanFiles(paths, func(b []history.Op) error { a.observe(b); return nil })
 	if errors.Is(err, history.ErrUnordered) {
+		a.stop()
 		h, cuts, err := history.ReadFiles(paths...)
 		if err != nil {
 			return nil, err
@@ -58,6 +62,7 @@ func CheckFiles(paths []string, opts Options) (*Result, error) {
 		return r, nil
 	}
 	if err != nil {
+		a.stop()
 		return nil, err
 	}
 	a.cuts = rep.Cuts()
@@ -88,6 +93,7 @@ const (
 
 type event struct {
 	id, source string
+	firstPos   int64 // position in the history of the first op naming it
 	key        int32
 	version    int64
 	commitTime int64 // ok time, else first invoke time
@@ -107,7 +113,7 @@ const (
 	sAcked uint8 = 1 << iota
 	sDLQ
 	sSkipped
-	sResolved // applied, skipped or dead-lettered: firstResolved is set
+	sResolved // applied, skipped or dead-lettered: resolved is set
 	sInbox
 )
 
@@ -124,7 +130,6 @@ type subscription struct {
 	name     string
 	declared bool
 	ev       []subEvent
-	maxDone  []int64 // per key: highest version whose first apply completed
 }
 
 func (s *subscription) at(e int32) *subEvent {
@@ -135,16 +140,17 @@ func (s *subscription) at(e int32) *subEvent {
 	return &s.ev[e]
 }
 
-func (s *subscription) maxDoneAt(k int32) *int64 {
-	for int(k) >= len(s.maxDone) {
-		s.maxDone = append(s.maxDone, 0)
-	}
-	return &s.maxDone[k]
+// applyRec is the first effect of an event in a subscription, for the
+// order check: the positions of its apply invoke and ok.
+type applyRec struct {
+	sub, event int32
+	inv, ok    int64
+	version    int64
 }
 
-type pendingApply struct {
-	event, sub int32
-	snapshot   int64 // maxDone of the key when the apply was invoked
+type pendKey struct {
+	process string
+	event   int32
 }
 
 // finding is one anomaly or shown item before grouping.
@@ -156,8 +162,26 @@ type finding struct {
 	detail   string
 }
 
+// analyzer checks a history with one shard per core: each op belongs to
+// the shard of its event (ops without an event to shard 0), and every
+// shard sees every batch, in order, keeping only its own ops. Everything a
+// shard computes is per event, so the result does not depend on the
+// number of shards.
 type analyzer struct {
-	opts     Options
+	opts   Options
+	shards []*shard
+	seed   maphash.Seed
+	work   []chan []history.Op
+	wg     sync.WaitGroup
+	ops    int64
+	cuts   []history.Cut
+}
+
+// shard is the state of the events of one shard.
+type shard struct {
+	id, n    int
+	seed     maphash.Seed
+	base     int64
 	events   []event
 	byID     map[string]int32
 	bySource map[[2]string]int32
@@ -165,57 +189,108 @@ type analyzer struct {
 	keyNames []string
 	subs     []*subscription
 	subByNm  map[string]int32
-	pending  map[string]pendingApply // by process
-	findings []finding
-	counts   Counts
-	drain    string
-	final    string
-	cuts     []history.Cut
+	pending  map[pendKey]int64
+	applies  []applyRec
 	series   seriesAcc
+	// Shard 0 only: ops without an event.
+	drain, final              string
+	faults, crashes, restarts int64
 }
+
+// shards is the number of shards, a variable so tests can vary it.
+var shards = runtime.GOMAXPROCS(0)
 
 func newAnalyzer(opts Options) *analyzer {
 	opts = opts.withDefaults()
-	a := &analyzer{
-		opts:     opts,
-		byID:     make(map[string]int32),
-		bySource: make(map[[2]string]int32),
-		keys:     make(map[string]int32),
-		subByNm:  make(map[string]int32),
-		pending:  make(map[string]pendingApply),
-		drain:    "missing",
-		final:    "missing",
+	a := &analyzer{opts: opts, seed: maphash.MakeSeed()}
+	n := max(1, shards)
+	for i := range n {
+		s := &shard{
+			id: i, n: n, seed: a.seed,
+			byID:     make(map[string]int32),
+			bySource: make(map[[2]string]int32),
+			keys:     make(map[string]int32),
+			subByNm:  make(map[string]int32),
+			pending:  make(map[pendKey]int64),
+			drain:    "missing",
+			final:    "missing",
+		}
+		a.shards = append(a.shards, s)
 	}
-	for _, s := range opts.Guarantees.Subscriptions {
-		a.sub(s).declared = true
+	if n > 1 {
+		for _, s := range a.shards {
+			ch := make(chan []history.Op)
+			a.work = append(a.work, ch)
+			go func() {
+				for b := range ch {
+					s.observe(b)
+					a.wg.Done()
+				}
+			}()
+		}
 	}
 	return a
 }
 
-func (a *analyzer) event(v *history.Value) (int32, *event) {
+func (a *analyzer) stop() {
+	for _, ch := range a.work {
+		close(ch)
+	}
+	a.work = nil
+}
+
+// observe folds a batch of ops, in history order, into the analysis.
+func (a *analyzer) observe(ops []history.Op) {
+	for _, s := range a.shards {
+		s.base = a.ops
+	}
+	a.ops += int64(len(ops))
+	if len(a.work) == 0 {
+		a.shards[0].observe(ops)
+		return
+	}
+	a.wg.Add(len(a.work))
+	for _, ch := range a.work {
+		ch <- ops
+	}
+	a.wg.Wait()
+}
+
+func (s *shard) owner(v *history.Value) int {
+	if v.Event == "" || s.n == 1 {
+		return 0
+	}
+	h := maphash.String(s.seed, v.Event)
+	if v.Source != "" {
+		h ^= maphash.String(s.seed, v.Source) * 0x9e3779b97f4a7c15
+	}
+	return int(h % uint64(s.n))
+}
+
+func (s *shard) event(v *history.Value, pos int64) (int32, *event) {
 	var i int32
 	var ok bool
 	if v.Source == "" {
-		i, ok = a.byID[v.Event]
+		i, ok = s.byID[v.Event]
 	} else {
-		i, ok = a.bySource[[2]string{v.Source, v.Event}]
+		i, ok = s.bySource[[2]string{v.Source, v.Event}]
 	}
 	if !ok {
-		i = int32(len(a.events))
-		a.events = append(a.events, event{id: v.Event, source: v.Source, key: -1})
+		i = int32(len(s.events))
+		s.events = append(s.events, event{id: v.Event, source: v.Source, key: -1, firstPos: pos})
 		if v.Source == "" {
-			a.byID[v.Event] = i
+			s.byID[v.Event] = i
 		} else {
-			a.bySource[[2]string{v.Source, v.Event}] = i
+			s.bySource[[2]string{v.Source, v.Event}] = i
 		}
 	}
-	e := &a.events[i]
+	e := &s.events[i]
 	if e.key < 0 && v.Key != "" {
-		k, ok := a.keys[v.Key]
+		k, ok := s.keys[v.Key]
 		if !ok {
-			k = int32(len(a.keyNames))
-			a.keys[v.Key] = k
-			a.keyNames = append(a.keyNames, v.Key)
+			k = int32(len(s.keyNames))
+			s.keys[v.Key] = k
+			s.keyNames = append(s.keyNames, v.Key)
 		}
 		e.key = k
 	}
@@ -230,163 +305,160 @@ func (a *analyzer) event(v *history.Value) (int32, *event) {
 
 const defaultSubscription = "default"
 
-func (a *analyzer) sub(name string) *subscription {
-	_, s := a.subIdx(name)
-	return s
-}
-
-func (a *analyzer) subIdx(name string) (int32, *subscription) {
+func (s *shard) sub(name string) (int32, *subscription) {
 	if name == "" {
 		name = defaultSubscription
 	}
-	i, ok := a.subByNm[name]
+	i, ok := s.subByNm[name]
 	if !ok {
-		i = int32(len(a.subs))
-		a.subByNm[name] = i
-		a.subs = append(a.subs, &subscription{name: name})
+		i = int32(len(s.subs))
+		s.subByNm[name] = i
+		s.subs = append(s.subs, &subscription{name: name})
 	}
-	return i, a.subs[i]
+	return i, s.subs[i]
 }
 
-// observe folds a batch of ops, in history order, into the analysis.
-func (a *analyzer) observe(ops []history.Op) {
-	a.counts.Ops += int64(len(ops))
+func (s *shard) observe(ops []history.Op) {
 	for i := range ops {
 		op := &ops[i]
-		a.series.op(op)
-		v := &op.Value
-		switch op.F {
-		case history.Setup:
-			for _, s := range v.Subscriptions {
-				a.sub(s).declared = true
-			}
-			continue
-		case history.Drain:
-			switch op.Type {
-			case history.OK:
-				a.drain = "complete"
-			case history.Fail, history.Info:
-				if a.drain != "complete" {
-					a.drain = "timed-out"
-				}
-			}
-			continue
-		case history.Fault:
-			if op.Type == history.Invoke {
-				a.counts.Faults++
-			}
-			continue
-		case history.Crash:
-			if op.Type != history.Invoke {
-				a.counts.Crashes++
-			}
-			continue
-		case history.Restart:
-			if op.Type != history.Invoke {
-				a.counts.Restarts++
-			}
-			continue
-		case history.FinalRead:
-			if v.Table == "" {
-				switch op.Type {
-				case history.Invoke:
-					if a.final != "complete" {
-						a.final = "incomplete"
-					}
-				case history.OK:
-					a.final = "complete"
-				case history.Fail, history.Info:
-					if a.final != "complete" {
-						a.final = "failed"
-					}
-				}
-				continue
-			}
-		}
-		if v.Event == "" {
-			continue
-		}
-		ei, e := a.event(v)
-		switch op.F {
-		case history.Commit:
-			switch op.Type {
-			case history.Invoke:
-				e.flags |= cInvoke
-				if e.flags&cTimeSet == 0 {
-					e.commitTime, e.flags = op.Time, e.flags|cTimeSet
-				}
-			case history.OK:
-				e.flags |= cOK | cTimeSet
-				e.commitTime = op.Time
-			case history.Fail:
-				e.flags |= cFail
-			case history.Info:
-				e.flags |= cInfo
-			}
-			if e.flags&cTimeSet == 0 {
-				e.commitTime, e.flags = op.Time, e.flags|cTimeSet
-			}
-			continue
-		case history.Publish:
-			e.flags |= cObserved
-			if op.Type == history.OK {
-				e.flags |= cPublished
-			}
-			continue
-		case history.FinalRead:
-			if op.Type != history.OK {
-				continue
-			}
-			e.flags |= cObserved
-			switch v.Table {
-			case history.TableOutbox:
-				if v.Published {
-					e.flags |= cPublished
-				}
-			case history.TableEffects:
-				_, s := a.subIdx(v.Consumer)
-				se := s.at(ei)
-				se.effects++
-				a.resolve(se, op.Time, 0)
-			case history.TableInbox:
-				_, s := a.subIdx(v.Consumer)
-				s.at(ei).flags |= sInbox
-			case history.TableDLQ:
-				_, s := a.subIdx(v.Consumer)
-				a.resolve(s.at(ei), op.Time, sDLQ)
-			}
-			continue
-		case history.Deliver, history.Apply, history.SkipStale, history.Ack, history.DLQ:
-		default:
-			continue
-		}
-		e.flags |= cObserved
-		si, s := a.subIdx(v.Consumer)
-		se := s.at(ei)
-		switch op.F {
-		case history.Deliver:
-			if op.Type == history.OK {
-				se.deliveries++
-			}
-		case history.Apply:
-			a.apply(op, ei, e, si, s, se)
-		case history.SkipStale:
-			if op.Type == history.OK {
-				a.resolve(se, op.Time, sSkipped)
-			}
-		case history.Ack:
-			if op.Type == history.OK {
-				se.flags |= sAcked
-			}
-		case history.DLQ:
-			if op.Type == history.OK {
-				a.resolve(se, op.Time, sDLQ)
-			}
+		if s.owner(&op.Value) == s.id {
+			s.op(op, s.base+int64(i))
 		}
 	}
 }
 
-func (a *analyzer) resolve(se *subEvent, t int64, flag uint8) {
+func (s *shard) op(op *history.Op, pos int64) {
+	s.series.op(op)
+	v := &op.Value
+	switch op.F {
+	case history.Setup:
+		for _, name := range v.Subscriptions {
+			_, sub := s.sub(name)
+			sub.declared = true
+		}
+		return
+	case history.Drain:
+		switch op.Type {
+		case history.OK:
+			s.drain = "complete"
+		case history.Fail, history.Info:
+			if s.drain != "complete" {
+				s.drain = "timed-out"
+			}
+		}
+		return
+	case history.Fault:
+		if op.Type == history.Invoke {
+			s.faults++
+		}
+		return
+	case history.Crash:
+		if op.Type != history.Invoke {
+			s.crashes++
+		}
+		return
+	case history.Restart:
+		if op.Type != history.Invoke {
+			s.restarts++
+		}
+		return
+	case history.FinalRead:
+		if v.Table == "" {
+			switch op.Type {
+			case history.Invoke:
+				if s.final != "complete" {
+					s.final = "incomplete"
+				}
+			case history.OK:
+				s.final = "complete"
+			case history.Fail, history.Info:
+				if s.final != "complete" {
+					s.final = "failed"
+				}
+			}
+			return
+		}
+	}
+	if v.Event == "" {
+		return
+	}
+	ei, e := s.event(v, pos)
+	switch op.F {
+	case history.Commit:
+		switch op.Type {
+		case history.Invoke:
+			e.flags |= cInvoke
+		case history.OK:
+			e.flags |= cOK | cTimeSet
+			e.commitTime = op.Time
+		case history.Fail:
+			e.flags |= cFail
+		case history.Info:
+			e.flags |= cInfo
+		}
+		if e.flags&cTimeSet == 0 {
+			e.commitTime, e.flags = op.Time, e.flags|cTimeSet
+		}
+		return
+	case history.Publish:
+		e.flags |= cObserved
+		if op.Type == history.OK {
+			e.flags |= cPublished
+		}
+		return
+	case history.FinalRead:
+		if op.Type != history.OK {
+			return
+		}
+		e.flags |= cObserved
+		switch v.Table {
+		case history.TableOutbox:
+			if v.Published {
+				e.flags |= cPublished
+			}
+		case history.TableEffects:
+			_, sub := s.sub(v.Consumer)
+			se := sub.at(ei)
+			se.effects++
+			resolve(se, op.Time, 0)
+		case history.TableInbox:
+			_, sub := s.sub(v.Consumer)
+			sub.at(ei).flags |= sInbox
+		case history.TableDLQ:
+			_, sub := s.sub(v.Consumer)
+			resolve(sub.at(ei), op.Time, sDLQ)
+		}
+		return
+	case history.Deliver, history.Apply, history.SkipStale, history.Ack, history.DLQ:
+	default:
+		return
+	}
+	e.flags |= cObserved
+	si, sub := s.sub(v.Consumer)
+	se := sub.at(ei)
+	switch op.F {
+	case history.Deliver:
+		if op.Type == history.OK {
+			se.deliveries++
+		}
+	case history.Apply:
+		s.apply(op, pos, ei, e, si, se)
+	case history.SkipStale:
+		if op.Type == history.OK {
+			resolve(se, op.Time, sSkipped)
+		}
+	case history.Ack:
+		if op.Type == history.OK {
+			se.flags |= sAcked
+		}
+	case history.DLQ:
+		if op.Type == history.OK {
+			resolve(se, op.Time, sDLQ)
+		}
+	}
+}
+
+func resolve(se *subEvent, t int64, flag uint8) {
 	se.flags |= flag
 	if se.flags&sResolved == 0 {
 		se.flags |= sResolved
@@ -394,52 +466,33 @@ func (a *analyzer) resolve(se *subEvent, t int64, flag uint8) {
 	}
 }
 
-func (a *analyzer) apply(op *history.Op, ei int32, e *event, si int32, s *subscription, se *subEvent) {
+func (s *shard) apply(op *history.Op, pos int64, ei int32, e *event, si int32, se *subEvent) {
+	pk := pendKey{op.Process, ei}
+	switch op.Type {
+	case history.Invoke:
+		s.pending[pk] = pos
+		return
+	case history.Fail, history.Info:
+		delete(s.pending, pk)
+		return
+	}
+	inv := pos
+	if p, ok := s.pending[pk]; ok {
+		inv = p
+		delete(s.pending, pk)
+	}
+	se.applies++
+	if se.applies > 1 {
+		return
+	}
+	resolve(se, op.Time, 0)
 	version := op.Value.Version
 	if version == 0 {
 		version = e.version
 	}
-	var maxDone *int64
-	if e.key >= 0 && version > 0 {
-		maxDone = s.maxDoneAt(e.key)
-	}
-	switch op.Type {
-	case history.Invoke:
-		p := pendingApply{event: ei, sub: si, snapshot: -1}
-		if maxDone != nil {
-			p.snapshot = *maxDone
-		}
-		a.pending[op.Process] = p
-		return
-	case history.Fail, history.Info:
-		delete(a.pending, op.Process)
-		return
-	}
-	snapshot := int64(-1)
-	if maxDone != nil {
-		snapshot = *maxDone
-	}
-	if p, ok := a.pending[op.Process]; ok {
-		delete(a.pending, op.Process)
-		if p.event == ei && p.sub == si {
-			snapshot = p.snapshot
-		}
-	}
-	first := se.applies == 0
-	se.applies++
-	if !first {
-		return
-	}
-	a.resolve(se, op.Time, 0)
-	if maxDone != nil {
-		if version < snapshot {
-			a.findings = append(a.findings, finding{kind: OrderRegression, sub: si, event: ei,
-				detail: "version " + strconv.FormatInt(version, 10) + " applied after version " + strconv.FormatInt(snapshot, 10)})
-		}
-		*maxDone = max(*maxDone, version)
-	}
+	s.applies = append(s.applies, applyRec{sub: si, event: ei, inv: inv, ok: pos, version: version})
 	if e.flags&cTimeSet != 0 {
-		a.series.latency(op.Time, op.Time-e.commitTime)
+		s.series.latency(op.Time, op.Time-e.commitTime)
 	}
 }
 
@@ -457,14 +510,183 @@ func boundary(e *event, se *subEvent) Boundary {
 	return Committed
 }
 
+// ref locates an event in its shard.
+type ref struct {
+	shard uint8
+	local int32
+}
+
+// gsub is a subscription across shards.
+type gsub struct {
+	name     string
+	declared bool
+	parts    []*subscription // per shard, nil where the shard never saw it
+}
+
+// view is the merged state of all shards, events in order of first
+// appearance.
+type view struct {
+	events   []event
+	refs     []ref
+	keyNames []string
+	subs     []*gsub // sorted by name
+	findings []finding
+}
+
+func (v *view) se(s *gsub, i int) subEvent {
+	r := v.refs[i]
+	p := s.parts[r.shard]
+	if p == nil || int(r.local) >= len(p.ev) {
+		return subEvent{}
+	}
+	return p.ev[r.local]
+}
+
+// merge stops the shards and builds the view.
+func (a *analyzer) merge() *view {
+	a.stop()
+	v := &view{}
+	// Events: each shard's are in first-appearance order; merge them.
+	total := 0
+	for _, s := range a.shards {
+		total += len(s.events)
+	}
+	v.events = make([]event, 0, total)
+	v.refs = make([]ref, 0, total)
+	next := make([]int, len(a.shards))
+	globalKey := map[string]int32{}
+	keyMap := make([][]int32, len(a.shards))
+	for si, s := range a.shards {
+		keyMap[si] = make([]int32, len(s.keyNames))
+		for k, name := range s.keyNames {
+			g, ok := globalKey[name]
+			if !ok {
+				g = int32(len(v.keyNames))
+				globalKey[name] = g
+				v.keyNames = append(v.keyNames, name)
+			}
+			keyMap[si][k] = g
+		}
+	}
+	localToGlobal := make([][]int32, len(a.shards))
+	for si, s := range a.shards {
+		localToGlobal[si] = make([]int32, len(s.events))
+	}
+	for len(v.events) < total {
+		best := -1
+		for si, s := range a.shards {
+			if next[si] < len(s.events) && (best < 0 || s.events[next[si]].firstPos < a.shards[best].events[next[best]].firstPos) {
+				best = si
+			}
+		}
+		e := a.shards[best].events[next[best]]
+		if e.key >= 0 {
+			e.key = keyMap[best][e.key]
+		}
+		localToGlobal[best][next[best]] = int32(len(v.events))
+		v.events = append(v.events, e)
+		v.refs = append(v.refs, ref{shard: uint8(best), local: int32(next[best])})
+		next[best]++
+	}
+	// Subscriptions by name.
+	byName := map[string]*gsub{}
+	add := func(name string) *gsub {
+		g, ok := byName[name]
+		if !ok {
+			g = &gsub{name: name, parts: make([]*subscription, len(a.shards))}
+			byName[name] = g
+			v.subs = append(v.subs, g)
+		}
+		return g
+	}
+	for _, name := range a.opts.Guarantees.Subscriptions {
+		add(name).declared = true
+	}
+	for si, s := range a.shards {
+		for _, sub := range s.subs {
+			g := add(sub.name)
+			g.parts[si] = sub
+			g.declared = g.declared || sub.declared
+		}
+	}
+	slices.SortFunc(v.subs, func(x, y *gsub) int { return cmpString(x.name, y.name) })
+	subIndex := map[string]int32{}
+	for i, g := range v.subs {
+		subIndex[g.name] = int32(i)
+	}
+	// Order regressions: per subscription and key, a first effect whose
+	// apply began after the first effect of a higher version completed.
+	var recs []applyRec
+	for si, s := range a.shards {
+		for _, r := range s.applies {
+			e := &s.events[r.event]
+			if e.key < 0 || r.version <= 0 {
+				continue
+			}
+			r.sub = subIndex[s.subs[r.sub].name]
+			r.event = localToGlobal[si][r.event]
+			recs = append(recs, r)
+		}
+	}
+	slices.SortFunc(recs, func(x, y applyRec) int {
+		if x.sub != y.sub {
+			return int(x.sub - y.sub)
+		}
+		kx, ky := v.events[x.event].key, v.events[y.event].key
+		if kx != ky {
+			return int(kx - ky)
+		}
+		return cmpInt(x.ok, y.ok)
+	})
+	for i := 0; i < len(recs); {
+		j := i
+		for j < len(recs) && recs[j].sub == recs[i].sub && v.events[recs[j].event].key == v.events[recs[i].event].key {
+			j++
+		}
+		v.regressions(recs[i:j])
+		i = j
+	}
+	return v
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// regressions finds the order regressions among the first effects of one
+// subscription and key, sorted by completion.
+func (v *view) regressions(recs []applyRec) {
+	prefixMax := make([]int64, len(recs))
+	m := int64(0)
+	for i, r := range recs {
+		m = max(m, r.version)
+		prefixMax[i] = m
+	}
+	for _, r := range recs {
+		// Effects completed before r's apply began: recs[:n].
+		n, _ := slices.BinarySearchFunc(recs, r.inv, func(x applyRec, inv int64) int { return cmpInt(x.ok, inv) })
+		if n > 0 && prefixMax[n-1] > r.version {
+			v.findings = append(v.findings, finding{kind: OrderRegression, sub: r.sub, event: r.event,
+				detail: "version " + strconv.FormatInt(r.version, 10) + " applied after version " + strconv.FormatInt(prefixMax[n-1], 10)})
+		}
+	}
+}
+
 func (a *analyzer) finish(replay func(func([]history.Op) error) error) *Result {
+	v := a.merge()
 	g := a.opts.Guarantees
-	established := a.drain == "complete" && a.final == "complete"
-	// Run-wide counts and commit classification.
-	c := &a.counts
-	c.Events = int64(len(a.events))
-	for i := range a.events {
-		e := &a.events[i]
+	s0 := a.shards[0]
+	drain, final := s0.drain, s0.final
+	established := drain == "complete" && final == "complete"
+	c := Counts{Ops: a.ops, Events: int64(len(v.events)), Faults: s0.faults, Crashes: s0.crashes, Restarts: s0.restarts}
+	for i := range v.events {
+		e := &v.events[i]
 		if e.flags&(cInvoke|cOK|cFail|cInfo) != 0 {
 			c.Attempted++
 		}
@@ -475,10 +697,10 @@ func (a *analyzer) finish(replay func(func([]history.Op) error) error) *Result {
 			c.Indeterminate++
 			if e.flags&cObserved != 0 {
 				c.Recovered++
-				a.findings = append(a.findings, finding{kind: Recovered, sub: -1, event: int32(i)})
+				v.findings = append(v.findings, finding{kind: Recovered, sub: -1, event: int32(i)})
 			} else {
 				c.InDoubt++
-				a.findings = append(a.findings, finding{kind: InDoubt, sub: -1, event: int32(i)})
+				v.findings = append(v.findings, finding{kind: InDoubt, sub: -1, event: int32(i)})
 			}
 		case e.flags&cFail != 0:
 			c.Failed++
@@ -493,49 +715,37 @@ func (a *analyzer) finish(replay func(func([]history.Op) error) error) *Result {
 			}
 		}
 	}
-	// Subscriptions in name order; findings refer to the original indexes.
-	order := make([]int32, len(a.subs))
-	for i := range order {
-		order[i] = int32(i)
-	}
-	slices.SortFunc(order, func(x, y int32) int { return cmpString(a.subs[x].name, a.subs[y].name) })
-	stats := make([]SubscriptionStats, 0, len(a.subs))
-	for _, si := range order {
-		s := a.subs[si]
+	stats := make([]SubscriptionStats, 0, len(v.subs))
+	for si, s := range v.subs {
 		st := SubscriptionStats{Name: s.name, Declared: s.declared}
-		for i := range a.events {
-			e := &a.events[i]
-			var se subEvent
-			if i < len(s.ev) {
-				se = s.ev[i]
-			}
-			a.judge(&st, int32(i), e, si, &se, established)
+		for i := range v.events {
+			se := v.se(s, i)
+			v.judge(&st, int32(i), &v.events[i], int32(si), &se, established)
 		}
 		stats = append(stats, st)
 	}
 	r := &Result{
 		Guarantees:    g,
-		Facts:         Facts{Drain: a.drain, FinalRead: a.final, Cuts: nonNil(a.cuts)},
-		Counts:        a.counts,
+		Facts:         Facts{Drain: drain, FinalRead: final, Cuts: nonNil(a.cuts)},
+		Counts:        c,
 		Subscriptions: stats,
 		Reasons:       []string{},
 	}
-	a.group(r, order)
-	a.examples(r, replay)
-	r.Series = a.series.build(a, order)
-	// Verdict.
+	v.group(r, a.opts)
+	v.examples(r, a.opts, replay)
+	r.Series = buildSeries(a.shards, v)
 	for _, an := range r.Anomalies {
 		if an.Fatal {
 			r.Reasons = append(r.Reasons, fmt.Sprintf("%d %s in %s", an.Count, an.Kind, an.Subscription))
 		}
 	}
-	if a.drain != "complete" {
-		r.Reasons = append(r.Reasons, "drain "+a.drain)
+	if drain != "complete" {
+		r.Reasons = append(r.Reasons, "drain "+drain)
 	}
-	if a.final != "complete" {
-		r.Reasons = append(r.Reasons, "final read "+a.final)
+	if final != "complete" {
+		r.Reasons = append(r.Reasons, "final read "+final)
 	}
-	if c.Committed > 0 && len(a.subs) == 0 {
+	if c.Committed > 0 && len(v.subs) == 0 {
 		r.Reasons = append(r.Reasons, "no subscriptions declared or observed")
 		established = false
 	}
@@ -551,9 +761,9 @@ func (a *analyzer) finish(replay func(func([]history.Op) error) error) *Result {
 }
 
 // judge classifies what subscription si did with event ei.
-func (a *analyzer) judge(st *SubscriptionStats, ei int32, e *event, si int32, se *subEvent, established bool) {
+func (v *view) judge(st *SubscriptionStats, ei int32, e *event, si int32, se *subEvent, established bool) {
 	add := func(k Kind, b Boundary) {
-		a.findings = append(a.findings, finding{kind: k, sub: si, event: ei, boundary: b})
+		v.findings = append(v.findings, finding{kind: k, sub: si, event: ei, boundary: b})
 	}
 	effects := max(se.applies, se.effects)
 	st.Deliveries += int64(se.deliveries)
@@ -635,18 +845,9 @@ var boundaryOrder = []Boundary{Committed, Published, Delivered, Applied, Acked}
 
 // group turns findings into Anomalies and Shown, sorted by kind,
 // subscription name, then event first appearance.
-func (a *analyzer) group(r *Result, order []int32) {
-	subRank := make([]int, len(a.subs))
-	for rank, si := range order {
-		subRank[si] = rank
-	}
-	rank := func(f *finding) int {
-		if f.sub < 0 {
-			return -1
-		}
-		return subRank[f.sub]
-	}
-	slices.SortFunc(a.findings, func(x, y finding) int {
+func (v *view) group(r *Result, opts Options) {
+	rank := func(f *finding) int { return int(f.sub) }
+	slices.SortFunc(v.findings, func(x, y finding) int {
 		if d := kindRank[x.kind] - kindRank[y.kind]; d != 0 {
 			return d
 		}
@@ -656,21 +857,21 @@ func (a *analyzer) group(r *Result, order []int32) {
 		return int(x.event) - int(y.event)
 	})
 	r.Anomalies, r.Shown = []Anomaly{}, []Anomaly{}
-	for i := 0; i < len(a.findings); {
+	for i := 0; i < len(v.findings); {
 		j := i
-		for j < len(a.findings) && a.findings[j].kind == a.findings[i].kind && a.findings[j].sub == a.findings[i].sub {
+		for j < len(v.findings) && v.findings[j].kind == v.findings[i].kind && v.findings[j].sub == v.findings[i].sub {
 			j++
 		}
-		fs := a.findings[i:j]
+		fs := v.findings[i:j]
 		f0 := fs[0]
 		an := Anomaly{Kind: f0.kind, Count: len(fs), Events: []string{}}
 		if f0.sub >= 0 {
-			an.Subscription = a.subs[f0.sub].name
+			an.Subscription = v.subs[f0.sub].name
 		}
 		var byBoundary [5]int
 		for n, f := range fs {
-			if n < a.opts.MaxEvents {
-				an.Events = append(an.Events, a.events[f.event].id)
+			if n < opts.MaxEvents {
+				an.Events = append(an.Events, v.events[f.event].id)
 			}
 			if f.boundary != "" {
 				byBoundary[slices.Index(boundaryOrder, f.boundary)]++
@@ -685,11 +886,11 @@ func (a *analyzer) group(r *Result, order []int32) {
 		}
 		if slices.Contains(AnomalyKinds, f0.kind) {
 			an.Fatal = r.Guarantees.Fatal(f0.kind)
-			for _, f := range fs[:min(len(fs), a.opts.MaxExamples)] {
-				e := &a.events[f.event]
+			for _, f := range fs[:min(len(fs), opts.MaxExamples)] {
+				e := &v.events[f.event]
 				ex := Example{Event: e.id, Source: e.source, Version: e.version, Boundary: f.boundary, Detail: f.detail, Ops: []history.Op{}}
 				if e.key >= 0 {
-					ex.Key = a.keyNames[e.key]
+					ex.Key = v.keyNames[e.key]
 				}
 				an.Examples = append(an.Examples, ex)
 			}
@@ -703,7 +904,7 @@ func (a *analyzer) group(r *Result, order []int32) {
 
 // examples fills each example with its ops by replaying the history. It
 // only replays when there is an anomaly to show.
-func (a *analyzer) examples(r *Result, replay func(func([]history.Op) error) error) {
+func (v *view) examples(r *Result, opts Options, replay func(func([]history.Op) error) error) {
 	type slot struct {
 		ex  *Example
 		sub string
@@ -721,7 +922,10 @@ func (a *analyzer) examples(r *Result, replay func(func([]history.Op) error) err
 	if len(want) == 0 {
 		return
 	}
+	pos := int64(0)
 	_ = replay(func(ops []history.Op) error {
+		base := pos
+		pos += int64(len(ops))
 		for i := range ops {
 			op := &ops[i]
 			if op.Value.Event == "" {
@@ -736,8 +940,10 @@ func (a *analyzer) examples(r *Result, replay func(func([]history.Op) error) err
 				if c == "" && subscribed(op) {
 					c = defaultSubscription
 				}
-				if (c == "" || c == s.sub) && len(s.ex.Ops) < a.opts.MaxOps {
-					s.ex.Ops = append(s.ex.Ops, *op)
+				if (c == "" || c == s.sub) && len(s.ex.Ops) < opts.MaxOps {
+					o := *op
+					o.Index = base + int64(i) // the position, as ScanFiles numbers it
+					s.ex.Ops = append(s.ex.Ops, o)
 				}
 			}
 		}

@@ -1,7 +1,11 @@
 package checker
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -516,4 +520,46 @@ func TestPropertyPlantedAnomalyIsFoundAlone(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestPropertyDeterministic: the same history gives byte-identical
+// results whatever the number of shards, in memory or from a file.
+func TestPropertyDeterministic(t *testing.T) {
+	defer func(n int) { shards = n }(shards)
+	dir := t.TempDir()
+	rapid.Check(t, func(t *rapid.T) {
+		g := genCorrect(t)
+		h := g.h
+		kind := rapid.SampledFrom(append([]Kind{""}, AnomalyKinds...)).Draw(t, "plant")
+		if kind != "" {
+			if ph, _, ok := plants[kind](t, g); ok {
+				h = ph
+			}
+		}
+		var want []byte
+		for _, n := range []int{1, 2, 3} {
+			shards = n
+			got, err := json.Marshal(Check(h, Options{Guarantees: strict}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want == nil {
+				want = got
+			} else if !bytes.Equal(got, want) {
+				t.Fatalf("%d shards:\n%s\nwant\n%s", n, got, want)
+			}
+		}
+		p := filepath.Join(dir, "h.jsonl")
+		if err := os.WriteFile(p, []byte(dump(h)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r, err := CheckFiles([]string{p}, Options{Guarantees: strict})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := json.Marshal(r)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("CheckFiles:\n%s\nwant\n%s", got, want)
+		}
+	})
 }

@@ -62,7 +62,6 @@ type seriesAcc struct {
 	fs      []history.F
 	perSec  [][maxFs * typesPerRow]int64
 	lat     [][]int64 // per second of apply time
-	lastSec int
 }
 
 func secondOf(t int64) int {
@@ -90,7 +89,6 @@ func (s *seriesAcc) op(op *history.Op) {
 	for sec >= len(s.perSec) {
 		s.perSec = append(s.perSec, [maxFs * typesPerRow]int64{})
 	}
-	s.lastSec = max(s.lastSec, sec)
 	t := int(op.Type) - 1
 	if t < 0 || t >= typesPerRow {
 		return
@@ -106,41 +104,70 @@ func (s *seriesAcc) latency(t, d int64) {
 	s.lat[sec] = append(s.lat[sec], d)
 }
 
-func (s *seriesAcc) build(a *analyzer, order []int32) Series {
-	seconds := s.lastSec + 1
-	for _, e := range a.events {
+// buildSeries merges the shards' accumulators into the report series.
+func buildSeries(shards []*shard, v *view) Series {
+	// Merge per-second counts by f name.
+	var fs []history.F
+	fIdx := map[history.F]int{}
+	seconds := 0
+	for _, sh := range shards {
+		for _, f := range sh.series.fs {
+			if _, ok := fIdx[f]; !ok {
+				fIdx[f] = len(fs)
+				fs = append(fs, f)
+			}
+		}
+		seconds = max(seconds, len(sh.series.perSec), len(sh.series.lat))
+	}
+	for i := range v.events {
+		e := &v.events[i]
 		if e.flags&cTimeSet != 0 {
 			seconds = max(seconds, secondOf(e.commitTime)+1)
 		}
 	}
+	seconds = max(seconds, 1)
 	width := (seconds + MaxBuckets - 1) / MaxBuckets
 	n := (seconds + width - 1) / width
 	out := Series{BucketNanos: int64(width) * second, Buckets: n, Throughput: []Rate{}, Latency: []LatencyPoint{}, Unseen: []Curve{}}
 	bucket := func(t int64) int { return secondOf(t) / width }
 
-	// Throughput, rows sorted by f name then type.
-	for fi := range maxFs {
-		if fi >= len(s.fs) && fi != maxFs-1 {
-			continue
-		}
-		f := otherF
-		if fi < len(s.fs) {
-			f = s.fs[fi]
-		}
-		for t := range typesPerRow {
-			counts := make([]int64, n)
-			total := int64(0)
-			for sec := range s.perSec {
-				c := s.perSec[sec][fi*typesPerRow+t]
-				counts[sec/width] += c
-				total += c
+	type row struct {
+		f history.F
+		t history.Type
+	}
+	counts := map[row][]int64{}
+	lat := make([][]int64, n)
+	for _, sh := range shards {
+		acc := &sh.series
+		for fi := range maxFs {
+			f := otherF
+			if fi < len(acc.fs) {
+				f = acc.fs[fi]
+			} else if fi != maxFs-1 {
+				continue
 			}
-			if total > 0 {
-				out.Throughput = append(out.Throughput, Rate{F: f, Type: history.Type(t + 1), Counts: counts})
+			for t := range typesPerRow {
+				for sec := range acc.perSec {
+					c := acc.perSec[sec][fi*typesPerRow+t]
+					if c == 0 {
+						continue
+					}
+					k := row{f, history.Type(t + 1)}
+					if counts[k] == nil {
+						counts[k] = make([]int64, n)
+					}
+					counts[k][sec/width] += c
+				}
 			}
+		}
+		for sec, ls := range acc.lat {
+			lat[sec/width] = append(lat[sec/width], ls...)
 		}
 	}
-	slices.SortStableFunc(out.Throughput, func(x, y Rate) int {
+	for k, c := range counts {
+		out.Throughput = append(out.Throughput, Rate{F: k.f, Type: k.t, Counts: c})
+	}
+	slices.SortFunc(out.Throughput, func(x, y Rate) int {
 		if c := cmpString(string(x.F), string(y.F)); c != 0 {
 			return c
 		}
@@ -148,11 +175,7 @@ func (s *seriesAcc) build(a *analyzer, order []int32) Series {
 	})
 
 	// Latency percentiles.
-	for b := range n {
-		var ls []int64
-		for sec := b * width; sec < min((b+1)*width, len(s.lat)); sec++ {
-			ls = append(ls, s.lat[sec]...)
-		}
+	for b, ls := range lat {
 		if len(ls) == 0 {
 			continue
 		}
@@ -163,21 +186,17 @@ func (s *seriesAcc) build(a *analyzer, order []int32) Series {
 
 	// Unseen: committed by the end of the bucket minus resolved by then.
 	committed := make([]int64, n)
-	for i := range a.events {
-		e := &a.events[i]
+	for i := range v.events {
+		e := &v.events[i]
 		if e.committed() && e.flags&cTimeSet != 0 {
 			committed[bucket(e.commitTime)]++
 		}
 	}
-	for _, si := range order {
-		sub := a.subs[si]
+	for _, sub := range v.subs {
 		resolved := make([]int64, n)
-		for i := range a.events {
-			if i >= len(sub.ev) {
-				break
-			}
-			e := &a.events[i]
-			se := &sub.ev[i]
+		for i := range v.events {
+			e := &v.events[i]
+			se := v.se(sub, i)
 			if se.flags&sResolved != 0 && e.committed() && e.flags&cTimeSet != 0 {
 				resolved[min(n-1, max(bucket(se.resolved), bucket(e.commitTime)))]++
 			}
