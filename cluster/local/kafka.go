@@ -39,8 +39,8 @@ const (
 	installMaven = "apt-get install -y maven"
 	// kafkaNodeID is the single node's id, broker and controller at once.
 	kafkaNodeID = 1
-	// kafkaStartTimeout bounds Start when the caller's context has no
-	// deadline: a broker that is not up in this long will not come up.
+	// kafkaStartTimeout bounds the wait for readiness when the caller's
+	// context has no deadline: a broker not up in this long will not come up.
 	kafkaStartTimeout = 2 * time.Minute
 	// kafkaStopTimeout bounds a graceful stop before it turns into a kill.
 	kafkaStopTimeout = 30 * time.Second
@@ -85,7 +85,9 @@ type Kafka struct {
 
 	mu      sync.Mutex
 	running string // exact version, set once Start succeeded
-	prep    *kafkaPrep
+
+	prepMu sync.Mutex // held while fetching and preparing, which can take long
+	prep   *kafkaPrep
 }
 
 // NewKafka prepares a broker on free ports in a fresh temp dir. Nothing
@@ -155,11 +157,6 @@ func (k *Kafka) Version() string {
 // readiness does not depend on the advertised address being reachable
 // (its proxy may not be up yet).
 func (k *Kafka) Start(ctx context.Context) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, kafkaStartTimeout)
-		defer cancel()
-	}
 	prep, err := k.prepare(ctx)
 	if err != nil {
 		return fmt.Errorf("start kafka: %w", err)
@@ -167,15 +164,20 @@ func (k *Kafka) Start(ctx context.Context) error {
 	if err := k.format(prep); err != nil {
 		return fmt.Errorf("start kafka: %w", err)
 	}
-	p, err := k.launch(prep.brokerSpec(k.dir, k.heapMB, k.logPath, ""))
-	if err != nil {
-		return fmt.Errorf("start kafka: %w", err)
-	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Endpoint()), kgo.DialTimeout(time.Second))
 	if err != nil {
 		return fmt.Errorf("start kafka: %w", err)
 	}
 	defer cl.Close()
+	p, err := k.launch(prep.brokerSpec(k.dir, k.heapMB, k.logPath, ""))
+	if err != nil {
+		return fmt.Errorf("start kafka: %w", err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, kafkaStartTimeout)
+		defer cancel()
+	}
 	if err := k.waitReady(ctx, p, k.logPath, func(ctx context.Context) error { return probeKafka(ctx, cl) }); err != nil {
 		// Leave nothing half-started behind: a failed Start is stopped.
 		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -234,8 +236,8 @@ func (k *Kafka) Close() error { return k.closeBase(nil) }
 
 // prepare finds java and the jars and the per-machine cache, once per Kafka.
 func (k *Kafka) prepare(ctx context.Context) (*kafkaPrep, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
+	k.prepMu.Lock()
+	defer k.prepMu.Unlock()
 	if k.prep != nil {
 		return k.prep, nil
 	}
@@ -288,6 +290,8 @@ func writeKafkaConfig(dir, data string, port, brokerPort, ctrlPort int, advertis
 	props := fmt.Sprintf(`# Single-node KRaft: broker and controller in one process.
 process.roles=broker,controller
 node.id=%[1]d
+# A static quorum (not format --standalone): the formatted storage then
+# holds no address, so one format in the cache serves every broker.
 controller.quorum.voters=%[1]d@127.0.0.1:%[4]d
 controller.listener.names=CONTROLLER
 listeners=PLAINTEXT://127.0.0.1:%[2]d,BROKER://127.0.0.1:%[3]d,CONTROLLER://127.0.0.1:%[4]d
