@@ -128,7 +128,7 @@ func newRabbitMQ(b *base, server, epmdBin string) (*RabbitMQ, error) {
 	if err := r.prepareDirs(uid, gid); err != nil {
 		return nil, fmt.Errorf("rabbitmq: %w", err)
 	}
-	scripts, err := slimRabbitMQHome(filepath.Join(b.dir, "home"), server)
+	scripts, err := slimRabbitMQHome(filepath.Join(b.dir, "rabbitmq-home"), server)
 	if err != nil {
 		// Only a start-up optimisation: the full install works too.
 		b.log.Debug("using the full rabbitmq install", "reason", err)
