@@ -148,6 +148,8 @@ type applyRec struct {
 	version    int64
 }
 
+func byOK(x, y applyRec) int { return cmpInt(x.ok, y.ok) }
+
 type pendKey struct {
 	process string
 	event   int32
@@ -192,6 +194,8 @@ type shard struct {
 	pending  map[pendKey]int64
 	applies  []applyRec
 	series   seriesAcc
+	last     int32 // the event of the previous op, or -1
+	lastID   string
 	// Shard 0 only: ops without an event.
 	drain, final              string
 	faults, crashes, restarts int64
@@ -214,6 +218,7 @@ func newAnalyzer(opts Options) *analyzer {
 			pending:  make(map[pendKey]int64),
 			drain:    "missing",
 			final:    "missing",
+			last:     -1,
 		}
 		a.shards = append(a.shards, s)
 	}
@@ -270,7 +275,9 @@ func (s *shard) owner(v *history.Value) int {
 func (s *shard) event(v *history.Value, pos int64) (int32, *event) {
 	var i int32
 	var ok bool
-	if v.Source == "" {
+	if s.last >= 0 && v.Event == s.lastID && v.Source == s.events[s.last].source {
+		i, ok = s.last, true
+	} else if v.Source == "" {
 		i, ok = s.byID[v.Event]
 	} else {
 		i, ok = s.bySource[[2]string{v.Source, v.Event}]
@@ -284,6 +291,7 @@ func (s *shard) event(v *history.Value, pos int64) (int32, *event) {
 			s.bySource[[2]string{v.Source, v.Event}] = i
 		}
 	}
+	s.last, s.lastID = i, v.Event
 	e := &s.events[i]
 	if e.key < 0 && v.Key != "" {
 		k, ok := s.keys[v.Key]
@@ -319,9 +327,18 @@ func (s *shard) sub(name string) (int32, *subscription) {
 }
 
 func (s *shard) observe(ops []history.Op) {
+	// Ops of one event tend to come together: remember the last owner.
+	var lastEvent, lastSource string
+	lastOwner := -1
 	for i := range ops {
 		op := &ops[i]
-		if s.owner(&op.Value) == s.id {
+		v := &op.Value
+		owner := lastOwner
+		if owner < 0 || v.Event != lastEvent || v.Source != lastSource {
+			owner = s.owner(v)
+			lastEvent, lastSource, lastOwner = v.Event, v.Source, owner
+		}
+		if owner == s.id {
 			s.op(op, s.base+int64(i))
 		}
 	}
@@ -545,6 +562,9 @@ func (v *view) se(s *gsub, i int) subEvent {
 // merge stops the shards and builds the view.
 func (a *analyzer) merge() *view {
 	a.stop()
+	for _, s := range a.shards {
+		s.byID, s.bySource, s.keys, s.pending = nil, nil, nil, nil
+	}
 	v := &view{}
 	// Events: each shard's are in first-appearance order; merge them.
 	total := 0
@@ -616,35 +636,60 @@ func (a *analyzer) merge() *view {
 	}
 	// Order regressions: per subscription and key, a first effect whose
 	// apply began after the first effect of a higher version completed.
-	var recs []applyRec
+	// Counting sort by (subscription, key); each bucket is then sorted by
+	// completion (it already nearly is: shards append in history order).
+	nk := len(v.keyNames)
+	usable := func(s *shard, r *applyRec) bool { return s.events[r.event].key >= 0 && r.version > 0 }
+	subIndexOf := make([][]int32, len(a.shards))
 	for si, s := range a.shards {
-		for _, r := range s.applies {
-			e := &s.events[r.event]
-			if e.key < 0 || r.version <= 0 {
-				continue
-			}
-			r.sub = subIndex[s.subs[r.sub].name]
-			r.event = localToGlobal[si][r.event]
-			recs = append(recs, r)
+		subIndexOf[si] = make([]int32, len(s.subs))
+		for i, sub := range s.subs {
+			subIndexOf[si][i] = subIndex[sub.name]
 		}
 	}
-	slices.SortFunc(recs, func(x, y applyRec) int {
-		if x.sub != y.sub {
-			return int(x.sub - y.sub)
+	bucketOf := func(si int, s *shard, r *applyRec) int {
+		return int(subIndexOf[si][r.sub])*nk + int(keyMap[si][s.events[r.event].key])
+	}
+	starts := make([]int32, len(v.subs)*nk+1)
+	n := 0
+	for si, s := range a.shards {
+		for i := range s.applies {
+			if r := &s.applies[i]; usable(s, r) {
+				starts[bucketOf(si, s, r)+1]++
+				n++
+			}
 		}
-		kx, ky := v.events[x.event].key, v.events[y.event].key
-		if kx != ky {
-			return int(kx - ky)
+	}
+	if n > 0 {
+		for i := 1; i < len(starts); i++ {
+			starts[i] += starts[i-1]
 		}
-		return cmpInt(x.ok, y.ok)
-	})
-	for i := 0; i < len(recs); {
-		j := i
-		for j < len(recs) && recs[j].sub == recs[i].sub && v.events[recs[j].event].key == v.events[recs[i].event].key {
-			j++
+		sorted := make([]applyRec, n)
+		fill := slices.Clone(starts)
+		for si, s := range a.shards {
+			for i := range s.applies {
+				r := s.applies[i]
+				if !usable(s, &r) {
+					continue
+				}
+				b := bucketOf(si, s, &r)
+				r.sub = int32(b / max(nk, 1))
+				r.event = localToGlobal[si][r.event]
+				sorted[fill[b]] = r
+				fill[b]++
+			}
+			s.applies = nil
 		}
-		v.regressions(recs[i:j])
-		i = j
+		for b := 0; b+1 < len(starts); b++ {
+			group := sorted[starts[b]:starts[b+1]]
+			if len(group) < 2 {
+				continue
+			}
+			if !slices.IsSortedFunc(group, byOK) {
+				slices.SortStableFunc(group, byOK)
+			}
+			v.regressions(group)
+		}
 	}
 	return v
 }

@@ -11,27 +11,41 @@ import (
 var errSlow = errors.New("history: fast path declined")
 
 // interner shares the bytes of low-cardinality strings (process, consumer,
-// key, ...) between ops. It stops growing at maxInterned entries.
+// key, ...) between ops. A small direct-mapped cache answers most lookups
+// without hashing into the map, which stops growing at maxInterned entries.
 type interner struct {
-	m map[string]string
+	m     map[string]string
+	cache [internCache]string
 }
 
-const maxInterned = 1 << 16
+const (
+	maxInterned = 1 << 16
+	internCache = 1 << 12
+)
 
 func (in *interner) get(b []byte) string {
 	if in == nil {
 		return string(b)
 	}
-	if s, ok := in.m[string(b)]; ok {
-		return s
+	h := uint32(len(b)) * 0x9e3779b1
+	for _, c := range b {
+		h = (h ^ uint32(c)) * 0x01000193
 	}
-	s := string(b)
-	if in.m == nil {
-		in.m = make(map[string]string)
+	slot := &in.cache[h>>(32-12)]
+	if *slot == string(b) {
+		return *slot
 	}
-	if len(in.m) < maxInterned {
-		in.m[s] = s
+	s, ok := in.m[string(b)]
+	if !ok {
+		s = string(b)
+		if in.m == nil {
+			in.m = make(map[string]string)
+		}
+		if len(in.m) < maxInterned {
+			in.m[s] = s
+		}
 	}
+	*slot = s
 	return s
 }
 
