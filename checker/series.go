@@ -59,9 +59,9 @@ const (
 
 // seriesAcc accumulates per-second counts while the history streams by.
 type seriesAcc struct {
-	fs      []history.F
-	perSec  [][maxFs * typesPerRow]int64
-	lat     [][]int64 // per second of apply time
+	fs     []history.F
+	perSec [][maxFs * typesPerRow]int64
+	lat    [][]int64 // per second of apply time
 }
 
 func secondOf(t int64) int {
