@@ -15,12 +15,12 @@ var errSlow = errors.New("history: fast path declined")
 // without hashing into the map, which stops growing at maxInterned entries.
 type interner struct {
 	m     map[string]string
-	cache [internCache]string
+	cache *[internCache]string // allocated on first use
 }
 
 const (
 	maxInterned = 1 << 16
-	internCache = 1 << 12
+	internCache = 1 << 15
 )
 
 func (in *interner) get(b []byte) string {
@@ -31,7 +31,10 @@ func (in *interner) get(b []byte) string {
 	for _, c := range b {
 		h = (h ^ uint32(c)) * 0x01000193
 	}
-	slot := &in.cache[h>>(32-12)]
+	if in.cache == nil {
+		in.cache = new([internCache]string)
+	}
+	slot := &in.cache[h>>(32-15)]
 	if *slot == string(b) {
 		return *slot
 	}
@@ -74,7 +77,7 @@ type decoder struct {
 }
 
 func (d *decoder) ws() {
-	for d.i < len(d.b) {
+	for d.i < len(d.b) && d.b[d.i] <= ' ' {
 		switch d.b[d.i] {
 		case ' ', '\t', '\r', '\n':
 			d.i++

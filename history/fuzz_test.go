@@ -19,7 +19,7 @@ func FuzzReadLine(f *testing.F) {
 	f.Add(`{"index":-0,"value":{"poison":true,"published":false,"subscriptions":[]}} x`)
 	f.Fuzz(func(t *testing.T, line string) {
 		var fast Op
-		d := decoder{b: []byte(line), in: &interner{}}
+		d := decoder{b: []byte(line)}
 		fastErr := d.op(&fast)
 		var slow Op
 		slowErr := json.Unmarshal([]byte(line), &slow)

@@ -172,7 +172,11 @@ func Read(r io.Reader, name string) (History, []Cut, error) {
 		return nil, nil, fmt.Errorf("history: read %s: %w", name, err)
 	}
 	c := &chunk{data: data, line: 1, last: true, ops: make([]Op, 0, len(data)/150+1)}
-	c.decode(name, &interner{})
+	var in *interner
+	if len(data) > 1<<16 {
+		in = &interner{}
+	}
+	c.decode(name, in)
 	f := fileReader{path: name}
 	if err := f.accept(c); err != nil {
 		return nil, f.cuts, err
