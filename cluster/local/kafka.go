@@ -313,6 +313,9 @@ transaction.state.log.num.partitions=5
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# A killed consumer's partitions stay unconsumed until its group session
+# expires; let clients ask for sessions as short as 1 s (default min 6 s).
+group.min.session.timeout.ms=1000
 controlled.shutdown.enable=true
 # After kill -9 the controller refuses the restarted broker's registration
 # (DUPLICATE_BROKER_REGISTRATION) until the dead incarnation's session

@@ -308,8 +308,12 @@ func (c *Consumer) tx(ctx context.Context, d *broker.Delivery, v history.Value) 
 	case NoInbox:
 	}
 	if c.cfg.Variant != NoVersionGuard {
-		// Lock the projection row (or its absence, via the insert below)
-		// so two workers cannot both pass the guard for one aggregate.
+		// Make sure the projection row exists, then lock it, so two
+		// workers handling one aggregate serialise here: the second
+		// waits for the first to commit and then sees its version.
+		if _, err := tx.Exec(ctx, `INSERT INTO projection (consumer, aggregateid, version) VALUES ($1, $2, 0) ON CONFLICT DO NOTHING`, sub, d.Key); err != nil {
+			return 0, fmt.Errorf("projection: %w", err)
+		}
 		var cur int64
 		err := tx.QueryRow(ctx, `SELECT version FROM projection WHERE consumer = $1 AND aggregateid = $2 FOR UPDATE`, sub, d.Key).Scan(&cur)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {

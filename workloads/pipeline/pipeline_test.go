@@ -2,8 +2,7 @@ package pipeline
 
 import (
 	"context"
-	"fmt"
-	"strings"
+	"strconv"
 	"testing"
 	"time"
 
@@ -14,11 +13,20 @@ import (
 // the history against g.
 func runPipeline(t *testing.T, cfg Config, d time.Duration, g checker.Guarantees) *checker.Result {
 	t.Helper()
+	res, _ := runPipelineWith(t, cfg, d, nil, g)
+	return res
+}
+
+// runPipelineWith is runPipeline with an action run during the workload;
+// it also returns the finished run for inspection.
+func runPipelineWith(t *testing.T, cfg Config, d time.Duration, during func(*testing.T, *Run), g checker.Guarantees) (*checker.Result, *Run) {
+	t.Helper()
 	cl := env.cluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if cfg.Name == "" {
-		cfg.Name = strings.NewReplacer("/", "_", "-", "_").Replace(strings.ToLower(t.Name())) + fmt.Sprintf("_%d", time.Now().UnixNano()%1e6)
+		// Unique and short: PostgreSQL cuts names at 63 bytes.
+		cfg.Name = "t_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
 	dir := t.TempDir()
 	r, err := Start(ctx, cl, dir, cfg, workerCmd(), nil)
@@ -26,8 +34,12 @@ func runPipeline(t *testing.T, cfg Config, d time.Duration, g checker.Guarantees
 		t.Fatal(err)
 	}
 	defer r.Close()
+	start := time.Now()
+	if during != nil {
+		during(t, r)
+	}
 	select {
-	case <-time.After(d):
+	case <-time.After(d - time.Since(start)):
 	case <-ctx.Done():
 	}
 	drained, err := r.Finish(ctx)
@@ -50,7 +62,7 @@ func runPipeline(t *testing.T, cfg Config, d time.Duration, g checker.Guarantees
 	for _, s := range res.Subscriptions {
 		t.Logf("  %s: %+v", s.Name, s)
 	}
-	return res
+	return res, r
 }
 
 func effectivelyOnce() checker.Guarantees {

@@ -286,6 +286,16 @@ func (s *Supervisor) PIDs() []int {
 	return out
 }
 
+// Stop asks one worker to stop ("stop" on stdin) and waits for it until
+// ctx ends, then kills it. It is not restarted.
+func (s *Supervisor) Stop(ctx context.Context, name string) error {
+	w, err := s.get(name)
+	if err != nil {
+		return err
+	}
+	return s.stopWorkers(ctx, []*worker{w})
+}
+
 // StopAll asks every worker to stop ("stop" on stdin, then stdin closed),
 // waits for them until ctx ends, then kills what is left.
 func (s *Supervisor) StopAll(ctx context.Context) error {
@@ -296,6 +306,12 @@ func (s *Supervisor) StopAll(ctx context.Context) error {
 		ws = append(ws, w)
 	}
 	s.mu.Unlock()
+	err := s.stopWorkers(ctx, ws)
+	s.wg.Wait()
+	return err
+}
+
+func (s *Supervisor) stopWorkers(ctx context.Context, ws []*worker) error {
 	for _, w := range ws {
 		w.mu.Lock()
 		w.stopping = true
@@ -324,6 +340,5 @@ func (s *Supervisor) StopAll(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("supervisor: %s did not stop in time; killed", w.name))
 		}
 	}
-	s.wg.Wait()
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/deliverycheck/deliverycheck/workloads/broker"
 )
@@ -105,7 +106,9 @@ func openPublisher(ctx context.Context, b Broker, mode string) (broker.Publisher
 func openSubscriber(ctx context.Context, b Broker, sub string) (broker.Subscriber, error) {
 	switch b.Kind {
 	case "kafka":
-		return broker.NewKafkaSubscriber(b.kafka(), b.qualify(sub), broker.KafkaSubscriberOptions{})
+		// A short session, so a crashed consumer's partitions move on
+		// quickly (the local broker allows sessions down to 1s).
+		return broker.NewKafkaSubscriber(b.kafka(), b.qualify(sub), broker.KafkaSubscriberOptions{SessionTimeout: 2 * time.Second})
 	case "rabbitmq":
 		return broker.NewRabbitSubscriber(b.rabbit(), b.qualify(sub))
 	}

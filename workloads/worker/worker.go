@@ -71,24 +71,33 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 	}
 	defer rec.Close()
 
-	fp := failpoint.NewSet(spec.Seed, func(n failpoint.Name, inFlight any) {
+	// Armed failpoints outlive the process: a term like kill(2) means two
+	// crashes in all, not two per incarnation, so what is left of it is
+	// kept next to the history file and reloaded after a restart.
+	state := spec.History + ".failpoints"
+	var fp *failpoint.Set
+	fp = failpoint.NewSet(spec.Seed, func(n failpoint.Name, inFlight any) {
+		_ = saveFailpoints(state, fp.Armed())
 		v, _ := inFlight.(history.Value)
 		v.Target, v.Detail = spec.Process, "failpoint "+string(n)
 		_, _ = rec.Record(history.Info, history.Crash, v)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way; nothing after a failpoint may run
 	})
-	for _, s := range spec.Failpoints {
-		t, err := failpoint.Parse(s)
-		if err != nil {
-			return err
-		}
+	terms, err := loadFailpoints(state, spec.Failpoints)
+	if err != nil {
+		return err
+	}
+	for _, t := range terms {
 		fp.Arm(t)
+	}
+	if err := saveFailpoints(state, fp.Armed()); err != nil {
+		return err
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go readControl(control, fp, cancel, log)
+	go readControl(control, fp, state, cancel, log)
 
 	poolCfg, err := pgxpool.ParseConfig(spec.PostgresDSN)
 	if err != nil {
@@ -153,7 +162,7 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 
 // readControl applies commands from the harness until "stop" or EOF, then
 // cancels the worker.
-func readControl(r io.Reader, fp *failpoint.Set, cancel func(), log *slog.Logger) {
+func readControl(r io.Reader, fp *failpoint.Set, state string, cancel func(), log *slog.Logger) {
 	defer cancel()
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
@@ -168,6 +177,9 @@ func readControl(r io.Reader, fp *failpoint.Set, cancel func(), log *slog.Logger
 				continue
 			}
 			fp.Arm(t)
+			if err := saveFailpoints(state, fp.Armed()); err != nil {
+				log.Error("arm", "err", err)
+			}
 			log.Info("armed", "failpoint", t.String())
 		case "":
 		default:
@@ -191,4 +203,40 @@ func Main(specJSON string) int {
 		return 4
 	}
 	return 0
+}
+
+// loadFailpoints reads the terms left armed by an earlier incarnation, or
+// parses the spec's terms on the first start.
+func loadFailpoints(path string, initial []string) ([]failpoint.Term, error) {
+	lines := initial
+	if b, err := os.ReadFile(path); err == nil {
+		lines = strings.Split(strings.TrimSpace(string(b)), "\n")
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("worker: failpoints: %w", err)
+	}
+	var out []failpoint.Term
+	for _, l := range lines {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		t, err := failpoint.Parse(l)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// saveFailpoints writes the armed terms, one per line. A plain write is
+// enough: the page cache survives the process's SIGKILL.
+func saveFailpoints(path string, terms []failpoint.Term) error {
+	var b strings.Builder
+	for _, t := range terms {
+		b.WriteString(t.String() + "\n")
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("worker: failpoints: %w", err)
+	}
+	return nil
 }
