@@ -1,6 +1,10 @@
 package checker
 
 import (
+	"encoding/json"
+	"fmt"
+	"io"
+
 	"github.com/deliverycheck/deliverycheck/history"
 )
 
@@ -183,4 +187,27 @@ type Example struct {
 	// Ops are the event's ops for this subscription (and its commit and
 	// publish ops), at most Options.MaxOps of them.
 	Ops []history.Op `json:"ops"`
+}
+
+// ExitCode maps a verdict to the process exit code of deliverycheck: 0
+// valid, 1 invalid, 2 unknown.
+func (v Validity) ExitCode() int {
+	switch v {
+	case Valid:
+		return 0
+	case Invalid:
+		return 1
+	}
+	return 2
+}
+
+// WriteJSON writes r as indented results.json. The output depends only on
+// r, byte for byte.
+func (r *Result) WriteJSON(w io.Writer) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("checker: %w", err)
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -71,13 +70,10 @@ missing), 3 bad input.`,
 				w = cmd.ErrOrStderr()
 			}
 			printSummary(w, r, paths, out)
-			switch r.Valid {
-			case checker.Valid:
-				return nil
-			case checker.Invalid:
-				return withCode(exitInvalid, nil)
+			if code := r.Valid.ExitCode(); code != exitValid {
+				return withCode(code, nil)
 			}
-			return withCode(exitUnknown, nil)
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -111,20 +107,22 @@ func historyPaths(args []string) ([]string, error) {
 }
 
 func writeResults(stdout io.Writer, path string, r *checker.Result) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("check: %w", err)
-	}
-	b = append(b, '\n')
 	if path == "-" {
-		_, err = stdout.Write(b)
-		return err
+		return r.WriteJSON(stdout)
 	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	f, err := os.Create(tmp)
+	if err != nil {
 		return fmt.Errorf("check: write results: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	err = r.WriteJSON(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
 		return fmt.Errorf("check: write results: %w", err)
 	}
 	return nil
