@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 )
 
@@ -59,7 +58,11 @@ func Doctor(ctx context.Context, kafkaVersion string) []Check {
 	kafka := Check{Name: "kafka", Install: "deliverycheck deps   (fetches the broker jars from Maven Central; needs maven)"}
 	if dir, ok := KafkaJarsStatus(kafkaVersion); ok {
 		kafka.OK, kafka.Detail = true, dir
-		kafka.Version = "Apache Kafka " + kafkaVersionOf(dir, kafkaVersion)
+		v, err := kafkaJarVersion(dir)
+		if err != nil {
+			v = kafkaVersion
+		}
+		kafka.Version = "Apache Kafka " + v
 	} else {
 		kafka.Detail = fmt.Sprintf("no Kafka jars (KAFKA_HOME unset, nothing cached at %s)", dir)
 		if _, err := exec.LookPath("mvn"); err != nil {
@@ -68,19 +71,6 @@ func Doctor(ctx context.Context, kafkaVersion string) []Check {
 	}
 	out = append(out, kafka)
 	return out
-}
-
-// kafkaVersionOf reads the broker version from the kafka_2.13-<v>.jar name
-// in libs, falling back to the requested version.
-func kafkaVersionOf(libs, want string) string {
-	m, _ := filepath.Glob(filepath.Join(libs, "kafka_2.13-*.jar"))
-	re := regexp.MustCompile(`kafka_2\.13-([0-9][^-]*)\.jar$`)
-	for _, f := range m {
-		if s := re.FindStringSubmatch(f); s != nil {
-			return s[1]
-		}
-	}
-	return want
 }
 
 func run(ctx context.Context, name string, args ...string) string {

@@ -52,10 +52,10 @@ func newDepsCmd() *cobra.Command {
 	var kafkaVersion string
 	cmd := &cobra.Command{
 		Use:   "deps",
-		Short: "Fetch what the local runtime needs beyond Debian packages (the Kafka broker jars)",
+		Short: "Fetch and prepare what the local runtime needs beyond Debian packages (the Kafka broker jars)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir, err := local.KafkaJars(cmd.Context(), kafkaVersion)
+			dir, err := local.PrepareKafka(cmd.Context(), kafkaVersion)
 			if err != nil {
 				return err
 			}
