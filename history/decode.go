@@ -195,38 +195,44 @@ func (d *decoder) bool() (bool, error) {
 	return false, errSlow
 }
 
-// object calls field for each key of an object until '}'.
-func (d *decoder) object(field func(key []byte) error) error {
-	if !d.byte('{') {
-		return errSlow
+// key reads the next key of an object whose '{' has been read, and the
+// ':' after it. It reports end at the closing '}'.
+func (d *decoder) key(first bool) (k []byte, end bool, err error) {
+	d.ws()
+	if d.i >= len(d.b) {
+		return nil, false, errSlow
 	}
-	if d.byte('}') {
-		return nil
+	switch c := d.b[d.i]; {
+	case c == '}':
+		d.i++
+		return nil, true, nil
+	case !first && c == ',':
+		d.i++
+	case !first:
+		return nil, false, errSlow
 	}
-	for {
-		k, err := d.raw()
-		if err != nil {
-			return err
-		}
-		if !d.byte(':') {
-			return errSlow
-		}
-		if err := field(k); err != nil {
-			return err
-		}
-		if d.byte(',') {
-			continue
-		}
-		if d.byte('}') {
-			return nil
-		}
-		return errSlow
+	k, err = d.raw()
+	if err != nil {
+		return nil, false, err
 	}
+	if !d.byte(':') {
+		return nil, false, errSlow
+	}
+	return k, false, nil
 }
 
 func (d *decoder) op(op *Op) error {
-	err := d.object(func(k []byte) error {
-		var err error
+	if !d.byte('{') {
+		return errSlow
+	}
+	for first := true; ; first = false {
+		k, end, err := d.key(first)
+		if err != nil {
+			return err
+		}
+		if end {
+			break
+		}
 		switch string(k) {
 		case "index":
 			op.Index, err = d.int()
@@ -262,10 +268,9 @@ func (d *decoder) op(op *Op) error {
 		default:
 			err = errSlow
 		}
-		return err
-	})
-	if err != nil {
-		return err
+		if err != nil {
+			return err
+		}
 	}
 	d.ws()
 	if d.i != len(d.b) {
@@ -297,8 +302,17 @@ func internF(b []byte, in *interner) F {
 }
 
 func (d *decoder) value(v *Value) error {
-	return d.object(func(k []byte) error {
-		var err error
+	if !d.byte('{') {
+		return errSlow
+	}
+	for first := true; ; first = false {
+		k, end, err := d.key(first)
+		if err != nil {
+			return err
+		}
+		if end {
+			return nil
+		}
 		switch string(k) {
 		case "event":
 			v.Event, err = d.str(false)
@@ -339,8 +353,10 @@ func (d *decoder) value(v *Value) error {
 		default:
 			err = errSlow
 		}
-		return err
-	})
+		if err != nil {
+			return err
+		}
+	}
 }
 
 func (d *decoder) strings() ([]string, error) {
