@@ -59,7 +59,7 @@ func newDepsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "kafka %s jars: %s\n", kafkaVersion, dir)
+			fmt.Fprintf(cmd.OutOrStdout(), "kafka %s ready (jars fetched, storage and class cache prepared in %s)\n", kafkaVersion, dir)
 			return nil
 		},
 	}
