@@ -82,18 +82,19 @@ func (g Guarantees) Validate() error {
 	return nil
 }
 
-// Fatal reports whether an anomaly of kind k makes a run invalid.
+// Fatal reports whether an anomaly of kind k makes a run invalid. An
+// unrecognised setting counts as the stricter one.
 func (g Guarantees) Fatal(k Kind) bool {
 	g = g.Normalize()
 	switch k {
 	case Lost:
-		return g.Loss == None
+		return g.Loss != Allowed
 	case DuplicateEffect:
-		return g.DuplicateEffects == None
+		return g.DuplicateEffects != Allowed
 	case OrderRegression:
-		return g.Order == PerKey
+		return g.Order != Unordered
 	case Gap:
-		return g.Gaps == None
+		return g.Gaps != Allowed
 	case Unexpected, DLQUnaccounted, WronglyDeadLettered:
 		return true
 	}
