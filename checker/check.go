@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -39,7 +40,7 @@ func (o Options) withDefaults() Options {
 
 // Check checks an in-memory history, ordered as [history.Merge] orders it.
 func Check(h history.History, opts Options) *Result {
-	a := newAnalyzer(opts)
+	a := newAnalyzer(opts, 0)
 	a.observe(h)
 	return a.finish(func(fn func([]history.Op) error) error { return fn(h) })
 }
@@ -49,7 +50,15 @@ func Check(h history.History, opts Options) *Result {
 // Files not ordered by time are read whole and sorted instead. The error
 // is non-nil only when the input is not a readable history.
 func CheckFiles(paths []string, opts Options) (*Result, error) {
-	a := newAnalyzer(opts)
+	// Size the event tables from the input: a typical event takes a dozen
+	// ops of ~150 bytes. A wrong guess only costs a resize or some memory.
+	var size int64
+	for _, p := range paths {
+		if st, err := os.Stat(p); err == nil {
+			size += st.Size()
+		}
+	}
+	a := newAnalyzer(opts, int(min(size/2000, 1<<24)))
 	rep, err := history.ScanFiles(paths, func(b []history.Op) error { a.observe(b); return nil })
 	if errors.Is(err, history.ErrUnordered) {
 		a.stop()
@@ -196,6 +205,7 @@ type shard struct {
 	series   seriesAcc
 	last     int32 // the event of the previous op, or -1
 	lastID   string
+	lastSub  int32 // the subscription of the previous op, or -1
 	// Shard 0 only: ops without an event.
 	drain, final              string
 	faults, crashes, restarts int64
@@ -204,14 +214,15 @@ type shard struct {
 // shards is the number of shards, a variable so tests can vary it.
 var shards = runtime.GOMAXPROCS(0)
 
-func newAnalyzer(opts Options) *analyzer {
+func newAnalyzer(opts Options, eventsHint int) *analyzer {
 	opts = opts.withDefaults()
 	a := &analyzer{opts: opts, seed: maphash.MakeSeed()}
 	n := max(1, shards)
 	for i := range n {
 		s := &shard{
 			id: i, n: n, seed: a.seed,
-			byID:     make(map[string]int32),
+			events:   make([]event, 0, eventsHint/n),
+			byID:     make(map[string]int32, eventsHint/n),
 			bySource: make(map[[2]string]int32),
 			keys:     make(map[string]int32),
 			subByNm:  make(map[string]int32),
@@ -219,6 +230,7 @@ func newAnalyzer(opts Options) *analyzer {
 			drain:    "missing",
 			final:    "missing",
 			last:     -1,
+			lastSub:  -1,
 		}
 		a.shards = append(a.shards, s)
 	}
@@ -317,12 +329,16 @@ func (s *shard) sub(name string) (int32, *subscription) {
 	if name == "" {
 		name = defaultSubscription
 	}
+	if s.lastSub >= 0 && s.subs[s.lastSub].name == name {
+		return s.lastSub, s.subs[s.lastSub]
+	}
 	i, ok := s.subByNm[name]
 	if !ok {
 		i = int32(len(s.subs))
 		s.subByNm[name] = i
 		s.subs = append(s.subs, &subscription{name: name})
 	}
+	s.lastSub = i
 	return i, s.subs[i]
 }
 
