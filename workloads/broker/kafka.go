@@ -108,11 +108,19 @@ func SetupKafka(ctx context.Context, cfg KafkaConfig) error {
 			return fmt.Errorf("kafka setup: create topic %s: %w (%s)", r.Topic, r.Err, r.ErrMessage)
 		}
 	}
-	// Creation is asynchronous in the broker: wait for leaders.
+	// Creation is asynchronous in the broker: metadata names a leader
+	// before that broker has loaded the partition, and a produce in
+	// between fails with NOT_LEADER_OR_FOLLOWER. An acks=all producer
+	// retries that; an acks=0 one never hears of it and loses the
+	// records. So wait until every partition answers ListOffsets, which
+	// the leader serves from the loaded log.
 	for {
 		details, err := adm.ListTopics(ctx, topics...)
 		if err == nil {
-			err = topicsReady(details, topics, cfg.Partitions, cfg.Logger)
+			err = kafkaTopicsReady(details, topics, cfg.Partitions, cfg.Logger)
+		}
+		if err == nil {
+			err = kafkaPartitionsServed(ctx, adm, topics)
 		}
 		if err == nil {
 			return nil
@@ -127,8 +135,8 @@ func SetupKafka(ctx context.Context, cfg KafkaConfig) error {
 	}
 }
 
-// topicsReady says why topics are not all usable yet, or nil.
-func topicsReady(details kadm.TopicDetails, topics []string, partitions int32, log *slog.Logger) error {
+// kafkaTopicsReady says why topics are not all usable yet, or nil.
+func kafkaTopicsReady(details kadm.TopicDetails, topics []string, partitions int32, log *slog.Logger) error {
 	for _, name := range topics {
 		d, ok := details[name]
 		switch {
@@ -146,6 +154,24 @@ func topicsReady(details kadm.TopicDetails, topics []string, partitions int32, l
 			if p.Err != nil || p.Leader < 0 {
 				return fmt.Errorf("topic %s partition %d has no leader (%v)", name, p.Partition, p.Err)
 			}
+		}
+	}
+	return nil
+}
+
+// kafkaPartitionsServed says which partition's leader does not serve it
+// yet, or nil.
+func kafkaPartitionsServed(ctx context.Context, adm *kadm.Client, topics []string) error {
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return err
+	}
+	if err := ends.Error(); err != nil {
+		return err
+	}
+	for _, name := range topics {
+		if _, ok := ends[name]; !ok {
+			return fmt.Errorf("topic %s: no end offsets yet", name)
 		}
 	}
 	return nil
@@ -179,6 +205,10 @@ type KafkaPublisherOptions struct {
 	// default 0 (send at once; Publish already hands over whole batches).
 	Linger time.Duration
 }
+
+// kafkaMaxBuffered caps records a publisher holds unsent (franz-go's
+// default, made explicit because the unconfirmed mode checks it).
+const kafkaMaxBuffered = 10000
 
 // KafkaPublisher implements Publisher over one franz-go producer client.
 // It is safe for concurrent use.
@@ -216,6 +246,7 @@ func NewKafkaPublisher(cfg KafkaConfig, opts KafkaPublisherOptions) (*KafkaPubli
 		kgo.ProducerLinger(opts.Linger),
 		kgo.RecordDeliveryTimeout(opts.DeliveryTimeout),
 		kgo.ProduceRequestTimeout(min(opts.DeliveryTimeout, 10*time.Second)),
+		kgo.MaxBufferedRecords(kafkaMaxBuffered),
 	)
 	switch opts.Mode {
 	case KafkaConfirmed:
@@ -271,7 +302,15 @@ func (p *KafkaPublisher) Publish(ctx context.Context, evs []Event) []error {
 				errs[i] = fmt.Errorf("kafka publish: not handed off: %w", err)
 				continue
 			}
-			p.cl.Produce(ctx, p.record(e), func(r *kgo.Record, err error) {
+			if p.cl.BufferedProduceRecords() >= kafkaMaxBuffered {
+				errs[i] = errors.New("kafka publish: not handed off: producer buffer full")
+				continue
+			}
+			// Not ctx: a record's context also cancels it after it was
+			// buffered, and the caller's ctx ends as soon as Publish
+			// returns. TryProduce never blocks; a record that loses the
+			// race for the last buffer slot fails in its promise.
+			p.cl.TryProduce(context.Background(), p.record(e), func(r *kgo.Record, err error) {
 				if err != nil {
 					// Fire and forget: the caller has moved on; this
 					// is the loss the known-bad variant exists to show.
@@ -297,7 +336,7 @@ func (p *KafkaPublisher) Publish(ctx context.Context, evs []Event) []error {
 		select {
 		case r := <-done:
 			answered[r.i] = true
-			errs[r.i] = classifyProduceErr(r.err)
+			errs[r.i] = classifyKafkaProduceErr(r.err)
 		case <-ctx.Done():
 			for i := range evs {
 				if !answered[i] {
@@ -313,10 +352,10 @@ func (p *KafkaPublisher) Publish(ctx context.Context, evs []Event) []error {
 // record renders e as a Kafka record: key = aggregate id, value = payload,
 // identity in headers (sorted, so equal events give equal records).
 func (p *KafkaPublisher) record(e Event) *kgo.Record {
-	return &kgo.Record{Topic: p.cfg.Topic, Key: []byte(e.Key), Value: e.Payload, Headers: recordHeaders(e.Headers())}
+	return &kgo.Record{Topic: p.cfg.Topic, Key: []byte(e.Key), Value: e.Payload, Headers: kafkaRecordHeaders(e.Headers())}
 }
 
-func recordHeaders(h map[string]string) []kgo.RecordHeader {
+func kafkaRecordHeaders(h map[string]string) []kgo.RecordHeader {
 	keys := make([]string, 0, len(h))
 	for k := range h {
 		keys = append(keys, k)
@@ -329,11 +368,11 @@ func recordHeaders(h map[string]string) []kgo.RecordHeader {
 	return out
 }
 
-// classifyProduceErr maps a produce promise's error to Publish's contract.
+// classifyKafkaProduceErr maps a produce promise's error to Publish's contract.
 // Only a non-retriable broker error is a definite "not written"; every
 // other failure (timeouts, cancellation, dropped connections, retries
 // exhausted) can follow a write whose answer was lost, so it is unknown.
-func classifyProduceErr(err error) error {
+func classifyKafkaProduceErr(err error) error {
 	if err == nil {
 		return nil
 	}
