@@ -22,6 +22,7 @@ func BenchmarkCheckFiles(b *testing.B) {
 	opts := checker.Options{Guarantees: checker.Presets["effectively-once"]}
 	var ops int64
 	peak := watchHeap()
+	cpu := historytest.CPUTime()
 	for b.Loop() {
 		r, err := checker.CheckFiles([]string{path}, opts)
 		if err != nil {
@@ -33,6 +34,7 @@ func BenchmarkCheckFiles(b *testing.B) {
 		ops = r.Counts.Ops
 	}
 	b.StopTimer()
+	b.ReportMetric(float64(historytest.CPUTime()-cpu)/float64(ops)/float64(b.N), "cpu-ns/op")
 	b.ReportMetric(float64(ops)*float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 	b.ReportMetric(float64(peak())/float64(events), "peak-heap-B/event")
 }

@@ -16,6 +16,7 @@ func BenchmarkScanFiles(b *testing.B) {
 	st, _ := os.Stat(path)
 	b.SetBytes(st.Size())
 	var ops int64
+	cpu := historytest.CPUTime()
 	for b.Loop() {
 		rep, err := history.ScanFiles([]string{path}, func([]history.Op) error { return nil })
 		if err != nil {
@@ -23,6 +24,7 @@ func BenchmarkScanFiles(b *testing.B) {
 		}
 		ops = rep.Ops
 	}
+	b.ReportMetric(float64(historytest.CPUTime()-cpu)/float64(ops)/float64(b.N), "cpu-ns/op")
 	b.ReportMetric(float64(ops)*float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
 

@@ -23,10 +23,7 @@ const (
 	internCache = 1 << 15
 )
 
-func (in *interner) get(b []byte) string {
-	if in == nil {
-		return string(b)
-	}
+func (in *interner) slot(b []byte) *string {
 	h := uint32(len(b)) * 0x9e3779b1
 	for _, c := range b {
 		h = (h ^ uint32(c)) * 0x01000193
@@ -34,7 +31,27 @@ func (in *interner) get(b []byte) string {
 	if in.cache == nil {
 		in.cache = new([internCache]string)
 	}
-	slot := &in.cache[h>>(32-15)]
+	return &in.cache[h>>(32-15)]
+}
+
+// recent shares strings seen recently, such as the id of an event whose
+// ops are close together, without remembering them for long.
+func (in *interner) recent(b []byte) string {
+	if in == nil {
+		return string(b)
+	}
+	slot := in.slot(b)
+	if *slot != string(b) {
+		*slot = string(b)
+	}
+	return *slot
+}
+
+func (in *interner) get(b []byte) string {
+	if in == nil {
+		return string(b)
+	}
+	slot := in.slot(b)
 	if *slot == string(b) {
 		return *slot
 	}
@@ -150,7 +167,7 @@ func (d *decoder) str(intern bool) (string, error) {
 	if intern {
 		return d.in.get(b), nil
 	}
-	return string(b), nil
+	return d.in.recent(b), nil
 }
 
 func (d *decoder) int() (int64, error) {
