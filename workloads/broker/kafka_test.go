@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/deliverycheck/deliverycheck/cluster/link"
@@ -693,4 +694,61 @@ func BenchmarkKafkaPublishConfirmed(b *testing.B) {
 		kafkaPublishAll(b, p, evs)
 	}
 	b.ReportMetric(float64(b.N*len(evs))/b.Elapsed().Seconds(), "events/s")
+}
+
+// TestKafkaClassifyProduceErr: only a broker's definite, non-retriable
+// refusal is "not written"; everything else may follow a lost answer.
+func TestKafkaClassifyProduceErr(t *testing.T) {
+	for _, c := range []struct {
+		err     error
+		unknown bool
+	}{
+		{context.DeadlineExceeded, true},
+		{context.Canceled, true},
+		{kgo.ErrRecordTimeout, true},
+		{kgo.ErrRecordRetries, true},
+		{kgo.ErrClientClosed, true},
+		{kerr.NotLeaderForPartition, true},
+		{kerr.RequestTimedOut, true},
+		{fmt.Errorf("read: %w", errors.New("connection reset by peer")), true},
+		{kerr.MessageTooLarge, false},
+		{kerr.TopicAuthorizationFailed, false},
+		{kerr.InvalidRecord, false},
+	} {
+		got := classifyKafkaProduceErr(c.err)
+		if got == nil || errors.Is(got, ErrUnconfirmed) != c.unknown || !errors.Is(got, c.err) {
+			t.Errorf("%v: got %v, want unknown=%v", c.err, got, c.unknown)
+		}
+	}
+	if classifyKafkaProduceErr(nil) != nil {
+		t.Error("nil error classified as a failure")
+	}
+}
+
+// TestKafkaOptionsRejected: configurations that cannot work fail at
+// construction, before any dial.
+func TestKafkaOptionsRejected(t *testing.T) {
+	if _, err := NewKafkaPublisher(KafkaConfig{}, KafkaPublisherOptions{}); err == nil {
+		t.Error("publisher without seeds accepted")
+	}
+	if _, err := NewKafkaPublisher(KafkaConfig{Seeds: []string{"127.0.0.1:1"}}, KafkaPublisherOptions{Mode: "maybe"}); err == nil {
+		t.Error("unknown publish mode accepted")
+	}
+	if _, err := NewKafkaSubscriber(KafkaConfig{Seeds: []string{"127.0.0.1:1"}}, "", KafkaSubscriberOptions{}); err == nil {
+		t.Error("subscriber without a group accepted")
+	}
+	s, err := NewKafkaSubscriber(KafkaConfig{Seeds: []string{"127.0.0.1:1"}}, "g", KafkaSubscriberOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	foreign := &Delivery{}
+	foreign.SetHandle("not kafka")
+	if err := s.Ack(context.Background(), foreign); err == nil {
+		t.Error("ack of a foreign delivery accepted")
+	}
+	s.Close()
+	if _, err := s.Next(context.Background()); !errors.Is(err, kgo.ErrClientClosed) {
+		t.Errorf("next after close: %v", err)
+	}
 }
