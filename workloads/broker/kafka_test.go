@@ -1,10 +1,13 @@
 package broker
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -751,4 +754,68 @@ func TestKafkaOptionsRejected(t *testing.T) {
 	if _, err := s.Next(context.Background()); !errors.Is(err, kgo.ErrClientClosed) {
 		t.Errorf("next after close: %v", err)
 	}
+}
+
+// TestKafkaRedeliveryAfterKill: a consumer process killed with SIGKILL
+// (no leave, no commit) holding an unacked record: once its session
+// times out, a new member of the group gets everything from the last
+// committed offset, the unacked record first.
+func TestKafkaRedeliveryAfterKill(t *testing.T) {
+	cfg := kafkaTopic(t, 1)
+	p := kafkaPublisher(t, cfg, KafkaPublisherOptions{})
+	evs := kafkaEvents("kill", 8, 1)
+	kafkaPublishAll(t, p, evs)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestKafkaCrashHelper$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "DC_KAFKA_HELPER_SEEDS="+strings.Join(cfg.Seeds, ","), "DC_KAFKA_HELPER_TOPIC="+cfg.Topic)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	held := ""
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if id, ok := strings.CutPrefix(sc.Text(), "HELD "); ok {
+			held = id
+			break
+		}
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if held != evs[4].ID {
+		t.Fatalf("helper held %q, want %s (did it start?)", held, evs[4].ID)
+	}
+
+	s := kafkaSubscriber(t, cfg, "g")
+	for i, d := range kafkaReceiveAll(t, s, 4, 45*time.Second) {
+		if want := evs[4+i].ID; d.ID != want || d.Attempt != 1 {
+			t.Fatalf("after kill, delivery %d: %s attempt %d, want %s attempt 1", i, d.ID, d.Attempt, want)
+		}
+	}
+}
+
+// TestKafkaCrashHelper is the consumer process TestKafkaRedeliveryAfterKill
+// kills: it acks four records, takes the fifth, says so and waits.
+func TestKafkaCrashHelper(t *testing.T) {
+	seeds := os.Getenv("DC_KAFKA_HELPER_SEEDS")
+	if seeds == "" {
+		t.Skip("helper process for TestKafkaRedeliveryAfterKill")
+	}
+	cfg := KafkaConfig{Seeds: strings.Split(seeds, ","), Topic: os.Getenv("DC_KAFKA_HELPER_TOPIC")}
+	s, err := NewKafkaSubscriber(cfg, "g", KafkaSubscriberOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kafkaReceiveAll(t, s, 4, 30*time.Second)
+	d := kafkaNext(t, s, 30*time.Second)
+	fmt.Printf("HELD %s\n", d.ID)
+	select {} // until killed
 }
