@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/deliverycheck/deliverycheck/history"
 )
@@ -59,7 +60,10 @@ func CheckFiles(paths []string, opts Options) (*Result, error) {
 		}
 	}
 	a := newAnalyzer(opts, int(min(size/2000, 1<<24)))
-	rep, err := history.ScanFiles(paths, func(b []history.Op) error { a.observe(b); return nil })
+	rep, err := history.ScanFilesHeld(paths, func(b []history.Op, release func()) error {
+		a.observeHeld(b, release)
+		return nil
+	})
 	if errors.Is(err, history.ErrUnordered) {
 		a.stop()
 		h, cuts, err := history.ReadFiles(paths...)
@@ -182,17 +186,25 @@ type analyzer struct {
 	opts   Options
 	shards []*shard
 	seed   maphash.Seed
-	work   []chan []history.Op
+	work   []chan batch
 	wg     sync.WaitGroup
 	ops    int64
 	cuts   []history.Cut
+}
+
+// batch is a run of ops handed to every shard; the last shard done with
+// it releases it.
+type batch struct {
+	ops     []history.Op
+	base    int64 // position of ops[0] in the history
+	pending *atomic.Int32
+	release func()
 }
 
 // shard is the state of the events of one shard.
 type shard struct {
 	id, n    int
 	seed     maphash.Seed
-	base     int64
 	events   []event
 	byID     map[string]int32
 	bySource map[[2]string]int32
@@ -236,12 +248,16 @@ func newAnalyzer(opts Options, eventsHint int) *analyzer {
 	}
 	if n > 1 {
 		for _, s := range a.shards {
-			ch := make(chan []history.Op)
+			ch := make(chan batch, 16)
 			a.work = append(a.work, ch)
+			a.wg.Add(1)
 			go func() {
+				defer a.wg.Done()
 				for b := range ch {
-					s.observe(b)
-					a.wg.Done()
+					s.observe(b.ops, b.base)
+					if b.pending.Add(-1) == 0 {
+						b.release()
+					}
 				}
 			}()
 		}
@@ -249,28 +265,37 @@ func newAnalyzer(opts Options, eventsHint int) *analyzer {
 	return a
 }
 
+// stop waits until every shard has seen every batch.
 func (a *analyzer) stop() {
 	for _, ch := range a.work {
 		close(ch)
 	}
 	a.work = nil
+	a.wg.Wait()
 }
 
 // observe folds a batch of ops, in history order, into the analysis.
 func (a *analyzer) observe(ops []history.Op) {
-	for _, s := range a.shards {
-		s.base = a.ops
-	}
+	done := make(chan struct{})
+	a.observeHeld(ops, func() { close(done) })
+	<-done
+}
+
+// observeHeld is observe for a batch the shards may finish later; release
+// is called once they have.
+func (a *analyzer) observeHeld(ops []history.Op, release func()) {
+	base := a.ops
 	a.ops += int64(len(ops))
 	if len(a.work) == 0 {
-		a.shards[0].observe(ops)
+		a.shards[0].observe(ops, base)
+		release()
 		return
 	}
-	a.wg.Add(len(a.work))
+	pending := new(atomic.Int32)
+	pending.Store(int32(len(a.work)))
 	for _, ch := range a.work {
-		ch <- ops
+		ch <- batch{ops: ops, base: base, pending: pending, release: release}
 	}
-	a.wg.Wait()
 }
 
 func (s *shard) owner(v *history.Value) int {
@@ -342,7 +367,7 @@ func (s *shard) sub(name string) (int32, *subscription) {
 	return i, s.subs[i]
 }
 
-func (s *shard) observe(ops []history.Op) {
+func (s *shard) observe(ops []history.Op, base int64) {
 	// Ops of one event tend to come together: remember the last owner.
 	var lastEvent, lastSource string
 	lastOwner := -1
@@ -355,7 +380,7 @@ func (s *shard) observe(ops []history.Op) {
 			lastEvent, lastSource, lastOwner = v.Event, v.Source, owner
 		}
 		if owner == s.id {
-			s.op(op, s.base+int64(i))
+			s.op(op, base+int64(i))
 		}
 	}
 }

@@ -48,6 +48,18 @@ var chunkSize = 1 << 20 // a var so tests can cross chunk boundaries
 // error wrapping [ErrUnordered]. An error from fn stops the scan and is
 // returned.
 func ScanFiles(paths []string, fn func(batch []Op) error) (ScanReport, error) {
+	return ScanFilesHeld(paths, func(batch []Op, release func()) error {
+		err := fn(batch)
+		release()
+		return err
+	})
+}
+
+// ScanFilesHeld is [ScanFiles] for callers that finish with a batch later,
+// in other goroutines: a batch stays valid until release is called, after
+// which ScanFiles may reuse it. Batches never released are left to the
+// garbage collector. fn itself is called from one goroutine, in order.
+func ScanFilesHeld(paths []string, fn func(batch []Op, release func()) error) (ScanReport, error) {
 	s := newScanner(len(paths))
 	defer s.stop()
 	files := make([]*fileStream, len(paths))
@@ -263,7 +275,11 @@ func (f *fileStream) check(op *Op) error {
 	return nil
 }
 
-func (s *scanner) single(f *fileStream, fn func([]Op) error) error {
+func (s *scanner) release(ops []Op) func() {
+	return func() { s.putOps(ops) }
+}
+
+func (s *scanner) single(f *fileStream, fn func([]Op, func()) error) error {
 	for {
 		c, err := s.next(f)
 		if err != nil || c == nil {
@@ -277,12 +293,13 @@ func (s *scanner) single(f *fileStream, fn func([]Op) error) error {
 			c.ops[i].Index = s.n
 			s.n++
 		}
-		if len(c.ops) > 0 {
-			if err := fn(c.ops); err != nil {
-				return err
-			}
+		if len(c.ops) == 0 {
+			s.putOps(c.ops)
+			continue
 		}
-		s.putOps(c.ops)
+		if err := fn(c.ops, s.release(c.ops)); err != nil {
+			return err
+		}
 	}
 }
 
@@ -327,7 +344,7 @@ func (s *scanner) advance(f *fileStream) (bool, error) {
 	return true, f.check(&f.cur.ops[f.pos])
 }
 
-func (s *scanner) merge(files []*fileStream, fn func([]Op) error) error {
+func (s *scanner) merge(files []*fileStream, fn func([]Op, func()) error) error {
 	h := make(fileHeap, 0, len(files))
 	for i, f := range files {
 		f.idx = i
@@ -340,7 +357,7 @@ func (s *scanner) merge(files []*fileStream, fn func([]Op) error) error {
 		}
 	}
 	heap.Init(&h)
-	batch := make([]Op, 0, 4096)
+	batch := s.getOps(4096 * 150)
 	for len(h) > 0 {
 		f := h[0]
 		op := f.cur.ops[f.pos]
@@ -348,10 +365,10 @@ func (s *scanner) merge(files []*fileStream, fn func([]Op) error) error {
 		s.n++
 		batch = append(batch, op)
 		if len(batch) == cap(batch) {
-			if err := fn(batch); err != nil {
+			if err := fn(batch, s.release(batch)); err != nil {
 				return err
 			}
-			batch = batch[:0]
+			batch = s.getOps(4096 * 150)
 		}
 		f.pos++
 		ok, err := s.advance(f)
@@ -365,7 +382,7 @@ func (s *scanner) merge(files []*fileStream, fn func([]Op) error) error {
 		}
 	}
 	if len(batch) > 0 {
-		return fn(batch)
+		return fn(batch, s.release(batch))
 	}
 	return nil
 }
