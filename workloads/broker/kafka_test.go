@@ -819,3 +819,32 @@ func TestKafkaCrashHelper(t *testing.T) {
 	fmt.Printf("HELD %s\n", d.ID)
 	select {} // until killed
 }
+
+// TestKafkaLostConfirmIsUnknown: when the broker's answer is lost (the
+// link drops everything broker → client), Publish says ErrUnconfirmed,
+// not a failure, because the record was in fact written: a subscriber
+// gets it once the link heals. This is the relay's `info` publish.
+func TestKafkaLostConfirmIsUnknown(t *testing.T) {
+	k := sharedKafka(t)
+	cfg := kafkaTopic(t, 1)
+	p := kafkaPublisher(t, cfg, KafkaPublisherOptions{})
+	kafkaPublishAll(t, p, kafkaEvents("lost-warm", 1, 1))
+	if err := k.link.Partition(link.Downstream); err != nil {
+		t.Fatal(err)
+	}
+	defer k.link.Heal()
+	ev := kafkaEvents("lost-confirm", 1, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, ev)[0]; !errors.Is(err, ErrUnconfirmed) {
+		t.Fatalf("publish with the answer lost: %v, want ErrUnconfirmed", err)
+	}
+	if err := k.link.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	s := kafkaSubscriber(t, cfg, "g")
+	got := kafkaReceiveAll(t, s, 2, 30*time.Second)
+	if got[1].ID != ev[0].ID {
+		t.Fatalf("got %s, want the unconfirmed %s", got[1].ID, ev[0].ID)
+	}
+}

@@ -307,6 +307,10 @@ func (c *Consumer) tx(ctx context.Context, d *broker.Delivery, v history.Value) 
 		}
 	case NoInbox:
 	}
+	// The guard only orders: it skips an event older than what is applied.
+	// An equal version (a redelivery of the applied event) passes, so
+	// deduplication is the inbox's job alone and each known-bad variant
+	// lacks exactly one mechanism.
 	if c.cfg.Variant != NoVersionGuard {
 		// Make sure the projection row exists, then lock it, so two
 		// workers handling one aggregate serialise here: the second
@@ -319,7 +323,7 @@ func (c *Consumer) tx(ctx context.Context, d *broker.Delivery, v history.Value) 
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return 0, fmt.Errorf("projection: %w", err)
 		}
-		if cur >= d.Version {
+		if cur > d.Version {
 			return stale, c.commit(ctx, tx)
 		}
 	}

@@ -79,7 +79,7 @@ func knownBad() []faultCase {
 			cfg:      Config{Producers: 1, Rate: 50, RelayVariant: relay.Unroutable, Subscriptions: []string{"inventory"}, Unbound: []string{"inventory"}},
 			wantKind: checker.Lost},
 		{name: "check-then-act duplicates on concurrent redelivery", brokers: []string{"rabbitmq"}, d: 3 * time.Second,
-			cfg: Config{Producers: 2, Rate: 100, ConsumerVariant: consumer.CheckThenAct, Consumers: 2, ConsumerWorkers: 8, Subscriptions: []string{"inventory"},
+			cfg: Config{Producers: 2, Rate: 100, ConsumerVariant: consumer.CheckThenAct, Consumers: 2, ConsumerWorkers: 8, RelayBatch: 5, Subscriptions: []string{"inventory"},
 				Failpoints: map[string][]string{"relay-0": {"relay.after-publish-before-mark=kill(3)"}}},
 			during: pauseConsumersUntilRelayCrashed(3), wantKind: checker.DuplicateEffect, crashes: map[string]int{"relay-0": 3}},
 		{name: "no-version-guard applies old after new", brokers: []string{"rabbitmq"}, d: 3 * time.Second,
@@ -93,7 +93,7 @@ func knownBad() []faultCase {
 func controls() []faultCase {
 	return []faultCase{
 		{name: "inbox under concurrent redelivery", brokers: []string{"rabbitmq"}, d: 3 * time.Second,
-			cfg: Config{Producers: 2, Rate: 100, Consumers: 2, ConsumerWorkers: 8, Subscriptions: []string{"inventory"},
+			cfg: Config{Producers: 2, Rate: 100, Consumers: 2, ConsumerWorkers: 8, RelayBatch: 5, Subscriptions: []string{"inventory"},
 				Failpoints: map[string][]string{"relay-0": {"relay.after-publish-before-mark=kill(3)"}}},
 			during: pauseConsumersUntilRelayCrashed(3), crashes: map[string]int{"relay-0": 3}},
 		{name: "version guard under competing consumers", brokers: []string{"rabbitmq"}, d: 3 * time.Second,

@@ -169,7 +169,11 @@ func (p *Producer) commitThenMaybePublish(ctx context.Context, v history.Value) 
 	if _, err := p.rec.Record(history.Invoke, history.Commit, v); err != nil {
 		return err
 	}
-	version, err := p.commit(ctx, v, p.cfg.Variant == Outbox, false)
+	// The dual-write variant writes the outbox row too but nothing relays
+	// it: the row is only the database's record that the commit happened
+	// (what lets the checker tell a lost event from one never committed),
+	// marked published by the producer after its own direct publish.
+	version, err := p.commit(ctx, v, true, false)
 	if err != nil {
 		return p.recordOutcome(history.Commit, v, err)
 	}
@@ -179,7 +183,21 @@ func (p *Producer) commitThenMaybePublish(ctx context.Context, v history.Value) 
 		return err
 	}
 	if p.cfg.Variant == DualWrite {
-		return p.publish(ctx, v)
+		return p.publishDirect(ctx, v)
+	}
+	return nil
+}
+
+// publishDirect is the dual-write's second write: straight to the broker,
+// then the row is marked so the drain knows it left.
+func (p *Producer) publishDirect(ctx context.Context, v history.Value) error {
+	ok, err := p.publish(ctx, v)
+	if err != nil || !ok {
+		return err
+	}
+	if _, err := p.db.Exec(ctx, `UPDATE outbox SET published_at = now() WHERE id = $1`, v.Event); err != nil {
+		// Only the drain's bookkeeping suffers; the event is out.
+		return nil
 	}
 	return nil
 }
@@ -192,7 +210,7 @@ func (p *Producer) publishThenCommit(ctx context.Context, v history.Value, abort
 		cur = 0
 	}
 	v.Version = cur + 1
-	if err := p.publish(ctx, v); err != nil {
+	if _, err := p.publish(ctx, v); err != nil {
 		return err
 	}
 	if _, err := p.rec.Record(history.Invoke, history.Commit, v); err != nil {
@@ -242,24 +260,24 @@ func (p *Producer) commit(ctx context.Context, v history.Value, outbox, abort bo
 	return version, nil
 }
 
-// publish sends v straight to the broker (the known-bad variants).
-func (p *Producer) publish(ctx context.Context, v history.Value) error {
+// publish sends v straight to the broker (the known-bad variants) and
+// reports whether the broker confirmed it.
+func (p *Producer) publish(ctx context.Context, v history.Value) (bool, error) {
 	if _, err := p.rec.Record(history.Invoke, history.Publish, v); err != nil {
-		return err
+		return false, err
 	}
 	ev := broker.Event{ID: v.Event, Source: v.Source, Key: v.Key, Version: v.Version, Type: EventType, Payload: Payload(v.Key, v.Version, v.Poison)}
-	err := p.pub.Publish(ctx, []broker.Event{ev})[0]
-	switch {
-	case err == nil:
-		_, err = p.rec.Record(history.OK, history.Publish, v)
-	case errors.Is(err, broker.ErrUnconfirmed):
-		v.Error = err.Error()
-		_, err = p.rec.Record(history.Info, history.Publish, v)
-	default:
-		v.Error = err.Error()
-		_, err = p.rec.Record(history.Fail, history.Publish, v)
+	perr := p.pub.Publish(ctx, []broker.Event{ev})[0]
+	t := history.OK
+	if perr != nil {
+		v.Error = perr.Error()
+		t = history.Fail
+		if errors.Is(perr, broker.ErrUnconfirmed) {
+			t = history.Info
+		}
 	}
-	return err
+	_, err := p.rec.Record(t, history.Publish, v)
+	return perr == nil, err
 }
 
 // definiteError wraps an error that proves the op did not take effect.

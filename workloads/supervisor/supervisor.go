@@ -170,8 +170,15 @@ func (s *Supervisor) watch(ctx context.Context, w *worker) {
 			return
 		}
 		detail := cmd.ProcessState.String()
-		if !killed {
-			// The worker died on its own (a failpoint, a bug): say so.
+		// A SIGKILL was sent by someone who records it: the nemesis, or
+		// the worker itself at a failpoint (its crash op names the
+		// failpoint and the event in flight). Any other exit is a crash
+		// nobody announced: a bug, a panic, a lost database.
+		selfKilled := false
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			selfKilled = true
+		}
+		if !killed && !selfKilled {
 			s.record(history.Info, history.Crash, history.Value{Target: w.name, Detail: detail})
 		}
 		s.log.Info("worker exited, restarting", "worker", w.name, "status", detail)
