@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -29,6 +30,14 @@ func runPipelineWith(t *testing.T, cfg Config, d time.Duration, during func(*tes
 		cfg.Name = "t_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
 	dir := t.TempDir()
+	if os.Getenv("DELIVERYCHECK_KEEP") != "" {
+		// Keep the run's history and logs for a look afterwards.
+		var err error
+		if dir, err = os.MkdirTemp("", "pipeline-run-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("run dir kept: %s", dir)
+	}
 	r, err := Start(ctx, cl, dir, cfg, workerCmd(), nil)
 	if err != nil {
 		t.Fatal(err)
