@@ -321,6 +321,13 @@ func (p *KafkaPublisher) Publish(ctx context.Context, evs []Event) []error {
 		return errs
 	}
 
+	if err := ctx.Err(); err != nil {
+		// Nothing was handed over: a definite failure, not an unknown.
+		for i := range errs {
+			errs[i] = fmt.Errorf("kafka publish: not sent: %w", err)
+		}
+		return errs
+	}
 	type result struct {
 		i   int
 		err error
