@@ -63,17 +63,20 @@ func TestCleanup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real servers")
 	}
-	services := "postgres,rabbitmq"
-	if os.Getenv("DELIVERYCHECK_CLEANUP_ALL") != "" {
-		services = "postgres,kafka,rabbitmq"
-	}
+	services := "postgres,kafka,rabbitmq"
 	for _, mode := range []string{"signal", "panic", "kill"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCleanupChild$", "-test.v")
 			cmd.Env = append(os.Environ(), childEnv+"="+mode, childEnv+"_SERVICES="+services)
-			cmd.Stderr = os.Stderr
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			defer func() {
+				if t.Failed() {
+					t.Logf("child stderr:\n%s", stderr.String())
+				}
+			}()
 			out, err := cmd.StdoutPipe()
 			if err != nil {
 				t.Fatal(err)
@@ -92,8 +95,18 @@ func TestCleanup(t *testing.T) {
 				// The harness gets no chance to clean up: the guards must.
 				cmd.Process.Kill()
 			}
-			go func() { _, _ = bufio.NewReader(out).WriteTo(os.Stdout) }()
+			// The child's own test output is not ours: keep it out of
+			// this test's log unless something goes wrong.
+			var rest strings.Builder
+			copied := make(chan struct{})
+			go func() { _, _ = bufio.NewReader(out).WriteTo(&rest); close(copied) }()
 			_ = cmd.Wait()
+			<-copied
+			defer func() {
+				if t.Failed() {
+					t.Logf("child output:\n%s", rest.String())
+				}
+			}()
 			waitGone(t, ctx, rep)
 		})
 	}
