@@ -19,6 +19,7 @@ dirs=""
 while IFS= read -r line; do
   case "$line" in
     "group "*) groups="$groups ${line#group }" ;;
+    "ungroup "*) keep=""; for g in $groups; do [ "$g" = "${line#ungroup }" ] || keep="$keep $g"; done; groups=$keep ;;
     "dir "*) dirs="$dirs
 ${line#dir }" ;;
     exit) exit 0 ;;
@@ -75,6 +76,10 @@ func (g *guard) send(line string) error {
 
 // trackGroup asks the guard to kill process group pgid if the harness dies.
 func (g *guard) trackGroup(pgid int) error { return g.send(fmt.Sprintf("group %d", pgid)) }
+
+// untrackGroup tells the guard group pgid is gone: its id may be reused
+// by someone else's group, which the guard must then leave alone.
+func (g *guard) untrackGroup(pgid int) error { return g.send(fmt.Sprintf("ungroup %d", pgid)) }
 
 // trackDir asks the guard to remove dir if the harness dies.
 func (g *guard) trackDir(dir string) error { return g.send("dir " + dir) }

@@ -34,6 +34,12 @@ type proc struct {
 
 	mu   sync.Mutex
 	seen []int // every pid signalled, so waitGone can wait for reparented ones
+	// gone is set once every process of the server is known to be dead.
+	// From then on the pgid may be reused by a stranger's new group (pids
+	// wrap quickly: pid_max is 32768 on small machines), so signal and
+	// pids must not touch it any more.
+	gone bool
+	g    *guard // told when the group is gone; nil when untracked
 }
 
 // startProc starts spec as the leader of a new process group and registers
@@ -64,12 +70,34 @@ func startProc(spec procSpec, g *guard) (*proc, error) {
 			_ = cmd.Wait()
 			return nil, err
 		}
+		p.g = g
 	}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
+		// The leader's pid was just freed; it cannot come back before
+		// the pid counter wraps, so an empty group now is ours and gone.
+		if len(p.pids()) == 0 {
+			p.markGone()
+		}
 	}()
 	return p, nil
+}
+
+func (p *proc) markGone() {
+	p.mu.Lock()
+	was := p.gone
+	p.gone = true
+	p.mu.Unlock()
+	if !was && p.g != nil {
+		_ = p.g.untrackGroup(p.pgid) // fails only once the guard is closed
+	}
+}
+
+func (p *proc) isGone() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gone
 }
 
 // exited reports whether the group leader has exited.
@@ -88,6 +116,9 @@ func (p *proc) exited() bool {
 // signal to the group alone would miss them. The leader is stopped first
 // so it cannot fork while the rest are signalled.
 func (p *proc) signal(sig syscall.Signal) error {
+	if p.isGone() {
+		return nil
+	}
 	if sig == syscall.SIGSTOP || sig == syscall.SIGKILL {
 		_ = syscall.Kill(p.pgid, syscall.SIGSTOP)
 	}
@@ -155,6 +186,7 @@ func (p *proc) waitGone(ctx context.Context) error {
 		}
 		p.mu.Unlock()
 		if len(left) == 0 {
+			p.markGone()
 			return nil
 		}
 		select {
@@ -168,6 +200,9 @@ func (p *proc) waitGone(ctx context.Context) error {
 // pids lists the live processes of the server: the group's members and
 // every descendant of the leader, whatever group they moved to.
 func (p *proc) pids() []int {
+	if p.isGone() {
+		return nil
+	}
 	procs := scanProcs()
 	in := map[int]bool{}
 	if !p.exited() {
