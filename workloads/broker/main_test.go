@@ -64,7 +64,7 @@ func (s *testServers) closeAll() error {
 // again) before they end, and must not run in parallel with other
 // RabbitMQ tests.
 var rabbitNode = sync.OnceValues(func() (*local.RabbitMQ, error) {
-	r, err := local.NewRabbitMQ(local.Options{Keep: true})
+	r, err := local.NewRabbitMQ(local.Options{})
 	if err != nil {
 		return nil, err
 	}
