@@ -218,6 +218,7 @@ type shard struct {
 	last     int32 // the event of the previous op, or -1
 	lastID   string
 	lastSub  int32 // the subscription of the previous op, or -1
+	recent   *[recentEvents]recentEvent
 	// Shard 0 only: ops without an event.
 	drain, final              string
 	faults, crashes, restarts int64
@@ -243,6 +244,7 @@ func newAnalyzer(opts Options, eventsHint int) *analyzer {
 			final:    "missing",
 			last:     -1,
 			lastSub:  -1,
+			recent:   new([recentEvents]recentEvent),
 		}
 		a.shards = append(a.shards, s)
 	}
@@ -309,13 +311,39 @@ func (s *shard) owner(v *history.Value) int {
 	return int(h % uint64(s.n))
 }
 
+type recentEvent struct {
+	id  string
+	idx int32
+}
+
+const recentEvents = 1 << 12
+
+// recentSlot hashes the length and the last 8 bytes of id, where event ids
+// usually differ.
+func recentSlot(id string) int {
+	var x uint64
+	for i := max(0, len(id)-8); i < len(id); i++ {
+		x = x<<8 | uint64(id[i])
+	}
+	x ^= uint64(len(id)) << 56
+	return int((x * 0x9e3779b97f4a7c15) >> (64 - 12))
+}
+
 func (s *shard) event(v *history.Value, pos int64) (int32, *event) {
 	var i int32
 	var ok bool
+	var slot *recentEvent
 	if s.last >= 0 && v.Event == s.lastID && v.Source == s.events[s.last].source {
 		i, ok = s.last, true
 	} else if v.Source == "" {
-		i, ok = s.byID[v.Event]
+		// Ops of an event come close together: a small cache of recent
+		// events answers most lookups without probing the large map.
+		slot = &s.recent[recentSlot(v.Event)]
+		if slot.id == v.Event && len(v.Event) > 0 {
+			i, ok = slot.idx, true
+		} else {
+			i, ok = s.byID[v.Event]
+		}
 	} else {
 		i, ok = s.bySource[[2]string{v.Source, v.Event}]
 	}
@@ -327,6 +355,9 @@ func (s *shard) event(v *history.Value, pos int64) (int32, *event) {
 		} else {
 			s.bySource[[2]string{v.Source, v.Event}] = i
 		}
+	}
+	if slot != nil {
+		slot.id, slot.idx = v.Event, i
 	}
 	s.last, s.lastID = i, v.Event
 	e := &s.events[i]
