@@ -361,6 +361,10 @@ type RabbitPublisher struct {
 	pubMu sync.Mutex // serializes Publish
 	seq   uint64     // publish ids, under pubMu
 
+	// life ends at Close, so a Publish waiting to redial returns then.
+	life context.Context
+	end  context.CancelFunc
+
 	mu     sync.Mutex // guards sess, gen, closed
 	sess   *pubSession
 	gen    uint64
@@ -388,7 +392,9 @@ func NewRabbitPublisher(cfg RabbitConfig, mode RabbitPublishMode) (*RabbitPublis
 	if _, err := ParseRabbitPublishMode(string(mode)); err != nil {
 		return nil, err
 	}
-	return &RabbitPublisher{cfg: cfg, mode: mode, log: cfg.Logger.With("broker", "rabbitmq", "publisher", string(mode))}, nil
+	p := &RabbitPublisher{cfg: cfg, mode: mode, log: cfg.Logger.With("broker", "rabbitmq", "publisher", string(mode))}
+	p.life, p.end = context.WithCancel(context.Background())
+	return p, nil
 }
 
 // session returns a live session, redialing with backoff until one is up
@@ -497,6 +503,9 @@ func (p *RabbitPublisher) Publish(ctx context.Context, evs []Event) []error {
 	}
 	p.pubMu.Lock()
 	defer p.pubMu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(p.life, cancel)()
 	s, err := p.session(ctx)
 	if err != nil {
 		for i, ev := range evs {
@@ -637,6 +646,7 @@ func (p *RabbitPublisher) Close() error {
 	s := p.sess
 	p.sess, p.closed = nil, true
 	p.mu.Unlock()
+	p.end()
 	if s != nil {
 		s.close()
 	}
@@ -656,7 +666,10 @@ type RabbitSubscriber struct {
 	sess   *subSession
 	gen    uint64
 	closed bool
-	done   chan struct{} // closed by Close
+
+	// life ends at Close, so a Next waiting (or redialing) returns then.
+	life context.Context
+	end  context.CancelFunc
 }
 
 // subSession is one connection generation of a subscriber.
@@ -688,10 +701,9 @@ func NewRabbitSubscriber(cfg RabbitConfig, sub string) (*RabbitSubscriber, error
 	if err := validName("subscription", sub); err != nil {
 		return nil, err
 	}
-	return &RabbitSubscriber{
-		cfg: cfg, sub: sub, done: make(chan struct{}),
-		log: cfg.Logger.With("broker", "rabbitmq", "subscription", sub),
-	}, nil
+	r := &RabbitSubscriber{cfg: cfg, sub: sub, log: cfg.Logger.With("broker", "rabbitmq", "subscription", sub)}
+	r.life, r.end = context.WithCancel(context.Background())
+	return r, nil
 }
 
 // Next implements [Subscriber]. When the connection drops it redials
@@ -700,9 +712,15 @@ func NewRabbitSubscriber(cfg RabbitConfig, sub string) (*RabbitSubscriber, error
 func (r *RabbitSubscriber) Next(ctx context.Context) (*Delivery, error) {
 	r.nextMu.Lock()
 	defer r.nextMu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(r.life, cancel)()
 	for {
 		s, err := r.session(ctx)
 		if err != nil {
+			if r.life.Err() != nil {
+				err = errRabbitClosed
+			}
 			return nil, fmt.Errorf("rabbitmq next %s: %w", r.sub, err)
 		}
 		select {
@@ -716,9 +734,10 @@ func (r *RabbitSubscriber) Next(ctx context.Context) (*Delivery, error) {
 			}
 			return r.delivery(s, d), nil
 		case <-ctx.Done():
+			if r.life.Err() != nil {
+				return nil, fmt.Errorf("rabbitmq next %s: %w", r.sub, errRabbitClosed)
+			}
 			return nil, fmt.Errorf("rabbitmq next %s: %w", r.sub, ctx.Err())
-		case <-r.done:
-			return nil, fmt.Errorf("rabbitmq next %s: %w", r.sub, errRabbitClosed)
 		}
 	}
 }
@@ -942,12 +961,9 @@ func (r *RabbitSubscriber) DeadLetter(ctx context.Context, d *Delivery, reason s
 func (r *RabbitSubscriber) Close() error {
 	r.mu.Lock()
 	s := r.sess
-	already := r.closed
 	r.sess, r.closed = nil, true
 	r.mu.Unlock()
-	if !already {
-		close(r.done)
-	}
+	r.end()
 	if s != nil {
 		s.close()
 	}

@@ -578,6 +578,49 @@ func TestRabbitKill(t *testing.T) {
 	t.Logf("%d confirmed, %d unknown, %d not sent", len(confirmed), unknown, len(notSent))
 }
 
+// TestRabbitCloseUnblocks: Close ends a Next waiting on an empty queue and
+// a Publish redialing a broker that is not there, at once.
+func TestRabbitCloseUnblocks(t *testing.T) {
+	rt := newRabbitTest(t, []string{"s"}, nil)
+	s := rt.subscriber(rt.sub(0))
+	gone := rt.cfg
+	gone.URL = "amqp://deliverycheck:deliverycheck@127.0.0.1:1/"
+	p, err := NewRabbitPublisher(gone, RabbitConfirmed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextErr := make(chan error, 1)
+	go func() {
+		_, err := s.Next(rt.ctx)
+		nextErr <- err
+	}()
+	pubRes := make(chan []error, 1)
+	go func() { pubRes <- p.Publish(rt.ctx, events("close", 2)) }()
+	// Close only once both are surely waiting: the subscriber connected.
+	waitFor(t, rt.ctx, 10*time.Second, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.sess == nil {
+			return errors.New("subscriber not connected")
+		}
+		return nil
+	})
+	start := time.Now()
+	s.Close()
+	p.Close()
+	for _, err := range <-pubRes {
+		if err == nil || errors.Is(err, ErrUnconfirmed) {
+			t.Errorf("publish to nowhere after close: %v, want a definite failure", err)
+		}
+	}
+	if err := <-nextErr; !errors.Is(err, errRabbitClosed) {
+		t.Errorf("next after close: %v, want errRabbitClosed", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("close took %v to unblock", took)
+	}
+}
+
 func TestRabbitConfigValidation(t *testing.T) {
 	for name, cfg := range map[string]RabbitConfig{
 		"no url":         {Subscriptions: []string{"a"}},
