@@ -48,6 +48,10 @@ func correctUnderFailpoints() []faultCase {
 		{name: "consumer.after-effect-before-commit", brokers: both(), d: 3 * time.Second,
 			cfg:     Config{Producers: 2, Rate: 80, Failpoints: map[string][]string{"consumer-inventory-0": {"consumer.after-effect-before-commit=kill(1)"}}},
 			crashes: map[string]int{"consumer-inventory-0": 1}},
+		{name: "armed at runtime", brokers: []string{"rabbitmq"}, d: 3 * time.Second,
+			cfg:    Config{Producers: 2, Rate: 80},
+			during: arm("consumer-email-0", "consumer.after-commit-before-ack=kill(2)"),
+			crashes: map[string]int{"consumer-email-0": 2}},
 		{name: "consumer.after-commit-before-ack", brokers: both(), d: 3 * time.Second,
 			cfg:     Config{Producers: 2, Rate: 80, Failpoints: map[string][]string{"consumer-inventory-0": {"consumer.after-commit-before-ack=kill(1)"}}},
 			crashes: map[string]int{"consumer-inventory-0": 1}},
@@ -141,6 +145,15 @@ func pauseConsumersUntilRelayCrashed(n int) func(*testing.T, *Run) {
 			}
 			return nil
 		})
+	}
+}
+
+// arm arms a failpoint in a running worker, as a nemesis does.
+func arm(worker, term string) func(*testing.T, *Run) {
+	return func(t *testing.T, r *Run) {
+		if err := r.Supervisor().Send(worker, "arm "+term); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

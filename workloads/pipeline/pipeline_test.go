@@ -96,3 +96,24 @@ func TestNoFaults(t *testing.T) {
 		})
 	}
 }
+
+// Poison events are retried up to MaxAttempts, then dead-lettered with the
+// reason, by every subscription; valid events are not.
+func TestPoisonReachesDLQ(t *testing.T) {
+	for _, b := range []string{"kafka", "rabbitmq"} {
+		t.Run(b, func(t *testing.T) {
+			res := runPipeline(t, Config{Broker: b, Producers: 2, Rate: 60, PoisonRatio: 0.1, MaxAttempts: 3}, 3*time.Second, effectivelyOnce())
+			if res.Valid != checker.Valid {
+				t.Fatalf("verdict %s: %v", res.Valid, res.Reasons)
+			}
+			if res.Counts.Poison == 0 {
+				t.Fatal("no poison event was produced")
+			}
+			for _, s := range res.Subscriptions {
+				if s.DeadLettered != res.Counts.Poison {
+					t.Errorf("%s dead-lettered %d of %d poison events", s.Name, s.DeadLettered, res.Counts.Poison)
+				}
+			}
+		})
+	}
+}
