@@ -919,8 +919,8 @@ func (r *RabbitSubscriber) settle(what string, d *Delivery, send func(ch *amqp.C
 	// check above, the send fails with ErrClosed instead of reaching a
 	// newer channel.
 	if err := send(h.sess.ch, h.tag); err != nil {
-		if errors.Is(err, amqp.ErrClosed) {
-			return fmt.Errorf("rabbitmq %s %s tag %d (gen %d): %w", what, d.ID, h.tag, h.sess.gen, ErrStaleDelivery)
+		if errors.Is(err, amqp.ErrClosed) || h.sess.ch.IsClosed() || h.sess.conn.IsClosed() {
+			return fmt.Errorf("rabbitmq %s %s tag %d (gen %d): %w: %w", what, d.ID, h.tag, h.sess.gen, ErrStaleDelivery, err)
 		}
 		return fmt.Errorf("rabbitmq %s %s tag %d: %w", what, d.ID, h.tag, err)
 	}

@@ -578,6 +578,67 @@ func TestRabbitKill(t *testing.T) {
 	t.Logf("%d confirmed, %d unknown, %d not sent", len(confirmed), unknown, len(notSent))
 }
 
+// TestRabbitLostConfirmIsUnknown pauses the node so confirms cannot come,
+// then ends the wait two ways: the ctx expires, and the connection drops
+// (amqp091-go then completes the outstanding confirms with ack=false).
+// Both must read as unknown, never as rejected; and the same publisher
+// works again once the node runs.
+func TestRabbitLostConfirmIsUnknown(t *testing.T) {
+	rt := newRabbitTest(t, []string{"s"}, nil)
+	node := sharedRabbitMQ(t)
+	p := rt.publisher(RabbitConfirmed)
+	rt.publishOK(p, events("warm", 1))
+	p.mu.Lock()
+	sess := p.sess
+	p.mu.Unlock()
+
+	if err := node.Pause(rt.ctx); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			if err := node.Resume(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer resume()
+
+	ctx, cancel := context.WithTimeout(rt.ctx, 300*time.Millisecond)
+	for i, err := range p.Publish(ctx, events("timeout", 3)) {
+		if !errors.Is(err, ErrUnconfirmed) {
+			t.Errorf("event %d with no confirm before ctx: %v, want ErrUnconfirmed", i, err)
+		}
+	}
+	cancel()
+
+	evs := events("dropped", 5)
+	base := sess.ch.GetNextPublishSeqNo()
+	res := make(chan []error, 1)
+	go func() { res <- p.Publish(rt.ctx, evs) }()
+	waitFor(t, rt.ctx, 10*time.Second, func() error {
+		if n := sess.ch.GetNextPublishSeqNo() - base; n < uint64(len(evs)) {
+			return fmt.Errorf("%d of %d published", n, len(evs))
+		}
+		return nil
+	})
+	sess.kill()
+	select {
+	case got := <-res:
+		for i, err := range got {
+			if !errors.Is(err, ErrUnconfirmed) || errors.Is(err, ErrNacked) {
+				t.Errorf("%s, connection dropped with its confirm outstanding: %v, want ErrUnconfirmed (not a nack)", evs[i].ID, err)
+			}
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("publish did not return after its connection dropped")
+	}
+	resume()
+	rt.publishOK(p, events("again", 1))
+}
+
 // TestRabbitCloseUnblocks: Close ends a Next waiting on an empty queue and
 // a Publish redialing a broker that is not there, at once.
 func TestRabbitCloseUnblocks(t *testing.T) {
