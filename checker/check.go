@@ -406,7 +406,12 @@ func (s *shard) observe(ops []history.Op, base int64) {
 		op := &ops[i]
 		v := &op.Value
 		owner := lastOwner
-		if owner < 0 || v.Event != lastEvent || v.Source != lastSource {
+		switch {
+		case runLevel(op.F):
+			// Counted once, by shard 0, even when they name the
+			// event in flight (a worker's crash at a failpoint does).
+			owner = 0
+		case owner < 0 || v.Event != lastEvent || v.Source != lastSource:
 			owner = s.owner(v)
 			lastEvent, lastSource, lastOwner = v.Event, v.Source, owner
 		}
@@ -414,6 +419,15 @@ func (s *shard) observe(ops []history.Op, base int64) {
 			s.op(op, base+int64(i))
 		}
 	}
+}
+
+// runLevel reports whether ops of f describe the run, not one event.
+func runLevel(f history.F) bool {
+	switch f {
+	case history.Setup, history.Drain, history.Fault, history.Crash, history.Restart:
+		return true
+	}
+	return false
 }
 
 func (s *shard) op(op *history.Op, pos int64) {

@@ -193,10 +193,17 @@ func runFaultCases(t *testing.T, cases []faultCase) {
 					g = checker.Guarantees{Loss: checker.None, DuplicateEffects: checker.None}
 				}
 				res, r := runPipelineWith(t, cfg, tc.d, tc.during, g)
+				want := 0
 				for w, n := range tc.crashes {
 					if c, _ := r.Supervisor().Stats(w); c < n {
 						t.Errorf("%s crashed %d times, want at least %d: the failpoint did not fire", w, c, n)
 					}
+					want += n
+				}
+				// Each failpoint crash is in the history, naming the
+				// event in flight.
+				if res.Counts.Crashes < int64(want) {
+					t.Errorf("history shows %d crashes, want at least %d", res.Counts.Crashes, want)
 				}
 				if tc.wantKind == "" {
 					if res.Valid != checker.Valid {
