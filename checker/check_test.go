@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -328,5 +329,24 @@ func TestCheckFilesUnorderedFallsBack(t *testing.T) {
 	want, _ := json.Marshal(Check(history.Merge(h), opts))
 	if !bytes.Equal(got, want) || r.Valid != Valid {
 		t.Errorf("got %s\nwant %s", got, want)
+	}
+}
+
+func TestRunLevelOpsNamingAnEventCountOnce(t *testing.T) {
+	defer func(n int) { shards = n }(shards)
+	b := new(builder)
+	for i := range 20 {
+		id := "e" + strconv.Itoa(i)
+		b.commit(id, "k"+id, 1, history.OK).consume(id, "inv").
+			op("nemesis", history.OK, history.Crash, history.Value{Event: id, Target: "consumer-inv"}).
+			op("nemesis", history.OK, history.Restart, history.Value{Event: id, Target: "consumer-inv"})
+	}
+	b.drain().finalRead()
+	for _, n := range []int{1, 2, 3} {
+		shards = n
+		r := Check(b.h, Options{Guarantees: Guarantees{Subscriptions: []string{"inv"}}})
+		if r.Counts.Crashes != 20 || r.Counts.Restarts != 20 || r.Valid != Valid {
+			t.Errorf("%d shards: crashes %d, restarts %d, %s", n, r.Counts.Crashes, r.Counts.Restarts, r.Valid)
+		}
 	}
 }
