@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"fmt"
 	"syscall"
 	"testing"
@@ -79,6 +80,9 @@ func knownBad() []faultCase {
 		{name: "high-water-mark skips rows that commit late", brokers: both(), d: 4 * time.Second,
 			cfg:      Config{Producers: 6, Rate: 0, Keys: 50, RelayVariant: relay.HighWaterMark, Subscriptions: []string{"inventory"}},
 			wantKind: checker.Lost},
+		{name: "unconfirmed relay loses what a broker crash took", brokers: both(), d: 5 * time.Second,
+			cfg:    Config{Producers: 4, Rate: 200, RelayVariant: relay.Unconfirmed, Subscriptions: []string{"inventory"}},
+			during: killBroker(500*time.Millisecond, 2*time.Second), wantKind: checker.Lost},
 		{name: "unroutable relay confirms into the void", brokers: []string{"rabbitmq"}, d: 2 * time.Second,
 			cfg:      Config{Producers: 1, Rate: 50, RelayVariant: relay.Unroutable, Subscriptions: []string{"inventory"}, Unbound: []string{"inventory"}},
 			wantKind: checker.Lost},
@@ -145,6 +149,24 @@ func pauseConsumersUntilRelayCrashed(n int) func(*testing.T, *Run) {
 			}
 			return nil
 		})
+	}
+}
+
+// killBroker kill -9s the run's broker after a while, keeps it down for a
+// while, and starts it again (same ports, same data).
+func killBroker(after, down time.Duration) func(*testing.T, *Run) {
+	return func(t *testing.T, r *Run) {
+		svc := r.cl.Service(r.cfg.Broker)
+		time.Sleep(after)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := svc.Kill(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(down)
+		if err := svc.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -34,7 +34,7 @@ type testEnv struct {
 	err  error
 }
 
-func (e *testEnv) cluster(t *testing.T) *cluster.Cluster {
+func (e *testEnv) cluster(t testing.TB) *cluster.Cluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts real servers")

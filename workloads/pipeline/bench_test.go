@@ -1,0 +1,131 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/cluster/local"
+	"github.com/deliverycheck/deliverycheck/history"
+)
+
+// benchClients is the concurrency of both the pipeline's producers and
+// pgbench, so the two figures compare.
+const benchClients = 8
+
+// BenchmarkPipeline measures end-to-end events per second with no faults:
+// producers as fast as they can for a fixed window, one subscription, then
+// events applied / (last apply − first commit). It also reports
+// commit→apply latency. Compare with BenchmarkPgbenchInsert.
+func BenchmarkPipeline(b *testing.B) {
+	for _, br := range []string{"kafka", "rabbitmq"} {
+		b.Run(br, func(b *testing.B) {
+			var rate, p50, p99 float64
+			for b.Loop() {
+				rate, p50, p99 = benchRun(b, br, 5*time.Second)
+			}
+			b.ReportMetric(rate, "events/s")
+			b.ReportMetric(p50, "p50-ms")
+			b.ReportMetric(p99, "p99-ms")
+		})
+	}
+}
+
+func benchRun(b *testing.B, br string, d time.Duration) (rate, p50, p99 float64) {
+	cl := env.cluster(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := Config{Broker: br, Name: "b_" + strconv.FormatInt(time.Now().UnixNano(), 36), Producers: benchClients, Rate: 0, Keys: 1000,
+		Subscriptions: []string{"inventory"}, ConsumerWorkers: 4, Partitions: 8, RelayBatch: 500}
+	if br == "rabbitmq" {
+		cfg.Consumers = 2
+	}
+	dir := b.TempDir()
+	r, err := Start(ctx, cl, dir, cfg, workerCmd(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	time.Sleep(d) // the measured window: producers run flat out
+	if _, err := r.Finish(ctx); err != nil {
+		b.Fatal(err)
+	}
+	files, err := r.HistoryFiles()
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, _, err := history.ReadFiles(files...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	commits := map[string]int64{}
+	var first, last int64 = -1, 0
+	var lat []float64
+	for _, op := range h {
+		switch {
+		case op.F == history.Commit && op.Type == history.OK:
+			commits[op.Value.Event] = op.Time
+			if first < 0 {
+				first = op.Time
+			}
+		case op.F == history.Apply && op.Type == history.OK:
+			if c, ok := commits[op.Value.Event]; ok {
+				lat = append(lat, float64(op.Time-c)/1e6)
+				delete(commits, op.Value.Event)
+				last = op.Time
+			}
+		}
+	}
+	if len(lat) == 0 || last <= first {
+		b.Fatal("nothing applied")
+	}
+	slices.Sort(lat)
+	return float64(len(lat)) / (float64(last-first) / 1e9), lat[len(lat)/2], lat[len(lat)*99/100]
+}
+
+// BenchmarkPgbenchInsert is the yardstick: pgbench with a one-row insert
+// per transaction, fsync on, at the pipeline's concurrency, on the same
+// PostgreSQL instance (through the same proxy).
+func BenchmarkPgbenchInsert(b *testing.B) {
+	cl := env.cluster(b)
+	bin, err := local.PostgresBinDir("")
+	if err != nil {
+		b.Skip(err)
+	}
+	dir := b.TempDir()
+	script := filepath.Join(dir, "insert.sql")
+	if err := os.WriteFile(script, []byte("INSERT INTO pgbench_one (v) VALUES (1);\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	dsn := cl.ClientURL(cluster.Postgres)
+	if out, err := exec.Command(filepath.Join(bin, "psql"), dsn, "-c", "CREATE TABLE IF NOT EXISTS pgbench_one (id bigserial PRIMARY KEY, v int)").CombinedOutput(); err != nil {
+		if _, err2 := exec.LookPath("psql"); err2 != nil {
+			b.Skipf("psql: %v %s", err, out)
+		}
+		if out, err := exec.Command("psql", dsn, "-c", "CREATE TABLE IF NOT EXISTS pgbench_one (id bigserial PRIMARY KEY, v int)").CombinedOutput(); err != nil {
+			b.Fatalf("psql: %v %s", err, out)
+		}
+	}
+	var tps float64
+	for b.Loop() {
+		out, err := exec.Command(filepath.Join(bin, "pgbench"), "-n", "-c", strconv.Itoa(benchClients), "-j", "2", "-T", "5", "-f", script, dsn).CombinedOutput()
+		if err != nil {
+			b.Fatalf("pgbench: %v\n%s", err, out)
+		}
+		m := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(out)
+		if m == nil {
+			b.Fatalf("no tps in pgbench output:\n%s", out)
+		}
+		tps, _ = strconv.ParseFloat(string(m[1]), 64)
+	}
+	b.ReportMetric(tps, "tps")
+	fmt.Fprintf(os.Stderr, "pgbench %d clients: %.0f tps\n", benchClients, tps)
+}
