@@ -899,7 +899,11 @@ func (r *RabbitSubscriber) drop(s *subSession) {
 // AMQP acks have no reply: nil means the frame was written, not that the
 // broker processed it. If the connection drops right after, the broker
 // redelivers, which the consumer's inbox dedupes.
-func (r *RabbitSubscriber) settle(what string, d *Delivery, send func(ch *amqp.Channel, tag uint64) error) error {
+//
+// The frame is small and normally written at once; only a broker that
+// stopped reading can block it, and then ctx ending closes the connection
+// (the message is redelivered).
+func (r *RabbitSubscriber) settle(ctx context.Context, what string, d *Delivery, send func(ch *amqp.Channel, tag uint64) error) error {
 	h, ok := d.Handle().(*rabbitHandle)
 	if !ok || h.owner != r {
 		return fmt.Errorf("rabbitmq %s: delivery of %q is not from this subscriber (%s)", what, d.ID, r.sub)
@@ -912,12 +916,17 @@ func (r *RabbitSubscriber) settle(what string, d *Delivery, send func(ch *amqp.C
 	}
 	// A second ack of one tag makes RabbitMQ close the channel
 	// (PRECONDITION_FAILED), which would strand every other delivery on it.
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("rabbitmq %s %s tag %d: %w", what, d.ID, h.tag, err)
+	}
 	if !h.settled.CompareAndSwap(false, true) {
 		return fmt.Errorf("rabbitmq %s %s tag %d: already acked, retried or dead-lettered", what, d.ID, h.tag)
 	}
 	// The *amqp.Channel is this generation's own: if it died since the
 	// check above, the send fails with ErrClosed instead of reaching a
 	// newer channel.
+	stop := context.AfterFunc(ctx, h.sess.kill)
+	defer stop()
 	if err := send(h.sess.ch, h.tag); err != nil {
 		if errors.Is(err, amqp.ErrClosed) || h.sess.ch.IsClosed() || h.sess.conn.IsClosed() {
 			return fmt.Errorf("rabbitmq %s %s tag %d (gen %d): %w: %w", what, d.ID, h.tag, h.sess.gen, ErrStaleDelivery, err)
@@ -929,7 +938,7 @@ func (r *RabbitSubscriber) settle(what string, d *Delivery, send func(ch *amqp.C
 
 // Ack implements [Subscriber]: basic.ack of d's tag.
 func (r *RabbitSubscriber) Ack(ctx context.Context, d *Delivery) error {
-	return r.settle("ack", d, func(ch *amqp.Channel, tag uint64) error { return ch.Ack(tag, false) })
+	return r.settle(ctx, "ack", d, func(ch *amqp.Channel, tag uint64) error { return ch.Ack(tag, false) })
 }
 
 // Retry implements [Subscriber]: basic.nack with requeue. The quorum queue
@@ -937,7 +946,7 @@ func (r *RabbitSubscriber) Ack(ctx context.Context, d *Delivery) error {
 // dead-letters the message to the DLQ itself (x-death reason
 // "delivery_limit") instead of delivering it again.
 func (r *RabbitSubscriber) Retry(ctx context.Context, d *Delivery) error {
-	return r.settle("retry", d, func(ch *amqp.Channel, tag uint64) error { return ch.Nack(tag, false, true) })
+	return r.settle(ctx, "retry", d, func(ch *amqp.Channel, tag uint64) error { return ch.Nack(tag, false, true) })
 }
 
 // DeadLetter implements [Subscriber]: basic.nack without requeue, which
@@ -949,7 +958,7 @@ func (r *RabbitSubscriber) Retry(ctx context.Context, d *Delivery) error {
 // here it is only logged. The DLQ copy carries the original headers and
 // x-death (queue, reason, count, time).
 func (r *RabbitSubscriber) DeadLetter(ctx context.Context, d *Delivery, reason string) error {
-	err := r.settle("dead-letter", d, func(ch *amqp.Channel, tag uint64) error { return ch.Nack(tag, false, false) })
+	err := r.settle(ctx, "dead-letter", d, func(ch *amqp.Channel, tag uint64) error { return ch.Nack(tag, false, false) })
 	if err == nil {
 		r.log.Debug("dead-lettered", "event", d.ID, "attempt", d.Attempt, "reason", reason)
 	}
