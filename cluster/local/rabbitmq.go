@@ -318,10 +318,13 @@ func (r *RabbitMQ) Endpoint() string {
 }
 
 // URL returns the amqp URL for reaching this node at addr (host:port),
-// with the node's credentials and the default vhost. Pass a proxy link's
-// address to go through the link, or Endpoint to go direct.
+// with the node's credentials and the default vhost "/", e.g.
+// amqp://deliverycheck:deliverycheck@127.0.0.1:5672. Pass a proxy link's
+// address to go through the link, or Endpoint to go direct. The URL has
+// no path on purpose: by the AMQP URI spec a trailing "/" names the empty
+// vhost "", which some clients honour.
 func (r *RabbitMQ) URL(addr string) string {
-	u := url.URL{Scheme: "amqp", User: url.UserPassword(RabbitMQUser, RabbitMQPassword), Host: addr, Path: "/"}
+	u := url.URL{Scheme: "amqp", User: url.UserPassword(RabbitMQUser, RabbitMQPassword), Host: addr}
 	return u.String()
 }
 

@@ -199,6 +199,9 @@ func TestRabbitMQ(t *testing.T) {
 	r := newTestRabbitMQ(t)
 	closed := false
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("tail of %s:\n%s", r.Logs(), tail(r.Logs(), 80))
+		}
 		if !closed {
 			_ = r.Close()
 		}
@@ -358,6 +361,9 @@ func TestRabbitMQ(t *testing.T) {
 	t.Run("stop while paused is graceful and restart keeps data", func(t *testing.T) {
 		c := amqpConn(t, ctx, r.URL(r.Endpoint()))
 		ch := confirmChannel(t, c, "dc.graceful")
+		if err := r.WaitQuorumQueueDurable(ctx, "/", "dc.graceful"); err != nil {
+			t.Fatal(err)
+		}
 		publishConfirmed(t, ctx, ch, "dc.graceful", "before-stop")
 		sigterms := func() int {
 			b, _ := os.ReadFile(r.Logs())
@@ -373,7 +379,7 @@ func TestRabbitMQ(t *testing.T) {
 		}
 		t.Logf("restart from paused took %v", time.Since(start))
 		if sigterms() != before+1 {
-			t.Error("node log shows no clean SIGTERM shutdown")
+			t.Errorf("node log shows no clean SIGTERM shutdown:\n%s", tail(r.Logs(), 120))
 		}
 		rec.record(r)
 		got := getAll(t, ctx, r, "dc.graceful", 1)
