@@ -60,8 +60,8 @@ func CheckFiles(paths []string, opts Options) (*Result, error) {
 		}
 	}
 	a := newAnalyzer(opts, int(min(size/2000, 1<<24)))
-	rep, err := history.ScanFilesHeld(paths, func(b []history.Op, release func()) error {
-		a.observeHeld(b, release)
+	rep, err := history.ScanFilesPartitioned(paths, len(a.shards), a.ownerOf, func(b []history.Op, parts [][]int32, release func()) error {
+		a.observeParts(b, parts, release)
 		return nil
 	})
 	if errors.Is(err, history.ErrUnordered) {
@@ -196,7 +196,8 @@ type analyzer struct {
 // it releases it.
 type batch struct {
 	ops     []history.Op
-	base    int64 // position of ops[0] in the history
+	own     []int32 // positions of the shard's own ops, or nil: find them
+	base    int64   // position of ops[0] in the history
 	pending *atomic.Int32
 	release func()
 }
@@ -256,7 +257,13 @@ func newAnalyzer(opts Options, eventsHint int) *analyzer {
 			go func() {
 				defer a.wg.Done()
 				for b := range ch {
-					s.observe(b.ops, b.base)
+					if b.own != nil {
+						for _, i := range b.own {
+							s.op(&b.ops[i], b.base+int64(i))
+						}
+					} else {
+						s.observe(b.ops, b.base)
+					}
 					if b.pending.Add(-1) == 0 {
 						b.release()
 					}
@@ -281,6 +288,33 @@ func (a *analyzer) observe(ops []history.Op) {
 	done := make(chan struct{})
 	a.observeHeld(ops, func() { close(done) })
 	<-done
+}
+
+// ownerOf returns the shard of op. It is safe for concurrent use.
+func (a *analyzer) ownerOf(op *history.Op) int {
+	if runLevel(op.F) {
+		return 0
+	}
+	return a.shards[0].owner(&op.Value)
+}
+
+// observeParts is observeHeld for a batch already split by ownerOf.
+func (a *analyzer) observeParts(ops []history.Op, parts [][]int32, release func()) {
+	if len(a.work) == 0 || parts == nil {
+		a.observeHeld(ops, release)
+		return
+	}
+	base := a.ops
+	a.ops += int64(len(ops))
+	pending := new(atomic.Int32)
+	pending.Store(int32(len(a.work)))
+	for i, ch := range a.work {
+		own := parts[i]
+		if own == nil {
+			own = []int32{}
+		}
+		ch <- batch{ops: ops, own: own, base: base, pending: pending, release: release}
+	}
 }
 
 // observeHeld is observe for a batch the shards may finish later; release

@@ -60,7 +60,20 @@ func ScanFiles(paths []string, fn func(batch []Op) error) (ScanReport, error) {
 // which ScanFiles may reuse it. Batches never released are left to the
 // garbage collector. fn itself is called from one goroutine, in order.
 func ScanFilesHeld(paths []string, fn func(batch []Op, release func()) error) (ScanReport, error) {
+	return ScanFilesPartitioned(paths, 1, nil, func(batch []Op, _ [][]int32, release func()) error {
+		return fn(batch, release)
+	})
+}
+
+// ScanFilesPartitioned is [ScanFilesHeld] that also splits each batch into
+// n parts: part(op), called on the decoding goroutines, returns op's part
+// in [0, n), and fn receives the positions in the batch of each part's
+// ops, in order. It lets a caller spread a batch over n goroutines without
+// each one reading every op. part must be safe for concurrent use; if it
+// is nil, parts is nil.
+func ScanFilesPartitioned(paths []string, n int, part func(*Op) int, fn func(batch []Op, parts [][]int32, release func()) error) (ScanReport, error) {
 	s := newScanner(len(paths))
+	s.nparts, s.part = max(n, 1), part
 	defer s.stop()
 	files := make([]*fileStream, len(paths))
 	for i, p := range paths {
@@ -85,6 +98,8 @@ func ScanFilesHeld(paths []string, fn func(batch []Op, release func()) error) (S
 }
 
 type scanner struct {
+	nparts  int
+	part    func(*Op) int
 	jobs    chan *chunk
 	quit    chan struct{}
 	wg      sync.WaitGroup
@@ -105,6 +120,7 @@ func newScanner(files int) *scanner {
 				case c := <-s.jobs:
 					c.ops = s.getOps(len(c.data))
 					c.decode(c.file, in)
+					c.parts = s.partition(c.ops)
 					close(c.done)
 				case <-s.quit:
 					return
@@ -279,7 +295,23 @@ func (s *scanner) release(ops []Op) func() {
 	return func() { s.putOps(ops) }
 }
 
-func (s *scanner) single(f *fileStream, fn func([]Op, func()) error) error {
+// partition returns the positions of ops in each part.
+func (s *scanner) partition(ops []Op) [][]int32 {
+	if s.part == nil {
+		return nil
+	}
+	parts := make([][]int32, s.nparts)
+	for i := range parts {
+		parts[i] = make([]int32, 0, len(ops)/s.nparts+16)
+	}
+	for i := range ops {
+		p := s.part(&ops[i])
+		parts[p] = append(parts[p], int32(i))
+	}
+	return parts
+}
+
+func (s *scanner) single(f *fileStream, fn func([]Op, [][]int32, func()) error) error {
 	for {
 		c, err := s.next(f)
 		if err != nil || c == nil {
@@ -297,7 +329,7 @@ func (s *scanner) single(f *fileStream, fn func([]Op, func()) error) error {
 			s.putOps(c.ops)
 			continue
 		}
-		if err := fn(c.ops, s.release(c.ops)); err != nil {
+		if err := fn(c.ops, c.parts, s.release(c.ops)); err != nil {
 			return err
 		}
 	}
@@ -344,7 +376,7 @@ func (s *scanner) advance(f *fileStream) (bool, error) {
 	return true, f.check(&f.cur.ops[f.pos])
 }
 
-func (s *scanner) merge(files []*fileStream, fn func([]Op, func()) error) error {
+func (s *scanner) merge(files []*fileStream, fn func([]Op, [][]int32, func()) error) error {
 	h := make(fileHeap, 0, len(files))
 	for i, f := range files {
 		f.idx = i
@@ -365,7 +397,7 @@ func (s *scanner) merge(files []*fileStream, fn func([]Op, func()) error) error 
 		s.n++
 		batch = append(batch, op)
 		if len(batch) == cap(batch) {
-			if err := fn(batch, s.release(batch)); err != nil {
+			if err := fn(batch, s.partition(batch), s.release(batch)); err != nil {
 				return err
 			}
 			batch = s.getOps(4096 * 150)
@@ -382,7 +414,7 @@ func (s *scanner) merge(files []*fileStream, fn func([]Op, func()) error) error 
 		}
 	}
 	if len(batch) > 0 {
-		return fn(batch, s.release(batch))
+		return fn(batch, s.partition(batch), s.release(batch))
 	}
 	return nil
 }
