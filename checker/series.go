@@ -71,7 +71,28 @@ func secondOf(t int64) int {
 	return int(min(t/second, maxSeconds-1))
 }
 
+// vocabulary has fixed rows in the per-second counts; other f values get
+// rows as they come.
+var vocabulary = []history.F{history.Commit, history.Publish, history.Deliver, history.Apply, history.Ack,
+	history.SkipStale, history.DLQ, history.FinalRead, history.Fault, history.Crash, history.Restart,
+	history.Drain, history.Setup}
+
 func (s *seriesAcc) fIndex(f history.F) int {
+	if s.fs == nil {
+		s.fs = slices.Clone(vocabulary)
+	}
+	switch f {
+	case history.Commit:
+		return 0
+	case history.Publish:
+		return 1
+	case history.Deliver:
+		return 2
+	case history.Apply:
+		return 3
+	case history.Ack:
+		return 4
+	}
 	for i, g := range s.fs {
 		if g == f {
 			return i
