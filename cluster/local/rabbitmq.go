@@ -443,7 +443,7 @@ func (r *RabbitMQ) startEPMD(ctx context.Context) error {
 	}
 }
 
-// probe is the readiness check: connect, declare a quorum queue, delete it.
+// probe is the readiness check: connect and declare a quorum queue.
 func (r *RabbitMQ) probe(ctx context.Context) error {
 	conn, err := dialAMQP(ctx, r.URL(r.Endpoint()))
 	if err != nil {
@@ -454,12 +454,14 @@ func (r *RabbitMQ) probe(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)
 	}
+	// The queue is kept, not deleted: on RabbitMQ 3.10 a quorum queue
+	// deleted shortly before a kill -9 leaves a WAL entry whose segment
+	// file is gone, and on restart the segment writer's failure on it
+	// leaves other quorum queues without a leader for good. Redeclaring
+	// an existing queue is the same readiness proof.
 	q := "deliverycheck.ready"
 	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
 		return fmt.Errorf("declare quorum queue: %w", err)
-	}
-	if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-		return fmt.Errorf("delete quorum queue: %w", err)
 	}
 	v, _ := conn.Properties["version"].(string)
 	r.mu.Lock()

@@ -81,7 +81,7 @@ func knownBad() []faultCase {
 			cfg:      Config{Producers: 6, Rate: 0, Keys: 50, RelayVariant: relay.HighWaterMark, Subscriptions: []string{"inventory"}},
 			wantKind: checker.Lost},
 		{name: "unconfirmed relay loses what a broker crash took", brokers: both(), d: 5 * time.Second,
-			cfg:    Config{Producers: 4, Rate: 200, RelayVariant: relay.Unconfirmed, Subscriptions: []string{"inventory"}},
+			cfg:    Config{Producers: 2, Rate: 100, RelayVariant: relay.Unconfirmed, Subscriptions: []string{"inventory"}},
 			during: killBroker(500*time.Millisecond, 2*time.Second), wantKind: checker.Lost},
 		{name: "unroutable relay confirms into the void", brokers: []string{"rabbitmq"}, d: 2 * time.Second,
 			cfg:      Config{Producers: 1, Rate: 50, RelayVariant: relay.Unroutable, Subscriptions: []string{"inventory"}, Unbound: []string{"inventory"}},
@@ -107,6 +107,9 @@ func controls() []faultCase {
 		{name: "version guard under competing consumers", brokers: []string{"rabbitmq"}, d: 3 * time.Second,
 			cfg:    Config{Producers: 2, Rate: 150, Keys: 3, Consumers: 2, ConsumerWorkers: 8, Subscriptions: []string{"inventory"}},
 			during: pauseConsumersFor(time.Second), g: orderedOnce()},
+		{name: "confirmed relay under a broker crash", brokers: both(), d: 5 * time.Second,
+			cfg:    Config{Producers: 2, Rate: 50, Subscriptions: []string{"inventory"}},
+			during: killBroker(500*time.Millisecond, 2*time.Second)},
 		{name: "polling relay with concurrent producers", brokers: []string{"kafka"}, d: 4 * time.Second,
 			cfg: Config{Producers: 6, Rate: 0, Keys: 50, Subscriptions: []string{"inventory"}}},
 	}
@@ -157,9 +160,19 @@ func pauseConsumersUntilRelayCrashed(n int) func(*testing.T, *Run) {
 func killBroker(after, down time.Duration) func(*testing.T, *Run) {
 	return func(t *testing.T, r *Run) {
 		svc := r.cl.Service(r.cfg.Broker)
-		time.Sleep(after)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
+		if r.cfg.Broker == "rabbitmq" {
+			// RabbitMQ 3.10.8 can leave a quorum queue declared shortly
+			// before a kill -9 without a leader for good (every publish to
+			// it then waits for a confirm that never comes). That is a
+			// broker bug this test is not about: a clean restart first
+			// makes the queues' Raft state durable.
+			if err := svc.Restart(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(after)
 		if err := svc.Kill(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -111,6 +111,15 @@ func (c *Config) defaults() error {
 	if c.ConsumerVariant == "" {
 		c.ConsumerVariant = consumer.Inbox
 	}
+	if c.Partitions <= 0 {
+		c.Partitions = 3
+	}
+	if c.ConsumerWorkers <= 0 && c.Broker == "kafka" {
+		// One delivery per partition is in flight at a time, so a worker
+		// per partition keeps order and uses them all. On RabbitMQ
+		// concurrent workers reorder one aggregate's events; one it is.
+		c.ConsumerWorkers = int(c.Partitions)
+	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = 60 * time.Second
 	}
@@ -187,6 +196,9 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 	if err := worker.SetupBroker(ctx, r.broker); err != nil {
 		return nil, err
 	}
+	if err := r.waitQueuesDurable(ctx); err != nil {
+		return nil, err
+	}
 	if _, err := r.rec.Record(history.OK, history.Setup, history.Value{
 		Subscriptions: cfg.Subscriptions,
 		Detail:        fmt.Sprintf("broker=%s producer=%s relay=%s consumer=%s seed=%d", cfg.Broker, cfg.ProducerVariant, cfg.RelayVariant, cfg.ConsumerVariant, cfg.Seed),
@@ -214,7 +226,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 	}
 	for i := range cfg.Relays {
 		spec := r.spec(worker.RoleRelay, fmt.Sprintf("relay-%d", i))
-		spec.Relay = relay.Config{Variant: cfg.RelayVariant, Batch: cfg.RelayBatch}
+		spec.Relay = relay.Config{Variant: cfg.RelayVariant, Batch: cfg.RelayBatch, Name: spec.Process}
 		if err := r.start(ctx, spec); err != nil {
 			return nil, err
 		}
@@ -230,6 +242,32 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		}
 	}
 	return r, nil
+}
+
+// quorumQueueWaiter is a RabbitMQ service that can tell when a new quorum
+// queue's registration is on disk (cluster/local's can).
+type quorumQueueWaiter interface {
+	WaitQuorumQueueDurable(ctx context.Context, vhost, queue string) error
+}
+
+// waitQueuesDurable waits until RabbitMQ has saved its new quorum queues:
+// RabbitMQ 3.10 writes a queue's Raft registration only every 500ms, and a
+// node killed before that loses the queue and every message confirmed into
+// it. A run that crashes the broker must not trip over that bug by accident.
+func (r *Run) waitQueuesDurable(ctx context.Context) error {
+	w, ok := r.cl.Service(cluster.RabbitMQ).(quorumQueueWaiter)
+	if r.cfg.Broker != "rabbitmq" || !ok {
+		return nil
+	}
+	for _, sub := range r.cfg.Subscriptions {
+		q := r.cfg.Name + "." + sub
+		for _, name := range []string{q, q + ".dlq"} {
+			if err := w.WaitQuorumQueueDurable(ctx, "/", name); err != nil {
+				return fmt.Errorf("pipeline: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 func (r *Run) spec(role, name string) worker.Spec {
@@ -289,15 +327,19 @@ func (r *Run) StopProducers(ctx context.Context) error {
 // progress is what the drain watches.
 type progress struct {
 	unpublished, effects, inbox, dlq, backlog int64
+	// idleRelays counts relays that found nothing to publish since the
+	// drain started.
+	idleRelays int64
 }
 
-func (r *Run) progress(ctx context.Context) (progress, error) {
+func (r *Run) progress(ctx context.Context, since time.Time) (progress, error) {
 	var p progress
 	err := r.db.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM outbox WHERE published_at IS NULL),
 		(SELECT count(*) FROM effects),
 		(SELECT count(*) FROM inbox) + (SELECT count(*) FROM inbox_unchecked),
-		(SELECT count(*) FROM dead_letters)`).Scan(&p.unpublished, &p.effects, &p.inbox, &p.dlq)
+		(SELECT count(*) FROM dead_letters),
+		(SELECT count(*) FROM relay_idle WHERE polled_at > $1)`, since).Scan(&p.unpublished, &p.effects, &p.inbox, &p.dlq, &p.idleRelays)
 	if err != nil {
 		return p, fmt.Errorf("drain: %w", err)
 	}
@@ -305,9 +347,10 @@ func (r *Run) progress(ctx context.Context) (progress, error) {
 	return p, err
 }
 
-// Drain waits until the pipeline is quiescent: nothing left in the broker
-// for any subscription and no progress (publishes, effects, inbox marks,
-// dead letters) for the Quiet window; or until DrainTimeout. It records
+// Drain waits until the pipeline is quiescent: every relay has polled and
+// found nothing left to publish (by its own logic), nothing is left in the
+// broker for any subscription, and nothing progressed (publishes, effects,
+// inbox marks, dead letters) for the Quiet window; or until DrainTimeout. It records
 // the outcome as a drain op: ok when complete, info when the deadline
 // passed (the checker then cannot call the run valid).
 func (r *Run) Drain(ctx context.Context) (bool, error) {
@@ -316,14 +359,20 @@ func (r *Run) Drain(ctx context.Context) (bool, error) {
 	if _, err := r.rec.Record(history.Invoke, history.Drain, history.Value{}); err != nil {
 		return false, err
 	}
+	var start time.Time
+	if err := r.db.QueryRow(ctx, `SELECT now()`).Scan(&start); err != nil {
+		start = time.Now()
+	}
 	var last progress
 	var lastErr error
 	since := time.Now()
 	for {
-		p, err := r.progress(ctx)
+		p, err := r.progress(ctx, start)
 		lastErr = err
 		switch {
-		case err != nil || p != last || p.backlog > 0:
+		case err != nil || p.backlog > 0 || p.idleRelays < int64(r.cfg.Relays):
+			last, since = p, time.Now()
+		case p != last:
 			last, since = p, time.Now()
 		case time.Since(since) >= r.cfg.Quiet:
 			_, err := r.rec.Record(history.OK, history.Drain, history.Value{
@@ -333,7 +382,7 @@ func (r *Run) Drain(ctx context.Context) (bool, error) {
 		}
 		select {
 		case <-ctx.Done():
-			v := history.Value{Detail: fmt.Sprintf("deadline %s passed: %d unpublished, %d in the broker", r.cfg.DrainTimeout, last.unpublished, last.backlog)}
+			v := history.Value{Detail: fmt.Sprintf("deadline %s passed: %d unpublished, %d in the broker, %d of %d relays idle", r.cfg.DrainTimeout, last.unpublished, last.backlog, last.idleRelays, r.cfg.Relays)}
 			if lastErr != nil {
 				v.Error = lastErr.Error()
 			}

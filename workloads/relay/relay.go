@@ -53,6 +53,9 @@ func ParseVariant(s string) (Variant, error) {
 // Config tunes one relay process.
 type Config struct {
 	Variant Variant `json:"variant"`
+	// Name identifies the relay in relay_idle, where it notes its idle
+	// polls for the drain.
+	Name string `json:"name"`
 	// Batch is the most rows published per transaction, overriding the
 	// default 100.
 	Batch int `json:"batch"`
@@ -71,6 +74,7 @@ type Relay struct {
 	pub      broker.Publisher
 	rec      *history.Recorder
 	fp       *failpoint.Set
+	lastIdle time.Time
 	lastSeen int64 // high-water-mark only
 	hwmInit  bool
 	attempts map[string]int64
@@ -178,7 +182,7 @@ func (r *Relay) Once(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("relay: poll: %w", err)
 	}
 	if len(batch) == 0 {
-		return 0, nil
+		return 0, r.noteIdle(ctx, tx)
 	}
 	r.fp.Hit(failpoint.RelayBeforePublish, value(batch[0].ev, 0))
 	evs := make([]broker.Event, len(batch))
@@ -226,6 +230,22 @@ func (r *Relay) Once(ctx context.Context) (int, error) {
 		return len(confirmed), fmt.Errorf("relay: %d of %d publishes not confirmed", len(batch)-len(confirmed), len(batch))
 	}
 	return len(batch), nil
+}
+
+// noteIdle records, at most every 100ms, that a poll found nothing.
+func (r *Relay) noteIdle(ctx context.Context, tx pgx.Tx) error {
+	if r.cfg.Name == "" || time.Since(r.lastIdle) < 100*time.Millisecond {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO relay_idle (process, polled_at) VALUES ($1, now())
+		ON CONFLICT (process) DO UPDATE SET polled_at = now()`, r.cfg.Name); err != nil {
+		return fmt.Errorf("relay: note idle: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("relay: note idle: %w", err)
+	}
+	r.lastIdle = time.Now()
+	return nil
 }
 
 func value(ev broker.Event, attempt int64) history.Value {

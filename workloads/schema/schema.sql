@@ -84,3 +84,12 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     metadata    text NOT NULL,
     at          timestamptz NOT NULL DEFAULT now()
 );
+
+-- Each relay's last poll that found nothing to publish. The drain waits
+-- until every relay has had one after the producers stopped: only then has
+-- the relay, by its own logic, nothing left to do (a relay stuck retrying a
+-- broken broker never gets there, and the drain reports it did not finish).
+CREATE TABLE IF NOT EXISTS relay_idle (
+    process   text PRIMARY KEY,
+    polled_at timestamptz NOT NULL
+);

@@ -260,6 +260,13 @@ func (s *Supervisor) Signal(name string, sig syscall.Signal) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// An exited worker's process group id may already belong to someone
+	// else: never signal it.
+	select {
+	case <-w.exited:
+		return fmt.Errorf("supervisor: %s is not running (restarting)", name)
+	default:
+	}
 	if sig == syscall.SIGKILL {
 		w.killed = true
 	}
@@ -326,7 +333,7 @@ func (s *Supervisor) stopWorkers(ctx context.Context, ws []*worker) error {
 			_, _ = io.WriteString(w.stdin, "stop\n")
 			w.stdin.Close()
 		}
-		if w.cmd != nil && w.cmd.Process != nil {
+		if w.cmd != nil && w.cmd.Process != nil && !closed(w.exited) {
 			_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGCONT) // a paused worker cannot stop
 		}
 		w.mu.Unlock()
@@ -342,10 +349,21 @@ func (s *Supervisor) stopWorkers(ctx context.Context, ws []*worker) error {
 		select {
 		case <-exited:
 		case <-ctx.Done():
+			// Not exited, so the group id is still the worker's.
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-exited
 			errs = append(errs, fmt.Errorf("supervisor: %s did not stop in time; killed", w.name))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// closed reports whether ch is closed.
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
