@@ -1,0 +1,236 @@
+// Package nemesis breaks a running pipeline on purpose: it kills, pauses
+// and restarts servers and workers, arms failpoints, and partitions, slows
+// or resets network links, each recorded in the history as a fault that
+// starts and stops. A [Schedule] is a fixed timeline or a seeded random
+// mix; every schedule ends by healing everything.
+//
+// Read [Fault], [Step] and [ParseStep] first: a step is written the way a
+// person says it, "at 10s: partition kafka for 5s".
+package nemesis
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kind is what a fault does.
+type Kind string
+
+// The fault kinds, grouped in families for random schedules.
+const (
+	// Process family: servers (postgres, kafka, rabbitmq, broker) and
+	// workers (producer-0, relay-0, consumer-inventory-0, ...).
+	Kill    Kind = "kill"    // SIGKILL, then start again after For
+	Pause   Kind = "pause"   // SIGSTOP for For, then SIGCONT
+	Restart Kind = "restart" // graceful stop and start
+
+	// Failpoint family: arm a failpoint term in a worker.
+	Failpoint Kind = "failpoint"
+
+	// Network family, on a service's link (postgres, kafka, rabbitmq,
+	// broker), optionally in one direction.
+	Partition Kind = "partition"  // data stops flowing, connections hang
+	Refuse    Kind = "refuse"     // connections closed and refused
+	Latency   Kind = "latency"    // delay ± jitter
+	Bandwidth Kind = "bandwidth"  // rate cap in KB/s
+	ResetPeer Kind = "reset-peer" // new connections reset
+	LimitData Kind = "limit-data" // connections closed after N bytes
+	SlowClose Kind = "slow-close" // closing delayed
+)
+
+// Families groups kinds for random schedules.
+func Families() map[string][]Kind {
+	return map[string][]Kind{
+		"process":   {Kill, Pause, Restart},
+		"failpoint": {Failpoint},
+		"network":   {Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose},
+	}
+}
+
+// Kinds lists every fault kind.
+func Kinds() []Kind {
+	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose}
+}
+
+// ParseKind checks a kind name and lists the valid ones if wrong.
+func ParseKind(s string) (Kind, error) {
+	if slices.Contains(Kinds(), Kind(s)) {
+		return Kind(s), nil
+	}
+	names := make([]string, 0, len(Kinds()))
+	for _, k := range Kinds() {
+		names = append(names, string(k))
+	}
+	return "", fmt.Errorf("nemesis: unknown fault %q (valid: %s)", s, strings.Join(names, ", "))
+}
+
+// Fault is one fault, with its parameters. Its zero values mean defaults.
+type Fault struct {
+	Kind Kind `json:"kind" yaml:"kind"`
+	// Target is a service (postgres, kafka, rabbitmq, or "broker" for the
+	// run's broker) or a worker (producer-0, relay-0, consumer-email-0; a
+	// trailing * matches several, e.g. consumer-*).
+	Target string `json:"target" yaml:"target"`
+	// Direction of a network fault: upstream (client → server),
+	// downstream, or both (default).
+	Direction string `json:"direction,omitempty" yaml:"direction,omitempty"`
+	// Latency and Jitter for latency; Delay for slow-close and the time
+	// before a reset for reset-peer.
+	Latency time.Duration `json:"latency,omitempty" yaml:"latency,omitempty"`
+	Jitter  time.Duration `json:"jitter,omitempty" yaml:"jitter,omitempty"`
+	Delay   time.Duration `json:"delay,omitempty" yaml:"delay,omitempty"`
+	// Rate is the bandwidth cap in KB/s; Bytes the limit-data size.
+	Rate  int64 `json:"rate,omitempty" yaml:"rate,omitempty"`
+	Bytes int64 `json:"bytes,omitempty" yaml:"bytes,omitempty"`
+	// Term is the failpoint term to arm, e.g.
+	// "consumer.after-commit-before-ack=kill(once)".
+	Term string `json:"term,omitempty" yaml:"term,omitempty"`
+}
+
+// String renders f the way ParseStep reads it, e.g. "partition kafka upstream".
+func (f Fault) String() string {
+	parts := []string{string(f.Kind)}
+	if f.Kind == Failpoint {
+		parts = append(parts, f.Target, f.Term)
+		return strings.Join(parts, " ")
+	}
+	parts = append(parts, f.Target)
+	if f.Direction != "" && f.Direction != "both" {
+		parts = append(parts, f.Direction)
+	}
+	switch f.Kind {
+	case Latency:
+		parts = append(parts, f.Latency.String())
+		if f.Jitter > 0 {
+			parts = append(parts, "±"+f.Jitter.String())
+		}
+	case Bandwidth:
+		parts = append(parts, strconv.FormatInt(f.Rate, 10)+"KB/s")
+	case LimitData:
+		parts = append(parts, strconv.FormatInt(f.Bytes, 10)+"B")
+	case SlowClose, ResetPeer:
+		if f.Delay > 0 {
+			parts = append(parts, f.Delay.String())
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// Step is one fault in a schedule: it starts At (since the workload
+// began) and is healed For later (0: instant faults such as restart or
+// failpoint arming, or a kill whose target restarts at once).
+type Step struct {
+	At    time.Duration `json:"at" yaml:"at"`
+	Fault Fault         `json:"fault" yaml:"fault"`
+	For   time.Duration `json:"for,omitempty" yaml:"for,omitempty"`
+}
+
+// String renders s as ParseStep reads it.
+func (s Step) String() string {
+	out := "at " + s.At.String() + ": " + s.Fault.String()
+	if s.For > 0 {
+		out += " for " + s.For.String()
+	}
+	return out
+}
+
+var stepRe = regexp.MustCompile(`^at\s+(\S+)\s*:\s*(.+?)(?:\s+for\s+(\S+))?$`)
+
+// ParseStep reads a step such as
+//
+//	at 10s: partition kafka for 5s
+//	at 2s: partition rabbitmq upstream for 3s
+//	at 5s: latency postgres 100ms ±20ms for 10s
+//	at 1s: kill relay-0
+//	at 3s: kill broker for 2s
+//	at 4s: pause consumer-* for 1s
+//	at 1s: failpoint consumer-inventory-0 consumer.after-commit-before-ack=kill(once)
+//	at 6s: bandwidth kafka downstream 64KB/s for 5s
+//
+// "→" in a target (relay→kafka) names the link to the service after it:
+// links are per service, shared by every client of it.
+func ParseStep(s string) (Step, error) {
+	m := stepRe.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return Step{}, fmt.Errorf("nemesis: cannot read step %q (want \"at <time>: <fault> <target> [args] [for <duration>]\")", s)
+	}
+	at, err := time.ParseDuration(m[1])
+	if err != nil {
+		return Step{}, fmt.Errorf("nemesis: step %q: bad time %q: %w", s, m[1], err)
+	}
+	var dur time.Duration
+	if m[3] != "" {
+		if dur, err = time.ParseDuration(m[3]); err != nil {
+			return Step{}, fmt.Errorf("nemesis: step %q: bad duration %q: %w", s, m[3], err)
+		}
+	}
+	f, err := parseFault(strings.Fields(m[2]))
+	if err != nil {
+		return Step{}, fmt.Errorf("nemesis: step %q: %w", s, err)
+	}
+	return Step{At: at, Fault: f, For: dur}, nil
+}
+
+func parseFault(w []string) (Fault, error) {
+	if len(w) < 2 {
+		return Fault{}, fmt.Errorf("want a fault and a target")
+	}
+	k, err := ParseKind(w[0])
+	if err != nil {
+		return Fault{}, err
+	}
+	target := w[1]
+	if i := strings.LastIndex(target, "→"); i >= 0 {
+		target = target[i+len("→"):]
+	} else if i := strings.LastIndex(target, "->"); i >= 0 {
+		target = target[i+2:]
+	}
+	f := Fault{Kind: k, Target: target}
+	args := w[2:]
+	if k == Failpoint {
+		if len(args) != 1 {
+			return Fault{}, fmt.Errorf("failpoint wants a worker and one term")
+		}
+		f.Term = args[0]
+		return f, nil
+	}
+	for _, a := range args {
+		switch {
+		case a == "upstream" || a == "downstream" || a == "both":
+			f.Direction = a
+		case strings.HasPrefix(a, "±") || strings.HasPrefix(a, "+-"):
+			d, err := time.ParseDuration(strings.TrimPrefix(strings.TrimPrefix(a, "±"), "+-"))
+			if err != nil {
+				return Fault{}, fmt.Errorf("bad jitter %q", a)
+			}
+			f.Jitter = d
+		case strings.HasSuffix(a, "KB/s"):
+			n, err := strconv.ParseInt(strings.TrimSuffix(a, "KB/s"), 10, 64)
+			if err != nil {
+				return Fault{}, fmt.Errorf("bad rate %q", a)
+			}
+			f.Rate = n
+		case strings.HasSuffix(a, "B") && k == LimitData:
+			n, err := strconv.ParseInt(strings.TrimSuffix(a, "B"), 10, 64)
+			if err != nil {
+				return Fault{}, fmt.Errorf("bad size %q", a)
+			}
+			f.Bytes = n
+		default:
+			d, err := time.ParseDuration(a)
+			if err != nil {
+				return Fault{}, fmt.Errorf("unexpected %q", a)
+			}
+			if k == Latency {
+				f.Latency = d
+			} else {
+				f.Delay = d
+			}
+		}
+	}
+	return f, nil
+}

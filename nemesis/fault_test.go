@@ -1,0 +1,52 @@
+package nemesis
+
+import "testing"
+
+func TestParseStepRoundTrip(t *testing.T) {
+	for _, s := range []string{
+		"at 10s: partition kafka for 5s",
+		"at 2s: partition rabbitmq upstream for 3s",
+		"at 5s: latency postgres 100ms ±20ms for 10s",
+		"at 1s: kill relay-0",
+		"at 3s: kill broker for 2s",
+		"at 4s: pause consumer-* for 1s",
+		"at 1s: failpoint consumer-inventory-0 consumer.after-commit-before-ack=kill(once)",
+		"at 6s: bandwidth kafka downstream 64KB/s for 5s",
+		"at 1s: limit-data postgres 1000B for 2s",
+	} {
+		st, err := ParseStep(s)
+		if err != nil {
+			t.Fatalf("ParseStep(%q): %v", s, err)
+		}
+		if st.String() != s {
+			t.Errorf("ParseStep(%q).String() = %q", s, st.String())
+		}
+	}
+	st, err := ParseStep("at 10s: partition relay→kafka for 5s")
+	if err != nil || st.Fault.Target != "kafka" {
+		t.Errorf("arrow target: %+v %v", st, err)
+	}
+}
+
+func TestParseStepErrors(t *testing.T) {
+	for _, s := range []string{"", "partition kafka", "at x: kill relay-0", "at 1s: explode kafka", "at 1s: kill", "at 1s: latency kafka soon", "at 1s: failpoint relay-0"} {
+		if _, err := ParseStep(s); err == nil {
+			t.Errorf("ParseStep(%q) succeeded", s)
+		}
+	}
+}
+
+func FuzzParseStep(f *testing.F) {
+	f.Add("at 10s: partition kafka for 5s")
+	f.Add("at 5s: latency postgres 100ms ±20ms for 10s")
+	f.Fuzz(func(t *testing.T, s string) {
+		st, err := ParseStep(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseStep(st.String())
+		if err != nil || again.String() != st.String() {
+			t.Fatalf("%q → %q → %v %v", s, st.String(), again, err)
+		}
+	})
+}
