@@ -197,6 +197,26 @@ func (l *Link) Toxic(typ string, d Direction, attrs map[string]any) error {
 	return nil
 }
 
+// RemoveToxic removes the toxic of type typ in direction d, leaving every
+// other toxic on the link in place, so overlapping faults on one link heal
+// one at a time. Removing a toxic that is not there is not an error: a
+// fault's heal may run after [Link.Heal] already cleared it.
+func (l *Link) RemoveToxic(typ string, d Direction) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, stream := range d.streams() {
+		name := typ + "_" + stream
+		if _, ok := l.toxics[name]; !ok {
+			continue
+		}
+		if err := l.p.Toxics.RemoveToxic(context.Background(), name); err != nil {
+			return fmt.Errorf("link %s: remove %s: %w", l.name, name, err)
+		}
+		delete(l.toxics, name)
+	}
+	return nil
+}
+
 // Partition makes the link hang in direction d, as a real network
 // partition does: bytes stop flowing, connections neither close nor error.
 func (l *Link) Partition(d Direction) error {
@@ -236,6 +256,21 @@ func (l *Link) Refuse() error {
 	defer l.mu.Unlock()
 	l.p.Stop()
 	l.refused = true
+	return nil
+}
+
+// Accept undoes [Link.Refuse] on the same port and leaves the toxics in
+// place, so a refusal heals without healing other faults on the link.
+func (l *Link) Accept() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.refused {
+		return nil
+	}
+	if err := l.p.Start(); err != nil && !errors.Is(err, toxiproxy.ErrProxyAlreadyStarted) {
+		return fmt.Errorf("link %s: re-enable: %w", l.name, err)
+	}
+	l.refused = false
 	return nil
 }
 

@@ -191,3 +191,38 @@ func TestSetUpstreamKeepsPort(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// RemoveToxic and Accept heal one fault and leave the others in place.
+func TestRemoveToxicAndAcceptHealOneFault(t *testing.T) {
+	_, l := newLink(t)
+	if err := l.Latency(link.Both, 50*time.Millisecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Partition(link.Upstream); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.RemoveToxic("timeout", link.Upstream); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.RemoveToxic("timeout", link.Upstream); err != nil {
+		t.Fatalf("removing an absent toxic: %v", err)
+	}
+	if a := l.Active(); len(a) != 2 || a[0] != "latency_downstream" || a[1] != "latency_upstream" {
+		t.Fatalf("Active() after removing the partition = %v", a)
+	}
+	if got, err := roundTrip(dial(t, l), 5*time.Second); err != nil || got < 50*time.Millisecond {
+		t.Fatalf("round trip = %v, %v; want the latency and no hang", got, err)
+	}
+	if err := l.Refuse(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	if a := l.Active(); len(a) != 2 {
+		t.Fatalf("Active() after Accept = %v, want the latency kept", a)
+	}
+	if _, err := roundTrip(dial(t, l), 5*time.Second); err != nil {
+		t.Fatalf("after Accept: %v", err)
+	}
+}
