@@ -297,6 +297,9 @@ func (r *Run) start(ctx context.Context, spec worker.Spec) error {
 // Supervisor gives access to the workers, for faults.
 func (r *Run) Supervisor() *supervisor.Supervisor { return r.sup }
 
+// Cluster is the cluster the run is on, for faults on servers and links.
+func (r *Run) Cluster() *cluster.Cluster { return r.cl }
+
 // Recorder is the harness's own history recorder (for nemesis ops).
 func (r *Run) Recorder() *history.Recorder { return r.rec }
 

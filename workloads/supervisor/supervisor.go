@@ -250,6 +250,12 @@ func (s *Supervisor) Send(name, line string) error {
 	return nil
 }
 
+// ErrNotRunning is returned by [Supervisor.Signal] for a worker that has
+// exited and not been restarted yet. A nemesis resuming a paused worker
+// that was killed meanwhile gets it and can ignore it: the new process
+// was never paused.
+var ErrNotRunning = errors.New("supervisor: worker is not running")
+
 // Signal sends sig to a worker's process group. SIGKILL is recorded as a
 // crash by the nemesis that sent it, so the supervisor does not record it
 // again; the worker is restarted as after any crash.
@@ -264,7 +270,7 @@ func (s *Supervisor) Signal(name string, sig syscall.Signal) error {
 	// else: never signal it.
 	select {
 	case <-w.exited:
-		return fmt.Errorf("supervisor: %s is not running (restarting)", name)
+		return fmt.Errorf("%w: %s (restarting)", ErrNotRunning, name)
 	default:
 	}
 	if sig == syscall.SIGKILL {
