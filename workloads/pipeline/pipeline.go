@@ -396,6 +396,34 @@ func (r *Run) Drain(ctx context.Context) (bool, error) {
 	}
 }
 
+// StopAll stops every worker (no drain).
+func (r *Run) StopAll(ctx context.Context) error { return r.sup.StopAll(ctx) }
+
+// FinalRead reads the final state into the history.
+func (r *Run) FinalRead(ctx context.Context) error { return schema.FinalRead(ctx, r.db, r.rec) }
+
+// Counts are live figures for a status line.
+type Counts struct {
+	Committed, Unpublished, Effects, DeadLetters int64
+}
+
+// Counts reads the live figures from the database.
+func (r *Run) Counts(ctx context.Context) (Counts, error) {
+	var c Counts
+	err := r.db.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM outbox),
+		(SELECT count(*) FROM outbox WHERE published_at IS NULL),
+		(SELECT count(*) FROM effects),
+		(SELECT count(*) FROM dead_letters)`).Scan(&c.Committed, &c.Unpublished, &c.Effects, &c.DeadLetters)
+	if err != nil {
+		return c, fmt.Errorf("pipeline: counts: %w", err)
+	}
+	return c, nil
+}
+
+// Subscriptions are the run's subscriptions.
+func (r *Run) Subscriptions() []string { return r.cfg.Subscriptions }
+
 // Finish stops the producers, drains, stops every worker and does the
 // final read. It returns whether the drain completed.
 func (r *Run) Finish(ctx context.Context) (bool, error) {
