@@ -71,5 +71,6 @@ Exit codes: 0 valid, 1 invalid, 2 unknown, 3 bad input, 4 harness error.`,
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug detail")
 	root.AddCommand(newDoctorCmd(), newDepsCmd(), newUpCmd(), newDemoCmd(), newWorkerCmd())
 	root.AddCommand(newCheckCmd())
+	root.AddCommand(newReportCmd())
 	return root
 }

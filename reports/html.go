@@ -1,0 +1,391 @@
+package reports
+
+import (
+	"embed"
+	"fmt"
+	"html/template"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/history"
+)
+
+//go:embed report.html.tmpl
+var templateFS embed.FS
+
+// parseTemplate parses the embedded report template. It is parsed per call
+// (a millisecond) rather than kept in a package variable.
+func parseTemplate() (*template.Template, error) {
+	t, err := template.New("report.html.tmpl").Funcs(template.FuncMap{
+		"num": func(v int64) string { return groupDigits(v) },
+		"f1":  func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
+		"pct": func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + "%" },
+		"add": func(a, b float64) float64 { return a + b },
+		"sub": func(a, b float64) float64 { return a - b },
+		"div": func(a, b float64) float64 { return a / b },
+	}).ParseFS(templateFS, "report.html.tmpl")
+	if err != nil {
+		return nil, fmt.Errorf("reports: template: %w", err)
+	}
+	return t, nil
+}
+
+// HTML renders the run's report as one self-contained HTML page: inline
+// CSS and SVG, no script, no network. Every string from the run or the
+// history goes through html/template's contextual escaping, and the page's
+// Content-Security-Policy forbids scripts, so a hostile payload, header or
+// error text is shown, never run. res may be nil when the harness failed
+// before checking.
+func HTML(w io.Writer, run Run, res *checker.Result) error {
+	t, err := parseTemplate()
+	if err != nil {
+		return err
+	}
+	if err := t.Execute(w, newView(run, res)); err != nil {
+		return fmt.Errorf("reports: render html: %w", err)
+	}
+	return nil
+}
+
+// HTMLFile writes the report to path (through a temporary file).
+func HTMLFile(path string, run Run, res *checker.Result) error {
+	if err := writeFile(path, func(w io.Writer) error { return HTML(w, run, res) }); err != nil {
+		return fmt.Errorf("reports: %w", err)
+	}
+	return nil
+}
+
+// view is everything the template shows, computed in Go so tests can
+// assert on it (porcupine's visualizationData).
+type view struct {
+	Title        string
+	Verdict      string // valid, invalid, unknown
+	Summary      string
+	Reasons      []string
+	HarnessError string
+
+	Scenario    string
+	Description string
+	Command     string
+	Facts       []kv // run facts: seed, started, duration, drain, final read, ...
+	Environment []kv
+
+	Promised      []kv // the guarantee settings
+	Checks        []checkRow
+	Subscriptions []subRow
+	Counts        []kv
+	Anomalies     []anomalyView
+	Shown         []shownRow
+	Plots         []plotView
+	Faults        []faultRow
+	Processes     []processRow
+	Cuts          []string
+}
+
+type kv struct{ K, V string }
+
+type checkRow struct {
+	Subscription string
+	Guarantee    string
+	Promised     bool
+	Status       string // held, broken, allowed, unknown
+	Count        int
+	Events       []string
+}
+
+type subRow struct {
+	Name                                      string
+	Delivered, Deliveries, Redelivered        int64
+	Applied, Effects, Acked                   int64
+	DeadLettered, Poison, StaleSkipped        int64
+	RedeliveryPct, DLQPct                     float64 // of delivered events
+	Lost, DuplicateEffect, Unexpected, Unseen int64
+}
+
+type anomalyView struct {
+	ID           string // anchor
+	Kind         string
+	Subscription string
+	Fatal        bool
+	Count        int
+	Boundaries   string
+	Events       []string
+	MoreEvents   int
+	Examples     []exampleView
+}
+
+type exampleView struct {
+	Event, Source, Key string
+	Version            int64
+	Boundary, Detail   string
+	Chain              []chainStep // commit → publish → deliver → apply → ack, summarised
+	Steps              []stepView
+}
+
+// chainStep is one boundary of an event's lineage with how often it was
+// crossed and how.
+type chainStep struct {
+	Stage   string // commit, publish, deliver, apply, ack, skip-stale, dlq, final-read
+	Summary string // "ok", "ok ×2, info", "attempts 1–3"
+	Class   string // ok, bad, info
+}
+
+type stepView struct {
+	Stage, Type, Time, Process, Where, Attempt, Consumer, Note string
+	Class                                                      string
+}
+
+type shownRow struct {
+	Kind, Subscription string
+	Count              int
+	Events             []string
+}
+
+type faultRow struct {
+	Name, Target, Start, End, Duration, Detail string
+}
+
+type processRow struct {
+	Name, Role        string
+	Ops               int64
+	Crashes, Restarts int
+	Log               string
+}
+
+func newView(run Run, res *checker.Result) view {
+	v := view{
+		Verdict:      string(Verdict(run, res)),
+		Summary:      summary(run, res, Checks(run, res)),
+		HarnessError: run.HarnessError,
+		Scenario:     run.Scenario,
+		Description:  run.Description,
+		Command:      run.Command,
+	}
+	if v.Scenario == "" {
+		v.Scenario = "(unnamed run)"
+	}
+	v.Title = fmt.Sprintf("%s — %s — deliverycheck", strings.ToUpper(v.Verdict), v.Scenario)
+	v.Facts = append(v.Facts, kv{"seed", strconv.FormatInt(run.Seed, 10)})
+	if !run.Started.IsZero() {
+		v.Facts = append(v.Facts, kv{"started", run.Started.UTC().Format(time.RFC3339)})
+	}
+	if !run.Started.IsZero() && !run.Finished.IsZero() {
+		v.Facts = append(v.Facts, kv{"wall time", run.Finished.Sub(run.Started).Round(time.Millisecond).String()})
+	}
+	e := run.Environment
+	for _, p := range []kv{{"runtime", e.Runtime}, {"harness", e.Harness}, {"go", e.Go}, {"os", e.OS}} {
+		if p.V != "" {
+			v.Environment = append(v.Environment, p)
+		}
+	}
+	for _, name := range slices.Sorted(mapKeys(e.Servers)) {
+		v.Environment = append(v.Environment, kv{name, e.Servers[name]})
+	}
+	for _, c := range Checks(run, res) {
+		v.Checks = append(v.Checks, checkRow{Subscription: c.Subscription, Guarantee: c.Guarantee, Promised: c.Promised, Status: string(c.Status), Count: c.Count, Events: c.Events[:min(len(c.Events), 3)]})
+	}
+	for _, f := range run.Faults {
+		row := faultRow{Name: f.Name, Target: f.Target, Start: fmtNs(f.Start), Detail: f.Detail, End: "never healed"}
+		if f.End > 0 {
+			row.End, row.Duration = fmtNs(f.End), time.Duration(f.End-f.Start).Round(time.Millisecond).String()
+		}
+		v.Faults = append(v.Faults, row)
+	}
+	for _, p := range run.Processes {
+		v.Processes = append(v.Processes, processRow{Name: p.Name, Role: p.Role, Ops: p.Ops, Crashes: p.Crashes, Restarts: p.Restarts, Log: p.Log})
+	}
+	g := run.Guarantees
+	if res == nil {
+		v.Promised = promised(g.Normalize())
+		return v
+	}
+	g = res.Guarantees
+	v.Promised = promised(g)
+	v.Reasons = res.Reasons
+	v.Facts = append(v.Facts, kv{"drain", res.Facts.Drain}, kv{"final read", res.Facts.FinalRead})
+	c := res.Counts
+	v.Counts = []kv{
+		{"ops", groupDigits(c.Ops)}, {"events", groupDigits(c.Events)}, {"attempted", groupDigits(c.Attempted)},
+		{"committed", groupDigits(c.Committed)}, {"acknowledged", groupDigits(c.Acknowledged)}, {"recovered", groupDigits(c.Recovered)},
+		{"failed", groupDigits(c.Failed)}, {"in doubt", groupDigits(c.InDoubt)}, {"published", groupDigits(c.Published)},
+		{"poison", groupDigits(c.Poison)}, {"faults", groupDigits(c.Faults)}, {"crashes", groupDigits(c.Crashes)}, {"restarts", groupDigits(c.Restarts)},
+	}
+	for _, s := range res.Subscriptions {
+		row := subRow{Name: s.Name, Delivered: s.Delivered, Deliveries: s.Deliveries, Redelivered: s.Redelivered,
+			Applied: s.Applied, Effects: s.Effects, Acked: s.Acked, DeadLettered: s.DeadLettered, Poison: c.Poison,
+			StaleSkipped: s.StaleSkipped, Lost: s.Lost, DuplicateEffect: s.DuplicateEffect, Unexpected: s.Unexpected, Unseen: s.Unseen}
+		if s.Delivered > 0 {
+			row.RedeliveryPct = 100 * float64(s.Redelivered) / float64(s.Delivered)
+			row.DLQPct = 100 * float64(s.DeadLettered) / float64(s.Delivered)
+		}
+		v.Subscriptions = append(v.Subscriptions, row)
+	}
+	for i, a := range res.Anomalies {
+		v.Anomalies = append(v.Anomalies, newAnomalyView(i, a))
+	}
+	for _, a := range res.Shown {
+		v.Shown = append(v.Shown, shownRow{Kind: string(a.Kind), Subscription: a.Subscription, Count: a.Count, Events: a.Events[:min(len(a.Events), 5)]})
+	}
+	for _, cut := range res.Facts.Cuts {
+		v.Cuts = append(v.Cuts, cut.String())
+	}
+	v.Plots = plots(run, res)
+	return v
+}
+
+func promised(g checker.Guarantees) []kv {
+	subs := strings.Join(g.Subscriptions, ", ")
+	if subs == "" {
+		subs = "(those seen in the history)"
+	}
+	return []kv{{"loss", string(g.Loss)}, {"duplicate effects", string(g.DuplicateEffects)}, {"order", string(g.Order)}, {"gaps", string(g.Gaps)}, {"subscriptions", subs}}
+}
+
+// maxEventsShown caps the event ids listed per anomaly in the page; all of
+// them are in results.json.
+const maxEventsShown = 20
+
+func newAnomalyView(i int, a checker.Anomaly) anomalyView {
+	av := anomalyView{ID: "anomaly-" + strconv.Itoa(i), Kind: string(a.Kind), Subscription: a.Subscription, Fatal: a.Fatal, Count: a.Count}
+	var bs []string
+	for _, b := range a.Boundaries {
+		bs = append(bs, fmt.Sprintf("%d after %s", b.Count, b.Boundary))
+	}
+	av.Boundaries = strings.Join(bs, ", ")
+	av.Events = a.Events[:min(len(a.Events), maxEventsShown)]
+	av.MoreEvents = a.Count - len(av.Events)
+	for _, ex := range a.Examples {
+		av.Examples = append(av.Examples, newExampleView(ex))
+	}
+	return av
+}
+
+// stageOrder is the pipeline order of the lineage chain.
+var stageOrder = []history.F{history.Commit, history.Publish, history.Deliver, history.Apply, history.SkipStale, history.Ack, history.DLQ, history.FinalRead}
+
+func newExampleView(ex checker.Example) exampleView {
+	e := exampleView{Event: ex.Event, Source: ex.Source, Key: ex.Key, Version: ex.Version, Boundary: string(ex.Boundary), Detail: ex.Detail}
+	type tally struct {
+		types    map[history.Type]int
+		attempts []int64
+	}
+	tallies := map[history.F]*tally{}
+	var extra []history.F
+	for _, op := range ex.Ops {
+		st := stepView{Stage: string(op.F), Type: op.Type.String(), Time: fmtNs(op.Time), Process: op.Process, Consumer: op.Value.Consumer, Class: typeClass(op.Type)}
+		if op.F == history.FinalRead && op.Value.Table != "" {
+			st.Stage = "final-read " + op.Value.Table
+		}
+		switch {
+		case op.Value.Tag != 0:
+			st.Where = "tag " + strconv.FormatInt(op.Value.Tag, 10)
+		case op.Value.Offset != 0 || op.Value.Partition != 0 || op.F == history.Deliver && op.Value.Tag == 0:
+			st.Where = fmt.Sprintf("p%d@%d", op.Value.Partition, op.Value.Offset)
+		}
+		if op.Value.Attempt != 0 {
+			st.Attempt = strconv.FormatInt(op.Value.Attempt, 10)
+		}
+		var notes []string
+		for _, n := range []string{op.Value.Error, op.Value.Reason, op.Value.Detail} {
+			if n != "" {
+				notes = append(notes, n)
+			}
+		}
+		if op.Value.Version != 0 {
+			notes = append(notes, "v"+strconv.FormatInt(op.Value.Version, 10))
+		}
+		st.Note = strings.Join(notes, "; ")
+		e.Steps = append(e.Steps, st)
+
+		if op.Type == history.Invoke && op.F != history.Deliver {
+			continue // the completion says how it went
+		}
+		t := tallies[op.F]
+		if t == nil {
+			t = &tally{types: map[history.Type]int{}}
+			tallies[op.F] = t
+			if !slices.Contains(stageOrder, op.F) {
+				extra = append(extra, op.F)
+			}
+		}
+		t.types[op.Type]++
+		if op.Value.Attempt != 0 && !slices.Contains(t.attempts, op.Value.Attempt) {
+			t.attempts = append(t.attempts, op.Value.Attempt)
+		}
+	}
+	for _, f := range append(slices.Clone(stageOrder), extra...) {
+		t := tallies[f]
+		if t == nil {
+			continue
+		}
+		var parts []string
+		class := "ok"
+		for _, ty := range []history.Type{history.OK, history.Info, history.Fail, history.Invoke} {
+			n := t.types[ty]
+			if n == 0 {
+				continue
+			}
+			s := ty.String()
+			if ty == history.Invoke {
+				s = "no completion"
+			}
+			if n > 1 {
+				s += " ×" + strconv.Itoa(n)
+			}
+			parts = append(parts, s)
+			if ty != history.OK && class == "ok" {
+				class = typeClass(ty)
+			}
+		}
+		if len(t.attempts) > 1 {
+			slices.Sort(t.attempts)
+			parts = append(parts, fmt.Sprintf("attempts %d–%d", t.attempts[0], t.attempts[len(t.attempts)-1]))
+		}
+		e.Chain = append(e.Chain, chainStep{Stage: string(f), Summary: strings.Join(parts, ", "), Class: class})
+	}
+	return e
+}
+
+func typeClass(t history.Type) string {
+	switch t {
+	case history.OK:
+		return "ok"
+	case history.Fail:
+		return "bad"
+	case history.Invoke:
+		return "invoke"
+	}
+	return "info"
+}
+
+// groupDigits formats 1234567 as 1,234,567.
+func groupDigits(v int64) string {
+	s := strconv.FormatInt(v, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}

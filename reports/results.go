@@ -1,0 +1,213 @@
+package reports
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/deliverycheck/deliverycheck/checker"
+)
+
+// SchemaVersion is the version of the results.json envelope
+// (docs/results.schema.json). It changes only when a field is removed,
+// renamed or changes meaning; new optional fields keep the version, so a
+// dashboard that reads version 1 keeps working.
+const SchemaVersion = 1
+
+// Results is results.json in a run folder: the checker's own result,
+// unchanged (docs/results.md), wrapped with what a dashboard needs beside
+// it: a schema version, the top-level verdict, the run record, and one
+// check per promised guarantee per subscription.
+type Results struct {
+	SchemaVersion int `json:"schema_version"`
+	// Verdict is the run's verdict: the checker's, except that a harness
+	// error turns valid into unknown (a run that broke down proves nothing
+	// held, but an anomaly it found is still real).
+	Verdict checker.Validity `json:"verdict"`
+	// Summary is the verdict banner's sentence: what held and what did not.
+	Summary string `json:"summary"`
+	Run     *Run   `json:"run"`
+	// Checks has every guarantee per subscription, promised or not, in the
+	// order of the report's guarantees table.
+	Checks []Check `json:"checks"`
+	// Result is the checker's result; null when the harness failed before
+	// there was a history to check.
+	Result *checker.Result `json:"result"`
+}
+
+// Status is what a run observed of one guarantee in one subscription.
+type Status string
+
+// The statuses.
+const (
+	Held    Status = "held"    // no finding, and the facts were established
+	Broken  Status = "broken"  // promised, and findings prove it was broken
+	Allowed Status = "allowed" // not promised; findings are only reported
+	// NotEstablished: no finding, but the drain or final read did not
+	// complete (or the harness failed), so the guarantee is not proven.
+	NotEstablished Status = "unknown"
+)
+
+// Check is one guarantee as observed in one subscription.
+type Check struct {
+	Subscription string       `json:"subscription"`
+	Guarantee    string       `json:"guarantee"` // "no loss", "no duplicate effects", ...
+	Kind         checker.Kind `json:"kind"`      // the anomaly kind that breaks it
+	Promised     bool         `json:"promised"`
+	Status       Status       `json:"status"`
+	Count        int          `json:"count"`            // findings of Kind in this subscription
+	Events       []string     `json:"events,omitempty"` // up to 10 example event ids
+}
+
+// guarantees maps each anomaly kind to the guarantee it breaks, in the
+// order reports show them.
+var guarantees = []struct {
+	kind checker.Kind
+	name string
+}{
+	{checker.Lost, "no loss"},
+	{checker.DuplicateEffect, "no duplicate effects"},
+	{checker.OrderRegression, "per-key order"},
+	{checker.Gap, "no gaps"},
+	{checker.Unexpected, "no phantom effects"},
+	{checker.DLQUnaccounted, "poison dead-lettered"},
+	{checker.WronglyDeadLettered, "only poison dead-lettered"},
+}
+
+// factsEstablished reports whether an absence of findings proves anything.
+func factsEstablished(run Run, res *checker.Result) bool {
+	return res != nil && run.HarnessError == "" && res.Facts.Drain == "complete" && res.Facts.FinalRead == "complete"
+}
+
+// Checks lists every guarantee per subscription with what the run
+// observed. The subscriptions are the checker's (declared and seen), or
+// the declared ones when there is no result.
+func Checks(run Run, res *checker.Result) []Check {
+	g := run.Guarantees
+	var subs []string
+	if res != nil {
+		g = res.Guarantees
+		for _, s := range res.Subscriptions {
+			subs = append(subs, s.Name)
+		}
+	}
+	if len(subs) == 0 {
+		subs = g.Normalize().Subscriptions
+	}
+	found := map[[2]string]*checker.Anomaly{}
+	if res != nil {
+		for i := range res.Anomalies {
+			a := &res.Anomalies[i]
+			found[[2]string{string(a.Kind), a.Subscription}] = a
+		}
+	}
+	established := factsEstablished(run, res)
+	out := []Check{}
+	for _, sub := range subs {
+		for _, gu := range guarantees {
+			c := Check{Subscription: sub, Guarantee: gu.name, Kind: gu.kind, Promised: g.Fatal(gu.kind)}
+			if a := found[[2]string{string(gu.kind), sub}]; a != nil {
+				c.Count = a.Count
+				c.Events = a.Events[:min(len(a.Events), 10)]
+			}
+			switch {
+			case c.Count > 0 && c.Promised:
+				c.Status = Broken
+			case c.Count > 0:
+				c.Status = Allowed
+			case !established:
+				c.Status = NotEstablished
+			case c.Promised:
+				c.Status = Held
+			default:
+				c.Status = Allowed
+			}
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Verdict is the run's verdict: the checker's, but never valid when the
+// harness failed, and unknown when there is no result at all.
+func Verdict(run Run, res *checker.Result) checker.Validity {
+	if res == nil {
+		return checker.Unknown
+	}
+	if run.HarnessError != "" && res.Valid == checker.Valid {
+		return checker.Unknown
+	}
+	return res.Valid
+}
+
+// NewResults builds the results.json envelope.
+func NewResults(run Run, res *checker.Result) Results {
+	run = run.normalized()
+	return Results{
+		SchemaVersion: SchemaVersion,
+		Verdict:       Verdict(run, res),
+		Summary:       summary(run, res, Checks(run, res)),
+		Run:           &run,
+		Checks:        Checks(run, res),
+		Result:        res,
+	}
+}
+
+// WriteResultsJSON writes the results.json envelope, indented. The output
+// depends only on its inputs, byte for byte.
+func WriteResultsJSON(w io.Writer, run Run, res *checker.Result) error {
+	b, err := json.MarshalIndent(NewResults(run, res), "", "  ")
+	if err != nil {
+		return fmt.Errorf("reports: results.json: %w", err)
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// WriteAll writes results.json, report.html and junit.xml into the run
+// folder dir, each through a temporary file renamed into place, so a
+// reader never sees half a file. It writes all three even when one fails,
+// and returns every failure.
+func WriteAll(dir string, run Run, res *checker.Result) error {
+	var errs []string
+	for _, f := range []struct {
+		name  string
+		write func(io.Writer) error
+	}{
+		{ResultsFile, func(w io.Writer) error { return WriteResultsJSON(w, run, res) }},
+		{HTMLName, func(w io.Writer) error { return HTML(w, run, res) }},
+		{JUnitName, func(w io.Writer) error { return JUnit(w, run, res) }},
+	} {
+		if err := writeFile(filepath.Join(dir, f.name), f.write); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("reports: write %s: %s", dir, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// writeFile writes path through path.tmp and a rename.
+func writeFile(path string, write func(io.Writer) error) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	err = write(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	return nil
+}

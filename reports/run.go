@@ -1,0 +1,400 @@
+package reports
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/history"
+)
+
+// Run is what a run folder records about the run itself, beside the
+// checker's findings: run.json holds it, and results.json embeds it. The
+// run command fills it; [Run.FillFromHistory] derives what is missing
+// (faults, crashes, processes) from the history, so a folder written by an
+// older harness or a test still renders a complete report.
+type Run struct {
+	// Scenario names the scenario (built-in name or file).
+	Scenario    string `json:"scenario"`
+	Description string `json:"description,omitempty"`
+	// Seed drives the nemesis schedule; with Command it replays the run.
+	Seed int64 `json:"seed"`
+	// Command is the exact command line that reproduces the run, seed
+	// included, as a user would paste it into a shell.
+	Command     string      `json:"command,omitempty"`
+	Started     time.Time   `json:"started,omitzero"`
+	Finished    time.Time   `json:"finished,omitzero"`
+	Environment Environment `json:"environment"`
+	// Guarantees are what the scenario promised; the checker's result
+	// repeats them as it applied them.
+	Guarantees checker.Guarantees `json:"guarantees"`
+	// Faults are the nemesis windows, in start order.
+	Faults []FaultWindow `json:"faults"`
+	// Marks are instant events: crashes and restarts, in time order.
+	Marks []Mark `json:"marks"`
+	// Processes are every process that took part, sorted by name.
+	Processes []Process `json:"processes"`
+	// HarnessError is set when the harness itself failed (a server did not
+	// start, the run was interrupted): the verdict is then at best unknown.
+	HarnessError string `json:"harness_error,omitempty"`
+}
+
+// Environment is where the run ran, exactly enough to tell two runs apart.
+type Environment struct {
+	Runtime string `json:"runtime,omitempty"` // local, containers or external
+	// Servers maps a server (postgres, kafka, rabbitmq) to its exact
+	// version as the server reported it.
+	Servers map[string]string `json:"servers,omitempty"`
+	Harness string            `json:"harness,omitempty"` // deliverycheck version (module version or VCS revision)
+	Go      string            `json:"go,omitempty"`      // Go toolchain that built the harness
+	OS      string            `json:"os,omitempty"`      // GOOS/GOARCH and kernel, free text
+}
+
+// FaultWindow is one fault from its start to its heal, in nanoseconds
+// since the run started (the history's clock). End is 0 when the history
+// has no heal for it: it then lasted to the end of the run.
+type FaultWindow struct {
+	Name   string `json:"name"`
+	Target string `json:"target,omitempty"`
+	Detail string `json:"detail,omitempty"`
+	Start  int64  `json:"start_ns"`
+	End    int64  `json:"end_ns,omitempty"`
+}
+
+// Mark kinds.
+const (
+	MarkCrash   = "crash"
+	MarkRestart = "restart"
+)
+
+// Mark is an instant in the run worth a line on the plots.
+type Mark struct {
+	Time   int64  `json:"time_ns"`
+	Kind   string `json:"kind"` // crash or restart
+	Target string `json:"target,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Process is one process of the run: a pipeline worker, the nemesis or the
+// harness, or a server.
+type Process struct {
+	Name     string `json:"name"`
+	Role     string `json:"role,omitempty"` // producer, relay, consumer, nemesis, harness, server
+	Ops      int64  `json:"ops"`            // history ops it wrote
+	Crashes  int    `json:"crashes"`
+	Restarts int    `json:"restarts"`
+	// Log is the process's log, relative to the run folder
+	// (logs/<name>.log), empty when there is none.
+	Log string `json:"log,omitempty"`
+}
+
+// File names inside a run folder.
+const (
+	RunFile     = "run.json"
+	ResultsFile = "results.json"
+	HTMLName    = "report.html"
+	JUnitName   = "junit.xml"
+	HistoryDir  = "history"
+	LogsDir     = "logs"
+)
+
+// WriteRunJSON writes run as indented JSON (run.json). The run command
+// writes it when the run starts and again when it ends, so a harness that
+// dies half-way still leaves what it was doing.
+func WriteRunJSON(w io.Writer, run Run) error {
+	b, err := json.MarshalIndent(run.normalized(), "", "  ")
+	if err != nil {
+		return fmt.Errorf("reports: run.json: %w", err)
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// normalized gives nil slices as empty ones, so the JSON has [] rather
+// than null where the schema promises an array.
+func (r Run) normalized() Run {
+	if r.Faults == nil {
+		r.Faults = []FaultWindow{}
+	}
+	if r.Marks == nil {
+		r.Marks = []Mark{}
+	}
+	if r.Processes == nil {
+		r.Processes = []Process{}
+	}
+	r.Guarantees = r.Guarantees.Normalize()
+	return r
+}
+
+// HistoryFiles lists the run folder's history files (history/*.jsonl,
+// or *.jsonl at the top for a folder written by `deliverycheck check`).
+func HistoryFiles(dir string) ([]string, error) {
+	var paths []string
+	for _, pat := range []string{filepath.Join(dir, HistoryDir, "*.jsonl"), filepath.Join(dir, "*.jsonl")} {
+		m, err := filepath.Glob(pat)
+		if err != nil {
+			return nil, fmt.Errorf("reports: %w", err)
+		}
+		paths = append(paths, m...)
+	}
+	slices.Sort(paths)
+	return paths, nil
+}
+
+// ReadRunDir reads a run folder back: run.json (else the run embedded in
+// results.json), and the checker's result from results.json. A folder
+// whose results.json is missing is checked again from its history with the
+// run's guarantees. results.json may also be a bare checker result, as
+// `deliverycheck check` writes it. What the run record lacks (faults,
+// crashes, processes) is derived from the history when there is one.
+func ReadRunDir(dir string) (Run, *checker.Result, error) {
+	var run Run
+	haveRun := false
+	if b, err := os.ReadFile(filepath.Join(dir, RunFile)); err == nil {
+		if err := json.Unmarshal(b, &run); err != nil {
+			return Run{}, nil, fmt.Errorf("reports: %s: %w", filepath.Join(dir, RunFile), err)
+		}
+		haveRun = true
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return Run{}, nil, fmt.Errorf("reports: %w", err)
+	}
+
+	var res *checker.Result
+	if b, err := os.ReadFile(filepath.Join(dir, ResultsFile)); err == nil {
+		env, err := decodeResults(b)
+		if err != nil {
+			return Run{}, nil, fmt.Errorf("reports: %s: %w", filepath.Join(dir, ResultsFile), err)
+		}
+		res = env.Result
+		if !haveRun && env.Run != nil {
+			run, haveRun = *env.Run, true
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return Run{}, nil, fmt.Errorf("reports: %w", err)
+	}
+
+	paths, err := HistoryFiles(dir)
+	if err != nil {
+		return Run{}, nil, err
+	}
+	if !haveRun && res == nil && len(paths) == 0 {
+		return Run{}, nil, fmt.Errorf("reports: %s is not a run folder: no %s, %s or history", dir, RunFile, ResultsFile)
+	}
+	if !haveRun {
+		run.Scenario = filepath.Base(filepath.Clean(dir))
+		if res != nil {
+			run.Guarantees = res.Guarantees
+		}
+	}
+	if res == nil && len(paths) > 0 {
+		if res, err = checker.CheckFiles(paths, checker.Options{Guarantees: run.Guarantees}); err != nil {
+			return Run{}, nil, fmt.Errorf("reports: check %s: %w", dir, err)
+		}
+	}
+	if err := run.FillFromHistory(paths); err != nil {
+		return Run{}, nil, err
+	}
+	run.linkLogs(dir)
+	return run, res, nil
+}
+
+// decodeResults reads results.json: the versioned envelope, or a bare
+// checker result (no schema_version) as `deliverycheck check` writes it.
+func decodeResults(b []byte) (Results, error) {
+	var probe struct {
+		SchemaVersion *int            `json:"schema_version"`
+		Valid         json.RawMessage `json:"valid"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return Results{}, err
+	}
+	if probe.SchemaVersion == nil {
+		if probe.Valid == nil {
+			return Results{}, errors.New("neither a results envelope (schema_version) nor a checker result (valid)")
+		}
+		var r checker.Result
+		if err := json.Unmarshal(b, &r); err != nil {
+			return Results{}, err
+		}
+		return Results{Result: &r}, nil
+	}
+	if *probe.SchemaVersion > SchemaVersion {
+		return Results{}, fmt.Errorf("schema_version %d is newer than this deliverycheck reads (%d)", *probe.SchemaVersion, SchemaVersion)
+	}
+	var env Results
+	if err := json.Unmarshal(b, &env); err != nil {
+		return Results{}, err
+	}
+	return env, nil
+}
+
+// FillFromHistory derives from the history files what the run record
+// lacks: fault windows (fault invoke → ok), crash and restart marks, and
+// one process per writer with its op count and crashes. Fields the run
+// command already filled are kept. It reads the history once, keeping only
+// those few ops.
+func (r *Run) FillFromHistory(paths []string) error {
+	if len(paths) == 0 || (len(r.Faults) > 0 && len(r.Marks) > 0 && len(r.Processes) > 0) {
+		return nil
+	}
+	t := newTimeline()
+	_, err := history.ScanFiles(paths, func(batch []history.Op) error {
+		for i := range batch {
+			t.op(&batch[i])
+		}
+		return nil
+	})
+	if errors.Is(err, history.ErrUnordered) {
+		t = newTimeline()
+		var h history.History
+		if h, _, err = history.ReadFiles(paths...); err == nil {
+			for i := range h {
+				t.op(&h[i])
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("reports: read history: %w", err)
+	}
+	if len(r.Faults) == 0 {
+		r.Faults = t.faultWindows()
+	}
+	if len(r.Marks) == 0 {
+		r.Marks = t.marks
+	}
+	if len(r.Processes) == 0 {
+		r.Processes = t.processes()
+	}
+	return nil
+}
+
+// linkLogs points each process without a log at logs/<name>.log when that
+// file exists, and adds a process for every other log in the folder (the
+// servers' logs), so the report links every log there is.
+func (r *Run) linkLogs(dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, LogsDir, "*.log"))
+	named := map[string]bool{}
+	for i := range r.Processes {
+		p := &r.Processes[i]
+		if p.Log == "" {
+			rel := LogsDir + "/" + p.Name + ".log"
+			if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(rel))); err == nil {
+				p.Log = rel
+			}
+		}
+		named[p.Log] = true
+	}
+	for _, l := range logs {
+		rel := LogsDir + "/" + filepath.Base(l)
+		if named[rel] {
+			continue
+		}
+		r.Processes = append(r.Processes, Process{Name: strings.TrimSuffix(filepath.Base(l), ".log"), Role: "log", Log: rel})
+	}
+	slices.SortFunc(r.Processes, func(a, b Process) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// timeline collects the run-level ops of a history.
+type timeline struct {
+	open   map[[3]string]int // process, fault, target → index into faults
+	faults []FaultWindow
+	marks  []Mark
+	procs  map[string]*Process
+}
+
+func newTimeline() *timeline {
+	return &timeline{open: map[[3]string]int{}, procs: map[string]*Process{}}
+}
+
+func (t *timeline) proc(name string) *Process {
+	p := t.procs[name]
+	if p == nil {
+		p = &Process{Name: name, Role: roleOf(name)}
+		t.procs[name] = p
+	}
+	return p
+}
+
+func (t *timeline) op(op *history.Op) {
+	t.proc(op.Process).Ops++
+	switch op.F {
+	case history.Fault:
+		k := [3]string{op.Process, op.Value.Fault, op.Value.Target}
+		switch op.Type {
+		case history.Invoke:
+			t.open[k] = len(t.faults)
+			t.faults = append(t.faults, FaultWindow{Name: op.Value.Fault, Target: op.Value.Target, Detail: op.Value.Detail, Start: op.Time})
+		default:
+			if i, ok := t.open[k]; ok {
+				t.faults[i].End = max(op.Time, t.faults[i].Start+1)
+				delete(t.open, k)
+			}
+		}
+	case history.Crash, history.Restart:
+		if op.Type != history.OK && op.Type != history.Info {
+			return
+		}
+		kind, target := MarkRestart, op.Value.Target
+		if target == "" {
+			target = op.Process
+		}
+		if op.F == history.Crash {
+			kind = MarkCrash
+			t.proc(target).Crashes++
+		} else {
+			t.proc(target).Restarts++
+		}
+		detail := op.Value.Detail
+		if detail == "" {
+			detail = op.Value.Fault
+		}
+		if detail == "" {
+			detail = op.Value.Reason
+		}
+		t.marks = append(t.marks, Mark{Time: op.Time, Kind: kind, Target: target, Detail: detail})
+	}
+}
+
+func (t *timeline) faultWindows() []FaultWindow {
+	out := slices.Clone(t.faults)
+	slices.SortStableFunc(out, func(a, b FaultWindow) int { return cmpInt(a.Start, b.Start) })
+	return out
+}
+
+func (t *timeline) processes() []Process {
+	out := make([]Process, 0, len(t.procs))
+	for _, p := range t.procs {
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(a, b Process) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// roleOf guesses a process's role from the naming convention of
+// docs/history.md: producer-1, relay-0, consumer-inventory-1, nemesis,
+// harness.
+func roleOf(name string) string {
+	for _, r := range []string{"producer", "relay", "consumer", "nemesis", "harness"} {
+		if name == r || strings.HasPrefix(name, r+"-") {
+			return r
+		}
+	}
+	return ""
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
