@@ -1,0 +1,244 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/cluster/link"
+	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/workloads/supervisor"
+)
+
+// Env is what faults act on and where they are recorded. Fill in the
+// exported fields, then pass a pointer: an Env also remembers what is
+// currently broken (see [Env.Active]) so that [HealAll] can undo it, and
+// must not be copied after first use. One Env per run.
+type Env struct {
+	// Cluster holds the servers (process faults) and their links
+	// (network faults).
+	Cluster *cluster.Cluster
+	// Workers are the pipeline's worker processes.
+	Workers *supervisor.Supervisor
+	// Recorder receives fault, crash and restart ops. Nil records nothing.
+	Recorder *history.Recorder
+	// Broker is "kafka" or "rabbitmq": what the target "broker" means.
+	Broker string
+	// Log overrides slog.Default().
+	Log *slog.Logger
+	// Links overrides Cluster.Links() for network faults, so a test can
+	// drive a bare link server without starting any server.
+	Links *link.Server
+	// HealTimeout bounds the final heal of a schedule (which runs on a
+	// fresh context, because the schedule's own may be cancelled),
+	// overriding the default 2m: starting a killed Kafka takes a while.
+	HealTimeout time.Duration
+
+	mu     sync.Mutex
+	nextID int
+	active map[int]*activeFault
+	// killed services are started again by HealAll even if the fault
+	// that killed them is gone (its heal failed, or it was never tracked).
+	killed map[string]bool
+	// pausedServices and pausedWorkers are resumed by HealAll.
+	pausedServices map[string]bool
+	pausedWorkers  map[string]bool
+	// rabbitRestarted: the once-per-run clean restart of RabbitMQ before
+	// its first kill is done (see killService).
+	rabbitRestarted bool
+}
+
+// ActiveFault is a fault that has started and not been healed yet.
+type ActiveFault struct {
+	Fault Fault
+	// Detail is the step as written ("at 10s: partition kafka for 5s").
+	Detail string
+	Since  time.Time
+}
+
+// String is short, for a live status line: "partition kafka (3.2s)".
+func (a ActiveFault) String() string {
+	return fmt.Sprintf("%s (%s)", a.Fault, time.Since(a.Since).Round(100*time.Millisecond))
+}
+
+type activeFault struct {
+	ActiveFault
+	id int
+	// mu serialises heal attempts; done is set once one succeeded.
+	mu   sync.Mutex
+	done bool
+	undo func(context.Context) error
+}
+
+// Active lists the faults in force, oldest first.
+func (e *Env) Active() []ActiveFault {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]ActiveFault, 0, len(e.active))
+	for _, a := range e.active {
+		out = append(out, a.ActiveFault)
+	}
+	slices.SortFunc(out, func(a, b ActiveFault) int { return a.Since.Compare(b.Since) })
+	return out
+}
+
+func (e *Env) log() *slog.Logger {
+	if e.Log != nil {
+		return e.Log
+	}
+	return slog.Default()
+}
+
+func (e *Env) links() *link.Server {
+	if e.Links != nil {
+		return e.Links
+	}
+	if e.Cluster != nil {
+		return e.Cluster.Links()
+	}
+	return nil
+}
+
+func (e *Env) healTimeout() time.Duration {
+	if e.HealTimeout > 0 {
+		return e.HealTimeout
+	}
+	return 2 * time.Minute
+}
+
+// record writes one op; a recorder failure is logged, not returned,
+// because a fault must still be healed when the history cannot be written.
+func (e *Env) record(t history.Type, f history.F, v history.Value) {
+	if e.Recorder == nil {
+		return
+	}
+	if _, err := e.Recorder.Record(t, f, v); err != nil {
+		e.log().Error("nemesis: record", "f", f, "err", err)
+	}
+}
+
+// mark sets or clears name in one of the Env's sets.
+func (e *Env) mark(set *map[string]bool, name string, on bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if *set == nil {
+		*set = map[string]bool{}
+	}
+	if on {
+		(*set)[name] = true
+	} else {
+		delete(*set, name)
+	}
+}
+
+func (e *Env) snapshot(set map[string]bool) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]string, 0, len(set))
+	for n := range set {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (e *Env) track(a *activeFault) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.active == nil {
+		e.active = map[int]*activeFault{}
+	}
+	e.nextID++
+	a.id = e.nextID
+	e.active[a.id] = a
+}
+
+// heal undoes a once; a failed attempt leaves it active for a retry.
+func (e *Env) heal(ctx context.Context, a *activeFault) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.done {
+		return nil
+	}
+	v := history.Value{Fault: string(a.Fault.Kind), Target: e.recordedTarget(a.Fault), Detail: a.Detail}
+	if err := a.undo(ctx); err != nil {
+		v.Error = "heal: " + err.Error()
+		e.record(history.Info, history.Fault, v)
+		return fmt.Errorf("nemesis: heal %s: %w", a.Fault, err)
+	}
+	a.done = true
+	e.mu.Lock()
+	delete(e.active, a.id)
+	e.mu.Unlock()
+	e.record(history.OK, history.Fault, v)
+	e.log().Info("fault healed", "fault", a.Fault.String(), "lasted", time.Since(a.Since).Round(time.Millisecond))
+	return nil
+}
+
+// HealAll ends every fault in force: it heals each active fault (each
+// recorded as healed), then, as a backstop for anything a failed heal
+// left behind, heals every link, starts every killed service, and resumes
+// every paused service and worker. It reports every failure, not only the
+// first. Armed failpoints of active failpoint faults are disarmed; the
+// failpoints a run armed at start are not touched.
+func HealAll(ctx context.Context, env *Env) error {
+	env.mu.Lock()
+	as := make([]*activeFault, 0, len(env.active))
+	for _, a := range env.active {
+		as = append(as, a)
+	}
+	env.mu.Unlock()
+	// Newest first: undo in the reverse order of doing.
+	slices.SortFunc(as, func(a, b *activeFault) int { return b.id - a.id })
+	var errs []error
+	for _, a := range as {
+		errs = append(errs, env.heal(ctx, a))
+	}
+	if ls := env.links(); ls != nil {
+		if err := ls.HealAll(); err != nil {
+			errs = append(errs, fmt.Errorf("nemesis: heal links: %w", err))
+		}
+	}
+	for _, name := range env.snapshot(env.pausedServices) {
+		if svc := env.service(name); svc != nil {
+			if err := svc.Resume(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("nemesis: resume %s: %w", name, err))
+				continue
+			}
+		}
+		env.mark(&env.pausedServices, name, false)
+	}
+	for _, name := range env.snapshot(env.killed) {
+		if svc := env.service(name); svc != nil {
+			if err := svc.Start(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("nemesis: start %s: %w", name, err))
+				continue
+			}
+			env.record(history.OK, history.Restart, history.Value{Target: name, Detail: "healed at the end of the schedule"})
+		}
+		env.mark(&env.killed, name, false)
+	}
+	for _, name := range env.snapshot(env.pausedWorkers) {
+		if env.Workers != nil {
+			if err := env.Workers.Signal(name, syscall.SIGCONT); err != nil && !errors.Is(err, supervisor.ErrNotRunning) {
+				errs = append(errs, fmt.Errorf("nemesis: resume %s: %w", name, err))
+				continue
+			}
+		}
+		env.mark(&env.pausedWorkers, name, false)
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Env) service(name string) cluster.Service {
+	if e.Cluster == nil {
+		return nil
+	}
+	return e.Cluster.Service(name)
+}

@@ -1,0 +1,259 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/failpoint"
+	"github.com/deliverycheck/deliverycheck/history"
+)
+
+// Schedule is a list of steps, each at a time since the schedule starts.
+// Steps may overlap. Seed is the seed a random schedule was made from (0
+// for a fixed one); the same seed and the same inputs to [Random] make the
+// same steps, which is what `--seed` replays.
+type Schedule struct {
+	Steps []Step `json:"steps" yaml:"steps"`
+	Seed  int64  `json:"seed,omitempty" yaml:"seed,omitempty"`
+}
+
+// Fixed is a schedule of the given steps, e.g. from a scenario's timeline.
+func Fixed(steps ...Step) Schedule { return Schedule{Steps: slices.Clone(steps)} }
+
+// String is how the schedule is recorded: "seed=N: at 1s: kill kafka for
+// 2s; at 5s: ...". Each step reads back with [ParseStep].
+func (s Schedule) String() string {
+	steps := make([]string, len(s.Steps))
+	for i, st := range s.Steps {
+		steps[i] = st.String()
+	}
+	return fmt.Sprintf("seed=%d: %s", s.Seed, strings.Join(steps, "; "))
+}
+
+// End is when the last step is healed, relative to the schedule's start.
+func (s Schedule) End() time.Duration {
+	var end time.Duration
+	for _, st := range s.Steps {
+		end = max(end, st.At+st.For)
+	}
+	return end
+}
+
+// Run runs the steps at their times since Run was called, each on its own
+// timer, so faults overlap when their steps do. A step is healed For after
+// it started; a step with For 0 is healed at once (a kill of a service
+// then starts it again straight away), except a failpoint, which stays
+// armed until the schedule ends.
+//
+// Run returns when every step has been healed or ctx is done (steps not
+// yet started then never start; a cancelled ctx is how a caller cuts a
+// schedule short, not an error). Either way it ends with [HealAll] on a
+// fresh context bounded by env.HealTimeout, so nothing stays broken.
+//
+// Before the first step it records the schedule itself as one fault op
+// of type ok with value.fault "schedule" and value.detail [Schedule.String]
+// (docs/history.md). It returns every injection and heal error, joined;
+// a fault that could not be injected does not stop the others.
+func (s Schedule) Run(ctx context.Context, env *Env) error {
+	env.record(history.OK, history.Fault, history.Value{Fault: "schedule", Detail: s.String()})
+	env.log().Info("nemesis schedule", "schedule", s.String())
+	start := time.Now()
+	var mu sync.Mutex
+	var errs []error
+	fail := func(err error) {
+		if err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	}
+	var wg sync.WaitGroup
+	for _, st := range s.Steps {
+		wg.Go(func() {
+			if !waitUntil(ctx, start.Add(st.At)) {
+				return
+			}
+			heal, err := env.inject(ctx, st.Fault, st.String())
+			if err != nil {
+				fail(err)
+				return
+			}
+			if st.For == 0 && st.Fault.Kind == Failpoint {
+				return // healed by the final HealAll
+			}
+			if !waitUntil(ctx, start.Add(st.At+st.For)) {
+				return
+			}
+			fail(heal(ctx))
+		})
+	}
+	wg.Wait()
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), env.healTimeout())
+	defer cancel()
+	fail(HealAll(hctx, env))
+	return errors.Join(errs...)
+}
+
+// waitUntil waits for t on a timer; false if ctx ended first.
+func waitUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Targets says what a random schedule may hit.
+type Targets struct {
+	// Services are the servers for process faults: "postgres", "kafka",
+	// "rabbitmq", or "broker".
+	Services []string `json:"services,omitempty" yaml:"services,omitempty"`
+	// Workers are worker names or patterns ("consumer-*") for process faults.
+	Workers []string `json:"workers,omitempty" yaml:"workers,omitempty"`
+	// Links are the links for network faults (service names, or "broker").
+	Links []string `json:"links,omitempty" yaml:"links,omitempty"`
+	// Failpoints maps a worker (or pattern) to the terms that apply to it,
+	// e.g. "relay-0": ["relay.before-publish=kill(1)"].
+	Failpoints map[string][]string `json:"failpoints,omitempty" yaml:"failpoints,omitempty"`
+}
+
+// DefaultTargets is what a correct pipeline is hit with: PostgreSQL and
+// the broker (process and network faults) and every worker, with the
+// failpoints of its component (kill once). The ack-first window is left
+// out: only the ack-first consumer has it.
+func DefaultTargets(workers []string) Targets {
+	t := Targets{
+		Services:   []string{"postgres", "broker"},
+		Workers:    slices.Sorted(slices.Values(workers)),
+		Links:      []string{"postgres", "broker"},
+		Failpoints: map[string][]string{},
+	}
+	for _, w := range t.Workers {
+		for _, n := range failpoint.All() {
+			if n == failpoint.ConsumerAfterAckBeforeCommit || !strings.HasPrefix(w, n.Component()+"-") {
+				continue
+			}
+			t.Failpoints[w] = append(t.Failpoints[w], string(n)+"=kill(1)")
+		}
+	}
+	return t
+}
+
+// Random makes a seeded schedule in the style of Jepsen's combined
+// nemesis: quiet for interval, a fault for interval, quiet again, ... up
+// to duration, each fault drawn from the given families (see [Families];
+// unknown ones and ones with nothing in targets to hit are ignored) and
+// hitting one of targets. A kill or restart of a worker is instant (the
+// supervisor restarts it); every other fault lasts interval. The same
+// seed and inputs always give the same schedule: the draws come from
+// math/rand/v2's PCG seeded with seed, and the inputs are sorted first.
+func Random(seed int64, families []string, interval, duration time.Duration, targets Targets) Schedule {
+	s := Schedule{Seed: seed}
+	if interval <= 0 {
+		return s
+	}
+	r := rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))
+	fams := slices.Sorted(slices.Values(families))
+	fams = slices.Compact(fams)
+	fams = slices.DeleteFunc(fams, func(f string) bool { return !targets.has(f) })
+	if len(fams) == 0 {
+		return s
+	}
+	t := targets.sorted()
+	for at := interval; at+interval <= duration; at += 2 * interval {
+		s.Steps = append(s.Steps, t.draw(r, fams[r.IntN(len(fams))], at, interval))
+	}
+	return s
+}
+
+// has reports whether family f is known and has something to hit.
+func (t Targets) has(f string) bool {
+	switch f {
+	case "process":
+		return len(t.Services)+len(t.Workers) > 0
+	case "failpoint":
+		for _, terms := range t.Failpoints {
+			if len(terms) > 0 {
+				return true
+			}
+		}
+		return false
+	case "network":
+		return len(t.Links) > 0
+	}
+	return false
+}
+
+// sorted copies t with every list sorted, so draws do not depend on the
+// order the caller listed things in.
+func (t Targets) sorted() Targets {
+	out := Targets{
+		Services:   slices.Sorted(slices.Values(t.Services)),
+		Workers:    slices.Sorted(slices.Values(t.Workers)),
+		Links:      slices.Sorted(slices.Values(t.Links)),
+		Failpoints: map[string][]string{},
+	}
+	for w, terms := range t.Failpoints {
+		if len(terms) > 0 {
+			out.Failpoints[w] = slices.Sorted(slices.Values(terms))
+		}
+	}
+	return out
+}
+
+func pick[T any](r *rand.Rand, xs []T) T { return xs[r.IntN(len(xs))] }
+
+func (t Targets) draw(r *rand.Rand, family string, at, d time.Duration) Step {
+	st := Step{At: at, For: d}
+	switch family {
+	case "process":
+		targets := append(slices.Clone(t.Services), t.Workers...)
+		st.Fault = Fault{Kind: pick(r, Families()["process"]), Target: pick(r, targets)}
+		if st.Fault.Kind == Restart || (st.Fault.Kind == Kill && slices.Contains(t.Workers, st.Fault.Target)) {
+			st.For = 0
+		}
+	case "failpoint":
+		ws := slices.Sorted(func(yield func(string) bool) {
+			for w := range t.Failpoints {
+				if !yield(w) {
+					return
+				}
+			}
+		})
+		w := pick(r, ws)
+		st.Fault = Fault{Kind: Failpoint, Target: w, Term: pick(r, t.Failpoints[w])}
+	case "network":
+		f := Fault{Kind: pick(r, Families()["network"]), Target: pick(r, t.Links)}
+		if f.Kind != Refuse {
+			f.Direction = pick(r, []string{"", "upstream", "downstream"})
+		}
+		switch f.Kind {
+		case Latency:
+			f.Latency = time.Duration(1+r.IntN(10)) * 50 * time.Millisecond
+			f.Jitter = pick(r, []time.Duration{0, f.Latency / 4})
+		case Bandwidth:
+			f.Rate = pick(r, []int64{8, 32, 128})
+		case ResetPeer:
+			f.Delay = pick(r, []time.Duration{0, 100 * time.Millisecond, time.Second})
+		case LimitData:
+			f.Bytes = pick(r, []int64{1000, 10000, 100000})
+		case SlowClose:
+			f.Delay = pick(r, []time.Duration{100 * time.Millisecond, time.Second})
+		}
+		st.Fault = f
+	}
+	return st
+}

@@ -1,0 +1,377 @@
+package nemesis_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/cluster/link"
+	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/nemesis"
+)
+
+func pipelineTargets() nemesis.Targets {
+	return nemesis.DefaultTargets([]string{"relay-0", "producer-0", "consumer-inventory-0", "consumer-email-0", "producer-1"})
+}
+
+func TestRandomIsReproducible(t *testing.T) {
+	all := []string{"process", "failpoint", "network"}
+	a := nemesis.Random(42, all, time.Second, time.Minute, pipelineTargets())
+	b := nemesis.Random(42, all, time.Second, time.Minute, pipelineTargets())
+	if a.String() != b.String() {
+		t.Fatalf("same seed, different schedules:\n%s\n%s", a, b)
+	}
+	// The order inputs are listed in does not matter.
+	shuffled := pipelineTargets()
+	slices.Reverse(shuffled.Workers)
+	c := nemesis.Random(42, []string{"network", "process", "failpoint", "network"}, time.Second, time.Minute, shuffled)
+	if a.String() != c.String() {
+		t.Fatalf("same seed, inputs reordered, different schedules:\n%s\n%s", a, c)
+	}
+	if d := nemesis.Random(43, all, time.Second, time.Minute, pipelineTargets()); d.String() == a.String() {
+		t.Fatalf("seeds 42 and 43 made the same schedule: %s", a)
+	}
+	if a.Seed != 42 || !strings.HasPrefix(a.String(), "seed=42: ") {
+		t.Fatalf("seed not kept: %s", a)
+	}
+}
+
+func TestRandomShape(t *testing.T) {
+	kindsOf := func(fams ...string) []nemesis.Kind {
+		var out []nemesis.Kind
+		for _, f := range fams {
+			out = append(out, nemesis.Families()[f]...)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name      string
+		families  []string
+		targets   nemesis.Targets
+		wantSteps int
+		kinds     []nemesis.Kind
+	}{
+		{"all families", []string{"process", "failpoint", "network"}, pipelineTargets(), 30, kindsOf("process", "failpoint", "network")},
+		{"network only", []string{"network"}, pipelineTargets(), 30, kindsOf("network")},
+		{"failpoints only", []string{"failpoint"}, pipelineTargets(), 30, kindsOf("failpoint")},
+		{"unknown family ignored", []string{"meteor", "process"}, pipelineTargets(), 30, kindsOf("process")},
+		{"nothing to hit", []string{"network"}, nemesis.Targets{Workers: []string{"relay-0"}}, 0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := nemesis.Random(7, tc.families, time.Second, time.Minute, tc.targets)
+			if len(s.Steps) != tc.wantSteps {
+				t.Fatalf("%d steps, want %d: %s", len(s.Steps), tc.wantSteps, s)
+			}
+			for i, st := range s.Steps {
+				// Quiet, fault, quiet, fault, ...
+				if want := time.Duration(2*i+1) * time.Second; st.At != want {
+					t.Errorf("step %d at %s, want %s", i, st.At, want)
+				}
+				if st.For > time.Second {
+					t.Errorf("step %d lasts %s, longer than the interval", i, st.For)
+				}
+				if !slices.Contains(tc.kinds, st.Fault.Kind) {
+					t.Errorf("step %d is a %s, not in %v", i, st.Fault.Kind, tc.families)
+				}
+				// Every step reads back as itself: the recorded schedule is replayable.
+				again, err := nemesis.ParseStep(st.String())
+				if err != nil || again.String() != st.String() {
+					t.Errorf("step %q reads back as %q, %v", st, again, err)
+				}
+			}
+		})
+	}
+}
+
+func TestDefaultTargetsFailpoints(t *testing.T) {
+	got := pipelineTargets().Failpoints
+	want := map[string][]string{
+		"consumer-email-0":     {"consumer.after-commit-before-ack=kill(1)", "consumer.after-effect-before-commit=kill(1)"},
+		"consumer-inventory-0": {"consumer.after-commit-before-ack=kill(1)", "consumer.after-effect-before-commit=kill(1)"},
+		"producer-0":           {"producer.after-commit=kill(1)"},
+		"producer-1":           {"producer.after-commit=kill(1)"},
+		"relay-0":              {"relay.after-publish-before-mark=kill(1)", "relay.before-publish=kill(1)"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("failpoints = %v", got)
+	}
+	for w, terms := range want {
+		if !slices.Equal(got[w], terms) {
+			t.Errorf("%s: %v, want %v", w, got[w], terms)
+		}
+	}
+}
+
+// echoServer answers each line with the same line.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if _, err := c.Write([]byte(line)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// flows reports whether a new connection through l echoes a line in time.
+func flows(l *link.Link, d time.Duration) error {
+	c, err := net.DialTimeout("tcp", l.Addr(), d)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(d))
+	if _, err := c.Write([]byte("ping\n")); err != nil {
+		return err
+	}
+	_, err = bufio.NewReader(c).ReadString('\n')
+	return err
+}
+
+// syncBuffer is a bytes.Buffer safe for the recorder and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) history(t *testing.T) history.History {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, _, err := history.Read(bytes.NewReader(s.b.Bytes()), "nemesis")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// linkEnv is an Env with one link, "echo", in front of an echo server,
+// and no servers or workers.
+func linkEnv(t *testing.T) (*nemesis.Env, *link.Link, *syncBuffer) {
+	t.Helper()
+	ls := link.NewServer()
+	t.Cleanup(func() { ls.Close() })
+	l, err := ls.Add("echo", "127.0.0.1:0", echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := &syncBuffer{}
+	env := &nemesis.Env{Links: ls, Log: slog.New(slog.DiscardHandler), Recorder: history.NewWriterRecorder(buf, "nemesis", time.Now()), HealTimeout: 10 * time.Second}
+	return env, l, buf
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %v", d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func faultOps(h history.History) []string {
+	var out []string
+	for _, op := range h {
+		if op.F == history.Fault {
+			s := op.Type.String() + " " + op.Value.Fault + " " + op.Value.Target
+			if op.Value.Error != "" {
+				s += " error"
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Cancelling a schedule in the middle of its faults still heals them,
+// records the heals, and lets traffic flow again.
+func TestRunCancelledMidFaultHeals(t *testing.T) {
+	env, l, buf := linkEnv(t)
+	var steps []nemesis.Step
+	for _, s := range []string{
+		"at 0s: partition echo for 1h",
+		"at 0s: latency echo downstream 50ms for 1h",
+		"at 1h: refuse echo for 1s", // never starts
+	} {
+		st, err := nemesis.ParseStep(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps = append(steps, st)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- nemesis.Fixed(steps...).Run(ctx, env) }()
+	waitFor(t, 5*time.Second, func() error {
+		if n := len(env.Active()); n != 2 {
+			return errors.New("faults not active yet")
+		}
+		return nil
+	})
+	if err := flows(l, 300*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("partitioned link: want a hang, got %v", err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	if a := env.Active(); len(a) != 0 {
+		t.Fatalf("still active after Run: %v", a)
+	}
+	if a := l.Active(); len(a) != 0 {
+		t.Fatalf("link still has %v", a)
+	}
+	if err := flows(l, 2*time.Second); err != nil {
+		t.Fatalf("after cancel: %v", err)
+	}
+	got := faultOps(buf.history(t))
+	want := []string{"ok schedule ", "invoke partition echo", "invoke latency echo", "ok latency echo", "ok partition echo"}
+	slices.Sort(got[1:3])
+	slices.Sort(want[1:3])
+	if !slices.Equal(got, want) {
+		t.Fatalf("fault ops = %q, want %q", got, want)
+	}
+}
+
+// Each network fault takes effect on its link and its heal removes only
+// that fault.
+func TestNetworkFaultsHealOneByOne(t *testing.T) {
+	for _, tc := range []struct {
+		step   string
+		active []string
+	}{
+		{"at 0s: partition echo upstream", []string{"timeout_upstream"}},
+		{"at 0s: refuse echo", []string{"refused"}},
+		{"at 0s: latency echo 100ms ±10ms", []string{"latency_downstream", "latency_upstream"}},
+		{"at 0s: bandwidth echo downstream 8KB/s", []string{"bandwidth_downstream"}},
+		{"at 0s: reset-peer echo upstream 100ms", []string{"reset_peer_upstream"}},
+		{"at 0s: limit-data echo downstream 1000B", []string{"limit_data_downstream"}},
+		{"at 0s: slow-close echo", []string{"slow_close_downstream", "slow_close_upstream"}},
+	} {
+		t.Run(tc.step, func(t *testing.T) {
+			env, l, buf := linkEnv(t)
+			ctx := context.Background()
+			// A fault already on the link, which must survive the heal.
+			otherFault := nemesis.Fault{Kind: nemesis.SlowClose, Target: "echo", Delay: time.Millisecond}
+			if strings.Contains(tc.step, "slow-close") {
+				otherFault = nemesis.Fault{Kind: nemesis.Latency, Target: "echo", Latency: time.Millisecond}
+			}
+			other, err := otherFault.Inject(ctx, env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := l.Active()
+			st, err := nemesis.ParseStep(tc.step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			heal, err := st.Fault.Inject(ctx, env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range tc.active {
+				if !slices.Contains(l.Active(), a) {
+					t.Errorf("link has %v, want %s", l.Active(), a)
+				}
+			}
+			if len(env.Active()) != 2 {
+				t.Errorf("Active() = %v", env.Active())
+			}
+			if err := heal(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := heal(ctx); err != nil {
+				t.Fatalf("second heal: %v", err)
+			}
+			if got := l.Active(); !slices.Equal(got, before) {
+				t.Errorf("after heal link has %v, want %v", got, before)
+			}
+			if err := other(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := flows(l, 2*time.Second); err != nil {
+				t.Fatalf("after heal: %v", err)
+			}
+			if got := faultOps(buf.history(t)); len(got) != 4 || got[1] != "invoke "+string(st.Fault.Kind)+" echo" || got[2] != "ok "+string(st.Fault.Kind)+" echo" {
+				t.Errorf("fault ops = %q", got)
+			}
+		})
+	}
+}
+
+// A fault that cannot be injected is recorded as failed, with the error,
+// and is not active.
+func TestInjectFailureRecorded(t *testing.T) {
+	env, _, buf := linkEnv(t)
+	for _, f := range []nemesis.Fault{
+		{Kind: nemesis.Partition, Target: "kafka"},
+		{Kind: nemesis.Partition, Target: "echo", Direction: "sideways"},
+		{Kind: nemesis.Kill, Target: "relay-0"},
+		{Kind: nemesis.Kill, Target: "postgres"},
+	} {
+		if _, err := f.Inject(context.Background(), env); err == nil {
+			t.Errorf("%s: injected", f)
+		}
+	}
+	if a := env.Active(); len(a) != 0 {
+		t.Fatalf("Active() = %v", a)
+	}
+	got := faultOps(buf.history(t))
+	want := []string{
+		"invoke partition kafka", "fail partition kafka error",
+		"invoke partition echo", "fail partition echo error",
+		"invoke kill relay-0", "fail kill relay-0 error",
+		"invoke kill postgres", "fail kill postgres error",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("fault ops = %q, want %q", got, want)
+	}
+}
