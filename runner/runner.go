@@ -1,0 +1,246 @@
+// Package runner turns one scenario into a verdict: provision the
+// servers, start the pipeline's workers, run the workload and the nemesis,
+// heal, drain, read the final state, check the history and write the run
+// folder. `deliverycheck run` and `suite` are thin shells around [Run].
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/nemesis"
+	"github.com/deliverycheck/deliverycheck/reports"
+	"github.com/deliverycheck/deliverycheck/workloads/pipeline"
+)
+
+// Spec is one run, already resolved from a scenario.
+type Spec struct {
+	Name        string
+	Description string
+	Pipeline    pipeline.Config
+	// Schedule is the nemesis schedule, timed from the workload's start.
+	Schedule nemesis.Schedule
+	// Duration is how long producers run before the drain.
+	Duration   time.Duration
+	Guarantees checker.Guarantees
+	Seed       int64
+}
+
+// Options say where and how to run.
+type Options struct {
+	// Out is the root of run folders: a run writes Out/<scenario>/<time>/
+	// and points Out/<scenario>/latest at it.
+	Out string
+	// Runtime provisions servers ("local").
+	Runtime string
+	// Keep keeps the servers' temp dirs.
+	Keep bool
+	// Cluster, when set, is used instead of provisioning one (suites and
+	// tests share one set of servers). Run does not close it.
+	Cluster *cluster.Cluster
+	// WorkerCmd is the argv prefix that starts a worker process.
+	WorkerCmd []string
+	// Command is the command line that reproduces the run.
+	Command string
+	// Status receives the live status line (nil: none); TTY rewrites one
+	// line in place, otherwise a plain line every few seconds.
+	Status io.Writer
+	TTY    bool
+	Log    *slog.Logger
+}
+
+// Outcome is what a run produced.
+type Outcome struct {
+	Dir    string
+	Result *checker.Result
+	Run    reports.Run
+	// HarnessErr is the harness's own failure (a server did not start, the
+	// run was interrupted): the verdict is then at best unknown.
+	HarnessErr error
+}
+
+// ExitCode maps the outcome to deliverycheck's exit codes: 0 valid, 1
+// invalid, 2 unknown, 4 harness error with nothing checked.
+func (o *Outcome) ExitCode() int {
+	if o.Result == nil {
+		return 4
+	}
+	return o.Result.Valid.ExitCode()
+}
+
+// Run runs spec. It always writes what it has to the run folder, also when
+// interrupted (ctx cancelled): the faults are healed, the workers stopped,
+// and the result is then unknown unless the facts were established.
+func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
+	log := opts.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	dir, err := runDir(opts.Out, spec.Name)
+	if err != nil {
+		return nil, err
+	}
+	out := &Outcome{Dir: dir}
+	meta := reports.Run{
+		Scenario: spec.Name, Description: spec.Description, Seed: spec.Seed,
+		Command: opts.Command, Started: time.Now().UTC(), Guarantees: spec.Guarantees,
+		Environment: reports.Environment{Runtime: opts.Runtime, Harness: harnessVersion(), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
+	}
+	defer func() {
+		meta.Finished = time.Now().UTC()
+		if out.HarnessErr != nil {
+			meta.HarnessError = out.HarnessErr.Error()
+		}
+		out.Run = meta
+	}()
+
+	cl := opts.Cluster
+	if cl == nil {
+		services := []string{cluster.Postgres, spec.Pipeline.Broker}
+		start := time.Now()
+		cl, err = cluster.Start(ctx, cluster.Config{Runtime: opts.Runtime, Services: services, Keep: opts.Keep, Logger: log})
+		if err != nil {
+			out.HarnessErr = fmt.Errorf("provision: %w", err)
+			return out, writeAll(out, &meta, nil, log)
+		}
+		log.Info("servers ready", "took", time.Since(start).Round(time.Millisecond))
+		defer func() {
+			copyServerLogs(cl, dir)
+			if err := cl.Close(); err != nil {
+				log.Warn("close servers", "err", err)
+			}
+		}()
+	}
+	meta.Environment.Runtime = cl.Runtime()
+	meta.Environment.Servers = map[string]string{}
+	for _, s := range cl.Services() {
+		meta.Environment.Servers[s.Name()] = s.Version()
+	}
+
+	cfg := spec.Pipeline
+	cfg.Seed = uint64(spec.Seed)
+	r, err := pipeline.Start(ctx, cl, dir, cfg, opts.WorkerCmd, log)
+	if err != nil {
+		out.HarnessErr = fmt.Errorf("start pipeline: %w", err)
+		return out, writeAll(out, &meta, nil, log)
+	}
+	defer r.Close()
+
+	env := nemesis.Env{Cluster: cl, Workers: r.Supervisor(), Recorder: r.Recorder(), Broker: cfg.Broker, Log: log}
+	wctx, cancel := context.WithTimeout(ctx, spec.Duration)
+	nemDone := make(chan error, 1)
+	go func() { nemDone <- spec.Schedule.Run(wctx, &env) }()
+	stopStatus := startStatus(wctx, opts, r, &env)
+	<-wctx.Done()
+	cancel()
+	nemErr := <-nemDone
+	stopStatus()
+	if nemErr != nil && !errors.Is(nemErr, context.Canceled) && !errors.Is(nemErr, context.DeadlineExceeded) {
+		log.Warn("nemesis", "err", nemErr)
+	}
+
+	// Interrupted: heal, stop, read what can be read; no drain, so the
+	// checker will call the run unknown.
+	fctx := ctx
+	if ctx.Err() != nil {
+		out.HarnessErr = fmt.Errorf("interrupted: %w", ctx.Err())
+		var fcancel context.CancelFunc
+		fctx, fcancel = context.WithTimeout(context.Background(), 60*time.Second)
+		defer fcancel()
+		if err := r.StopAll(fctx); err != nil {
+			log.Warn("stop workers", "err", err)
+		}
+		if err := r.FinalRead(fctx); err != nil {
+			log.Warn("final read", "err", err)
+		}
+	} else if _, err := r.Finish(fctx); err != nil {
+		out.HarnessErr = fmt.Errorf("finish: %w", err)
+	}
+	files, err := r.HistoryFiles()
+	if err != nil {
+		out.HarnessErr = errors.Join(out.HarnessErr, err)
+		return out, writeAll(out, &meta, nil, log)
+	}
+	g := spec.Guarantees
+	g.Subscriptions = cfg.Subscriptions
+	res, err := checker.CheckFiles(files, checker.Options{Guarantees: g})
+	if err != nil {
+		out.HarnessErr = errors.Join(out.HarnessErr, fmt.Errorf("check: %w", err))
+		return out, writeAll(out, &meta, nil, log)
+	}
+	out.Result = res
+	return out, writeAll(out, &meta, res, log)
+}
+
+// writeAll writes the run folder; it is called on every path out of Run.
+func writeAll(out *Outcome, meta *reports.Run, res *checker.Result, log *slog.Logger) error {
+	meta.Finished = time.Now().UTC()
+	if out.HarnessErr != nil {
+		meta.HarnessError = out.HarnessErr.Error()
+	}
+	if err := reports.WriteAll(out.Dir, *meta, res); err != nil {
+		return fmt.Errorf("write run folder: %w", err)
+	}
+	log.Info("run folder written", "dir", out.Dir)
+	return nil
+}
+
+// runDir makes Out/<name>/<time>/ and points Out/<name>/latest at it.
+func runDir(root, name string) (string, error) {
+	if root == "" {
+		root = "runs"
+	}
+	safe := strings.Map(func(r rune) rune {
+		if r == '/' || r == os.PathSeparator || r == ' ' {
+			return '_'
+		}
+		return r
+	}, strings.TrimSuffix(filepath.Base(name), filepath.Ext(name)))
+	base := filepath.Join(root, safe)
+	dir := filepath.Join(base, time.Now().UTC().Format("20060102T150405.000Z"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("run folder: %w", err)
+	}
+	latest := filepath.Join(base, "latest")
+	_ = os.Remove(latest)
+	_ = os.Symlink(filepath.Base(dir), latest)
+	return dir, nil
+}
+
+// copyServerLogs copies each server's log into the run folder's logs/.
+func copyServerLogs(cl *cluster.Cluster, dir string) {
+	for _, s := range cl.Services() {
+		b, err := os.ReadFile(s.Logs())
+		if err != nil {
+			continue
+		}
+		_ = os.WriteFile(filepath.Join(dir, "logs", s.Name()+".log"), b, 0o644)
+	}
+}
+
+// harnessVersion is the module version or VCS revision the binary was
+// built from.
+func harnessVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+	}
+	return v
+}
