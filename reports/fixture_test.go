@@ -1,0 +1,152 @@
+package reports
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/history"
+)
+
+// Hostile strings planted where untrusted text reaches the report: event
+// ids and keys (payload-derived), error strings, fault details, process
+// names, the scenario and the command.
+const (
+	xssScript = `<script>alert("script")</script>`
+	xssAttr   = `"><img src=x onerror=alert(1)>`
+	xssSub    = `email'"><svg onload=alert(2)>`
+)
+
+// fixture describes a small run of a pipeline with two subscriptions:
+// inventory applies event e3 twice after a crash (duplicate effect), the
+// email subscription never gets e4 (lost), the relay sits through a
+// partition, and e7's commit is in doubt. With hostile it plants hostile
+// strings in ids, errors, details and names.
+type fixture struct {
+	drain   history.Type // history.OK, or Info for a timed-out drain
+	clean   bool         // no anomaly: e3 once, e4 delivered to email
+	hostile bool
+}
+
+func (f fixture) ops() history.History {
+	email, e5, key5, errText, detail := "email", "e5", "k5", "unique violation", "relay→broker both ways"
+	if f.hostile {
+		email, e5, key5, errText, detail = xssSub, xssScript, xssAttr, xssScript+xssAttr, xssAttr
+	}
+	var h history.History
+	t := int64(0)
+	add := func(dt int64, p string, typ history.Type, fn history.F, v history.Value) {
+		t += dt
+		h = append(h, history.Op{Index: int64(len(h)), Time: t, Process: p, Type: typ, F: fn, Value: v})
+	}
+	ms := int64(time.Millisecond)
+	add(ms, "harness", history.OK, history.Setup, history.Value{Subscriptions: []string{"inventory", email}})
+	events := []struct{ id, key string }{{"e1", "k1"}, {"e2", "k1"}, {"e3", "k2"}, {"e4", "k3"}, {e5, key5}, {"e6", "k2"}}
+	ver := map[string]int64{}
+	for _, e := range events {
+		ver[e.key]++
+		p := "producer-0"
+		add(40*ms, p, history.Invoke, history.Commit, history.Value{Event: e.id, Key: e.key})
+		add(5*ms, p, history.OK, history.Commit, history.Value{Event: e.id, Key: e.key, Version: ver[e.key]})
+	}
+	add(10*ms, "producer-1", history.Invoke, history.Commit, history.Value{Event: "e7", Key: "k9"})
+	add(10*ms, "producer-1", history.Info, history.Commit, history.Value{Event: "e7", Key: "k9", Error: "connection reset"})
+	add(200*ms, "nemesis", history.Invoke, history.Fault, history.Value{Fault: "partition", Target: "relay-0", Detail: detail})
+	for i, e := range events {
+		if e.id == "e2" {
+			add(20*ms, "relay-0", history.Info, history.Publish, history.Value{Event: e.id, Tag: 11, Attempt: 1, Error: "confirm timeout"})
+		}
+		add(150*ms, "relay-0", history.OK, history.Publish, history.Value{Event: e.id, Tag: int64(12 + i), Attempt: 1})
+	}
+	add(100*ms, "nemesis", history.OK, history.Fault, history.Value{Fault: "partition", Target: "relay-0"})
+	for i, e := range events {
+		v := ver[e.key]
+		_ = v
+		for _, sub := range []string{"inventory", email} {
+			if sub == email && e.id == "e4" && !f.clean {
+				continue
+			}
+			c := "consumer-" + sub + "-0"
+			val := history.Value{Event: e.id, Key: e.key, Consumer: sub, Tag: int64(i + 1), Attempt: 1}
+			add(30*ms, c, history.OK, history.Deliver, val)
+			add(ms, c, history.Invoke, history.Apply, val)
+			add(5*ms, c, history.OK, history.Apply, val)
+			if sub == "inventory" && e.id == "e3" && !f.clean {
+				add(ms, "nemesis", history.Info, history.Crash, history.Value{Target: c, Detail: "failpoint consumer.after-commit-before-ack"})
+				add(100*ms, "harness", history.OK, history.Restart, history.Value{Target: c})
+				val.Attempt = 2
+				add(30*ms, c, history.OK, history.Deliver, val)
+				add(ms, c, history.Invoke, history.Apply, val)
+				add(5*ms, c, history.OK, history.Apply, val)
+			}
+			if sub == email && e.id == "e6" {
+				val.Attempt = 2
+				add(30*ms, c, history.OK, history.Deliver, val)
+				add(ms, c, history.Invoke, history.Apply, val)
+				add(5*ms, c, history.Fail, history.Apply, history.Value{Event: e.id, Consumer: sub, Reason: "duplicate", Error: errText})
+			}
+			add(ms, c, history.OK, history.Ack, history.Value{Event: e.id, Consumer: sub})
+		}
+	}
+	add(300*ms, "harness", f.drain, history.Drain, history.Value{})
+	if f.drain != history.OK {
+		return h
+	}
+	add(ms, "harness", history.Invoke, history.FinalRead, history.Value{})
+	for _, e := range events {
+		add(ms, "harness", history.OK, history.FinalRead, history.Value{Table: history.TableOutbox, Event: e.id, Key: e.key, Published: true})
+	}
+	add(ms, "harness", history.OK, history.FinalRead, history.Value{})
+	return h
+}
+
+func (f fixture) result() *checker.Result {
+	g, _ := checker.ParseGuarantees("ordered-effectively-once")
+	return checker.Check(f.ops(), checker.Options{Guarantees: g})
+}
+
+func (f fixture) run() Run {
+	r := Run{
+		Scenario:    "order-confirmation",
+		Description: "order confirmations consumed by inventory and email",
+		Seed:        42,
+		Command:     "deliverycheck run order-confirmation --seed 42 --runtime local",
+		Started:     time.Date(2025, 11, 29, 18, 0, 0, 0, time.UTC),
+		Finished:    time.Date(2025, 11, 29, 18, 1, 3, 0, time.UTC),
+		Environment: Environment{Runtime: "local", Servers: map[string]string{"postgres": "15.14", "rabbitmq": "3.10.8"}, Harness: "v0.1.0", Go: "go1.26.8", OS: "linux/amd64"},
+	}
+	r.Guarantees, _ = checker.ParseGuarantees("ordered-effectively-once")
+	if f.hostile {
+		r.Scenario = "order" + xssScript
+		r.Command = "deliverycheck run '" + xssAttr + "'"
+		r.Description = xssAttr
+	}
+	return r
+}
+
+// writeRunDir lays the fixture out as a run folder: history/ (one file per
+// process) and logs/, without results.json.
+func (f fixture) writeRunDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	per := map[string][]byte{}
+	for _, op := range f.ops() {
+		per[op.Process] = append(op.AppendJSON(per[op.Process]), '\n')
+	}
+	for _, d := range []string{HistoryDir, LogsDir} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, b := range per {
+		if err := os.WriteFile(filepath.Join(dir, HistoryDir, p+".jsonl"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, LogsDir, p+".log"), []byte("log of "+p+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
