@@ -24,6 +24,7 @@ require (
 	github.com/rabbitmq/amqp091-go v1.16.0 // indirect
 	github.com/rs/xid v1.5.0 // indirect
 	github.com/rs/zerolog v1.33.0 // indirect
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // reports tests validate results.json against docs/results.schema.json (JSON Schema 2020-12)
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	github.com/twmb/franz-go v1.22.3 // indirect
