@@ -1,0 +1,301 @@
+// Package scenarios reads, validates and ships deliverycheck scenarios: a
+// broker and its settings, the pipeline variant of each component, a
+// workload, a nemesis (fixed timeline, seeded random schedule, failpoints
+// armed at start), the promised guarantees, the drain deadline and, for the
+// catalogue, the verdict a run is expected to reach.
+//
+// Read [Scenario] and [Load] first. A scenario is YAML (see
+// docs/scenarios.md); every mistake in a file is reported with its file,
+// line and field, and a short file is enough because everything has a
+// default:
+//
+//	name: smoke
+//	broker: kafka
+//
+// is the correct pipeline on Kafka, 2 producers for 30s, effectively-once.
+// The built-in catalogue ([Builtin]) is embedded in the binary.
+package scenarios
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/nemesis"
+	"github.com/deliverycheck/deliverycheck/workloads/consumer"
+	"github.com/deliverycheck/deliverycheck/workloads/pipeline"
+	"github.com/deliverycheck/deliverycheck/workloads/producer"
+	"github.com/deliverycheck/deliverycheck/workloads/relay"
+)
+
+// Scenario is one run's whole shape. Its zero value is not useful: get
+// one from [Parse], [Load], [Lookup], [Builtin] or [Default], which fill in
+// every default, and call [Scenario.Validate] after changing fields by
+// hand ([Scenario.Set] validates by itself).
+type Scenario struct {
+	// Name identifies the scenario (lowercase letters, digits and '-').
+	// A file without one is named after the file.
+	Name string
+	// Description is one line saying what the scenario shows.
+	Description string
+
+	Broker   Broker
+	Variants Variants
+	Workload Workload
+	Nemesis  Nemesis
+	// Guarantees are what the run promises. Empty Subscriptions means
+	// every workload subscription; use [Scenario.CheckGuarantees] for
+	// the set the checker should judge against.
+	Guarantees checker.Guarantees
+	Drain      Drain
+	// Expect is the verdict the catalogue's detection matrix asserts; the
+	// zero value states none.
+	Expect Expect
+	// Seed makes the run reproducible: producers' key choices and the
+	// random schedule derive from it. 0 means the run picks one (and
+	// records it); run --seed overrides.
+	Seed uint64
+
+	// Source is where the scenario came from ("builtin/<name>.yaml", a
+	// file path, or "" when built in code); errors name it.
+	Source string
+}
+
+// Broker is the broker and its settings.
+type Broker struct {
+	// Kind is "kafka" or "rabbitmq".
+	Kind string
+	// Partitions of the Kafka topic, overriding the default 3. Ignored on
+	// RabbitMQ.
+	Partitions int32
+	// MaxAttempts is how many deliveries a poison event gets before it is
+	// dead-lettered, overriding the default 5 (RabbitMQ's x-delivery-limit
+	// and the consumers' own count).
+	MaxAttempts int64
+	// Unbound lists subscriptions whose RabbitMQ binding is left out on
+	// purpose: what exposes the unroutable relay.
+	Unbound []string
+}
+
+// Variants picks the implementation of each component; the defaults are
+// the correct ones (outbox, polling, inbox).
+type Variants struct {
+	Producer producer.Variant
+	Relay    relay.Variant
+	Consumer consumer.Variant
+}
+
+// Workload is what the producers do and how many workers take part.
+type Workload struct {
+	// Duration is how long producers run before the nemesis heals and the
+	// run drains, overriding the default 30s.
+	Duration time.Duration
+	// Producers is the number of producer processes, overriding the
+	// default 2.
+	Producers int
+	// Rate is ops per second per producer, overriding the default 50; 0
+	// is as fast as possible.
+	Rate float64
+	// Keys is how many aggregates (orders) ops are spread over,
+	// overriding the default 10. Fewer keys mean more versions per key,
+	// hence more chances to reorder.
+	Keys int
+	// PoisonRatio is the share of events no consumer accepts; they must
+	// reach the DLQ after MaxAttempts.
+	PoisonRatio float64
+	// AbortRatio is the share of transactions the publish-then-commit
+	// producer aborts after publishing (its phantoms).
+	AbortRatio float64
+	// Subscriptions are the independent consumer groups / queues,
+	// overriding the default [inventory email].
+	Subscriptions []string
+	// Consumers is the number of consumer processes per subscription,
+	// overriding the default 1. More than one on RabbitMQ makes them
+	// compete for one queue.
+	Consumers int
+	// ConsumerWorkers is deliveries in flight per consumer process; 0
+	// keeps the pipeline default (one per partition on Kafka, 1 on
+	// RabbitMQ, where more reorders one aggregate's events).
+	ConsumerWorkers int
+	// Relays is the number of relay processes; 0 keeps the pipeline
+	// default (1 with the outbox producer, none otherwise).
+	Relays int
+	// RelayBatch is the most outbox rows a relay publishes per
+	// transaction; 0 keeps the relay default (100).
+	RelayBatch int
+}
+
+// Nemesis is the faults of a run: all three parts may be combined.
+type Nemesis struct {
+	// Timeline is a fixed schedule, each step written as
+	// [nemesis.ParseStep] reads it ("at 2s: kill relay-0").
+	Timeline []nemesis.Step
+	// Random, when set, adds a seeded random schedule.
+	Random *Random
+	// Failpoints are armed in each named worker at start (gofail-style
+	// terms, e.g. "consumer.after-commit-before-ack=kill(2)").
+	Failpoints map[string][]string
+	// RestartDelay is how long a crashed worker stays down before the
+	// supervisor starts it again; 0 keeps the default (200ms).
+	RestartDelay time.Duration
+}
+
+// Random configures the nemesis package's seeded random schedule: faults
+// drawn from Families alternate with quiet periods of Interval.
+type Random struct {
+	// Families are nemesis families (process, failpoint, network),
+	// overriding the default: all of them.
+	Families []string
+	// Interval between faults, overriding the default 5s.
+	Interval time.Duration
+	// SeedOffset is added to the scenario's seed, so two random parts of
+	// a suite can differ while both replay from one --seed.
+	SeedOffset uint64
+	// Targets limits the faults to these services and workers (a trailing
+	// * matches several); empty means every target the faults can reach.
+	Targets []string
+}
+
+// Drain bounds the wait for the pipeline to settle after the faults heal.
+type Drain struct {
+	// Timeout is the deadline, overriding the default 60s; a drain that
+	// misses it makes the verdict unknown, never lost.
+	Timeout time.Duration
+	// Quiet is how long nothing must move for the drain to be complete,
+	// overriding the default 2s.
+	Quiet time.Duration
+}
+
+// Expect is what a catalogue scenario must produce.
+type Expect struct {
+	// Verdict is checker.Valid or checker.Invalid; "" states nothing.
+	Verdict checker.Validity
+	// Anomaly is the fatal anomaly an invalid run must show.
+	Anomaly checker.Kind
+}
+
+// The defaults a scenario starts from, before its file is read.
+const (
+	DefaultDuration     = 30 * time.Second
+	DefaultProducers    = 2
+	DefaultRate         = 50
+	DefaultKeys         = 10
+	DefaultConsumers    = 1
+	DefaultPartitions   = 3
+	DefaultMaxAttempts  = 5
+	DefaultDrainTimeout = 60 * time.Second
+	DefaultQuiet        = 2 * time.Second
+	DefaultInterval     = 5 * time.Second
+	DefaultGuarantees   = "effectively-once"
+)
+
+// Default returns the scenario every file starts from: the correct
+// pipeline, effectively-once, no faults. Broker is left empty: a scenario
+// must name one.
+func Default() Scenario {
+	return Scenario{
+		Broker:   Broker{Partitions: DefaultPartitions, MaxAttempts: DefaultMaxAttempts},
+		Variants: Variants{Producer: producer.Outbox, Relay: relay.Polling, Consumer: consumer.Inbox},
+		Workload: Workload{
+			Duration:      DefaultDuration,
+			Producers:     DefaultProducers,
+			Rate:          DefaultRate,
+			Keys:          DefaultKeys,
+			Subscriptions: []string{"inventory", "email"},
+			Consumers:     DefaultConsumers,
+		},
+		Guarantees: checker.Presets[DefaultGuarantees],
+		Drain:      Drain{Timeout: DefaultDrainTimeout, Quiet: DefaultQuiet},
+	}
+}
+
+// defaultRandom is what "random:" with no fields means.
+func defaultRandom() *Random {
+	return &Random{Families: slices.Sorted(maps.Keys(nemesis.Families())), Interval: DefaultInterval}
+}
+
+// PipelineConfig is the pipeline the scenario runs. Name is left empty:
+// the caller makes it unique per run (a shared cluster may run one
+// scenario twice). Zero fields keep the pipeline's own defaults.
+func (s Scenario) PipelineConfig() pipeline.Config {
+	var fps map[string][]string
+	if len(s.Nemesis.Failpoints) > 0 {
+		fps = make(map[string][]string, len(s.Nemesis.Failpoints))
+		for w, ts := range s.Nemesis.Failpoints {
+			fps[w] = slices.Clone(ts)
+		}
+	}
+	return pipeline.Config{
+		Broker:          s.Broker.Kind,
+		Producers:       s.Workload.Producers,
+		ProducerVariant: s.Variants.Producer,
+		Rate:            s.Workload.Rate,
+		Keys:            s.Workload.Keys,
+		PoisonRatio:     s.Workload.PoisonRatio,
+		AbortRatio:      s.Workload.AbortRatio,
+		Relays:          s.Workload.Relays,
+		RelayVariant:    s.Variants.Relay,
+		RelayBatch:      s.Workload.RelayBatch,
+		Subscriptions:   slices.Clone(s.Workload.Subscriptions),
+		Consumers:       s.Workload.Consumers,
+		ConsumerVariant: s.Variants.Consumer,
+		ConsumerWorkers: s.Workload.ConsumerWorkers,
+		MaxAttempts:     s.Broker.MaxAttempts,
+		Partitions:      s.Broker.Partitions,
+		Unbound:         slices.Clone(s.Broker.Unbound),
+		Failpoints:      fps,
+		RestartDelay:    s.Nemesis.RestartDelay,
+		DrainTimeout:    s.Drain.Timeout,
+		Quiet:           s.Drain.Quiet,
+		Seed:            s.Seed,
+	}
+}
+
+// CheckGuarantees is what the checker judges the run against: the declared
+// guarantees, normalized, with every workload subscription required when
+// none are named (so a subscription that applied nothing shows its events
+// as lost instead of going unnoticed).
+func (s Scenario) CheckGuarantees() checker.Guarantees {
+	g := s.Guarantees
+	if len(g.Subscriptions) == 0 {
+		g.Subscriptions = slices.Clone(s.Workload.Subscriptions)
+	}
+	return g.Normalize()
+}
+
+// RandomSeed is the seed of the random schedule: the scenario's seed plus
+// the random part's offset. Set Seed first (run picks one when it is 0).
+func (s Scenario) RandomSeed() uint64 {
+	if s.Nemesis.Random == nil {
+		return s.Seed
+	}
+	return s.Seed + s.Nemesis.Random.SeedOffset
+}
+
+// KnownBad reports whether any component is a deliberately broken variant.
+func (s Scenario) KnownBad() bool {
+	return s.Variants.Producer != producer.Outbox || s.Variants.Relay != relay.Polling || s.Variants.Consumer != consumer.Inbox
+}
+
+// clone is a deep copy, so Set can fail without touching the original.
+func (s Scenario) clone() Scenario {
+	c := s
+	c.Broker.Unbound = slices.Clone(s.Broker.Unbound)
+	c.Workload.Subscriptions = slices.Clone(s.Workload.Subscriptions)
+	c.Guarantees.Subscriptions = slices.Clone(s.Guarantees.Subscriptions)
+	c.Nemesis.Timeline = slices.Clone(s.Nemesis.Timeline)
+	if s.Nemesis.Random != nil {
+		r := *s.Nemesis.Random
+		r.Families = slices.Clone(r.Families)
+		r.Targets = slices.Clone(r.Targets)
+		c.Nemesis.Random = &r
+	}
+	if s.Nemesis.Failpoints != nil {
+		c.Nemesis.Failpoints = make(map[string][]string, len(s.Nemesis.Failpoints))
+		for w, ts := range s.Nemesis.Failpoints {
+			c.Nemesis.Failpoints[w] = slices.Clone(ts)
+		}
+	}
+	return c
+}

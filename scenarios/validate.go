@@ -1,0 +1,341 @@
+package scenarios
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/failpoint"
+	"github.com/deliverycheck/deliverycheck/nemesis"
+	"github.com/deliverycheck/deliverycheck/workloads/consumer"
+	"github.com/deliverycheck/deliverycheck/workloads/producer"
+	"github.com/deliverycheck/deliverycheck/workloads/relay"
+)
+
+// validate checks ranges (again, for scenarios changed by hand) and the
+// rules that tie fields together. loc says where a field came from.
+func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
+	var errs []*Error
+	fail := func(path, format string, args ...any) {
+		file, line := loc(path)
+		errs = append(errs, &Error{File: file, Line: line, Field: path, Msg: fmt.Sprintf(format, args...)})
+	}
+
+	if msg := checkName(s.Name); msg != "" {
+		fail("name", "%s", msg)
+	}
+	if strings.ContainsAny(strings.TrimSpace(s.Description), "\r\n") {
+		fail("description", "must be one line")
+	}
+	isKafka, isRabbit := s.Broker.Kind == "kafka", s.Broker.Kind == "rabbitmq"
+	if !isKafka && !isRabbit {
+		if s.Broker.Kind == "" {
+			fail("broker", "missing: name one (valid: %s)", strings.Join(Brokers(), ", "))
+		} else {
+			fail("broker", "%s", unknownName("broker", s.Broker.Kind, Brokers()))
+		}
+	}
+
+	// Ranges, for scenarios built or changed in code.
+	w := s.Workload
+	positive := []struct {
+		path string
+		v    int64
+		lo   int64
+	}{
+		{"broker.partitions", int64(s.Broker.Partitions), 1},
+		{"broker.max_attempts", s.Broker.MaxAttempts, 1},
+		{"workload.producers", int64(w.Producers), 1},
+		{"workload.keys", int64(w.Keys), 1},
+		{"workload.consumers", int64(w.Consumers), 1},
+		{"workload.consumer_workers", int64(w.ConsumerWorkers), 0},
+		{"workload.relays", int64(w.Relays), 0},
+		{"workload.relay_batch", int64(w.RelayBatch), 0},
+	}
+	for _, p := range positive {
+		if p.v < p.lo {
+			fail(p.path, "must be ≥ %d, got %d", p.lo, p.v)
+		}
+	}
+	if w.Duration <= 0 {
+		fail("workload.duration", "must be > 0, got %s", w.Duration)
+	}
+	if !(w.Rate >= 0) || math.IsInf(w.Rate, 0) {
+		fail("workload.rate", "must be ≥ 0, got %g", w.Rate)
+	}
+	for path, r := range map[string]float64{"workload.poison_ratio": w.PoisonRatio, "workload.abort_ratio": w.AbortRatio} {
+		if !(r >= 0 && r < 1) {
+			fail(path, "must be in [0, 1), got %g", r)
+		}
+	}
+	if s.Drain.Timeout <= 0 {
+		fail("drain.timeout", "must be > 0, got %s", s.Drain.Timeout)
+	}
+	if s.Drain.Quiet <= 0 {
+		fail("drain.quiet", "must be > 0, got %s", s.Drain.Quiet)
+	}
+	if s.Nemesis.RestartDelay < 0 {
+		fail("nemesis.restart_delay", "must be ≥ 0, got %s", s.Nemesis.RestartDelay)
+	}
+	if !slices.Contains(producer.Variants(), s.Variants.Producer) {
+		fail("variants.producer", "%s", unknownName("producer variant", string(s.Variants.Producer), strs(producer.Variants())))
+	}
+	if !slices.Contains(relay.Variants(), s.Variants.Relay) {
+		fail("variants.relay", "%s", unknownName("relay variant", string(s.Variants.Relay), strs(relay.Variants())))
+	}
+	if !slices.Contains(consumer.Variants(), s.Variants.Consumer) {
+		fail("variants.consumer", "%s", unknownName("consumer variant", string(s.Variants.Consumer), strs(consumer.Variants())))
+	}
+
+	// Subscriptions.
+	if len(w.Subscriptions) == 0 {
+		fail("workload.subscriptions", "name at least one subscription")
+	}
+	for i, sub := range w.Subscriptions {
+		if slices.Contains(w.Subscriptions[:i], sub) {
+			fail("workload.subscriptions", "%q is listed twice", sub)
+		}
+	}
+	for _, sub := range s.Broker.Unbound {
+		if !slices.Contains(w.Subscriptions, sub) {
+			fail("broker.unbound", "%q is not a workload subscription (have %s)", sub, strings.Join(w.Subscriptions, ", "))
+		}
+	}
+	for _, sub := range s.Guarantees.Subscriptions {
+		if !slices.Contains(w.Subscriptions, sub) {
+			fail("guarantees.subscriptions", "%q is not a workload subscription (have %s)", sub, strings.Join(w.Subscriptions, ", "))
+		}
+	}
+	if err := s.Guarantees.Validate(); err != nil {
+		fail("guarantees", "%s", strings.TrimPrefix(err.Error(), "checker: "))
+	}
+
+	// Broker-specific settings. Kafka routes every record to the topic, so
+	// neither a missing binding nor the relay that ignores one exists there.
+	if isKafka && len(s.Broker.Unbound) > 0 {
+		fail("broker.unbound", "only RabbitMQ has bindings to leave out; Kafka delivers every record of the topic to every group")
+	}
+	if isKafka && s.Variants.Relay == relay.Unroutable {
+		fail("variants.relay", "unroutable only exists on rabbitmq (Kafka has no routing to get wrong)")
+	}
+	if s.Variants.Relay == relay.Unroutable && len(s.Broker.Unbound) == 0 && s.Expect.Verdict == checker.Invalid {
+		fail("broker.unbound", "the unroutable relay only loses events when a subscription is unbound; list one here")
+	}
+
+	// Producer variants. Only publish-then-commit aborts transactions, and
+	// the direct-publishing producers must not get a relay (it would
+	// publish their rows and hide the bug).
+	if w.AbortRatio > 0 && s.Variants.Producer != producer.PublishThenCommit {
+		fail("workload.abort_ratio", "only the publish-then-commit producer aborts transactions (variants.producer is %s)", s.Variants.Producer)
+	}
+	if w.Relays > 0 && s.Variants.Producer != producer.Outbox {
+		fail("workload.relays", "the %s producer publishes directly; a relay would publish its outbox rows too and hide the bug (set 0)", s.Variants.Producer)
+	}
+
+	// Consumer variants that need competing consumers on one queue, which
+	// Kafka does not have (one consumer per partition, in order).
+	if isKafka && s.Expect.Verdict == checker.Invalid &&
+		(s.Variants.Consumer == consumer.CheckThenAct || s.Variants.Consumer == consumer.NoVersionGuard) {
+		fail("variants.consumer", "%s is only exposed by competing consumers on one queue, which Kafka does not have; use broker: rabbitmq", s.Variants.Consumer)
+	}
+
+	// Expectation.
+	if s.Expect.Verdict != "" && s.Expect.Verdict != checker.Valid && s.Expect.Verdict != checker.Invalid {
+		fail("expect.verdict", "%s", unknownName("verdict", string(s.Expect.Verdict), []string{"valid", "invalid"}))
+	}
+	if s.Expect.Anomaly != "" {
+		switch {
+		case !slices.Contains(checker.AnomalyKinds, s.Expect.Anomaly):
+			fail("expect.anomaly", "%s", unknownName("anomaly", string(s.Expect.Anomaly), strs(checker.AnomalyKinds)))
+		case s.Expect.Verdict == checker.Valid:
+			fail("expect.anomaly", "a valid run has no fatal anomaly; drop it or expect verdict: invalid")
+		case !s.CheckGuarantees().Fatal(s.Expect.Anomaly):
+			fail("expect.anomaly", "%s is not fatal under these guarantees, so it cannot make the run invalid (%s)", s.Expect.Anomaly, fatalHint(s.Expect.Anomaly))
+		}
+	}
+	if s.Expect.Verdict == checker.Invalid && s.Expect.Anomaly == "" {
+		fail("expect.anomaly", "name the anomaly an invalid run must show (valid: %s)", strings.Join(strs(checker.AnomalyKinds), ", "))
+	}
+
+	// Nemesis.
+	workers := s.workers()
+	for i, st := range s.Nemesis.Timeline {
+		path := fmt.Sprintf("nemesis.timeline[%d]", i)
+		if st.At >= w.Duration {
+			fail(path, "%q starts at or after the workload ends (%s); faults only run while it does", st.String(), w.Duration)
+		}
+		if msg := s.checkStep(st, workers); msg != "" {
+			fail(path, "%s", msg)
+		}
+	}
+	if r := s.Nemesis.Random; r != nil {
+		families := sortedKeys(nemesis.Families())
+		for _, f := range r.Families {
+			if !slices.Contains(families, f) {
+				fail("nemesis.random.families", "%s", unknownName("fault family", f, families))
+			}
+		}
+		if len(r.Families) == 0 {
+			fail("nemesis.random.families", "name at least one family (valid: %s)", strings.Join(families, ", "))
+		}
+		if r.Interval <= 0 {
+			fail("nemesis.random.interval", "must be > 0, got %s", r.Interval)
+		}
+		for _, t := range r.Targets {
+			if msg := s.checkTarget(t, workers, true, true); msg != "" {
+				fail("nemesis.random.targets", "%s", msg)
+			}
+		}
+	}
+	for _, wk := range sortedKeys(s.Nemesis.Failpoints) {
+		path := "nemesis.failpoints." + wk
+		if !slices.Contains(workers, wk) {
+			fail(path, "no worker %q in this scenario%s (workers: %s)", wk, suggest(wk, workers), strings.Join(workers, ", "))
+			continue
+		}
+		for _, term := range s.Nemesis.Failpoints[wk] {
+			if msg := s.checkTerm(term, []string{wk}); msg != "" {
+				fail(path, "%s", msg)
+			}
+		}
+	}
+	return errs
+}
+
+func fatalHint(k checker.Kind) string {
+	switch k {
+	case checker.Lost:
+		return "set guarantees.loss: none"
+	case checker.DuplicateEffect:
+		return "set guarantees.duplicate-effects: none"
+	case checker.OrderRegression:
+		return "set guarantees.order: per-key"
+	case checker.Gap:
+		return "set guarantees.gaps: none"
+	}
+	return "check the guarantees"
+}
+
+// workers lists the worker processes the scenario starts, named as the
+// pipeline names them.
+func (s Scenario) workers() []string {
+	var out []string
+	for i := range s.Workload.Producers {
+		out = append(out, "producer-"+strconv.Itoa(i))
+	}
+	relays := s.Workload.Relays
+	if relays == 0 && s.Variants.Producer == producer.Outbox {
+		relays = 1
+	}
+	for i := range relays {
+		out = append(out, "relay-"+strconv.Itoa(i))
+	}
+	for _, sub := range s.Workload.Subscriptions {
+		for i := range s.Workload.Consumers {
+			out = append(out, fmt.Sprintf("consumer-%s-%d", sub, i))
+		}
+	}
+	return out
+}
+
+// checkStep checks a timeline step against what the scenario runs.
+func (s Scenario) checkStep(st nemesis.Step, workers []string) string {
+	f := st.Fault
+	switch f.Kind {
+	case nemesis.Failpoint:
+		matched := matchTargets(f.Target, workers)
+		if len(matched) == 0 {
+			return fmt.Sprintf("no worker matches %q%s (workers: %s)", f.Target, suggest(f.Target, workers), strings.Join(workers, ", "))
+		}
+		return s.checkTerm(f.Term, matched)
+	case nemesis.Kill, nemesis.Pause, nemesis.Restart:
+		return s.checkTarget(f.Target, workers, true, true)
+	default: // network
+		if f.Kind == nemesis.Latency && f.Latency <= 0 {
+			return fmt.Sprintf("%s needs a delay, e.g. \"latency %s 100ms ±20ms\"", f.Kind, f.Target)
+		}
+		if f.Kind == nemesis.Bandwidth && f.Rate <= 0 {
+			return fmt.Sprintf("%s needs a rate, e.g. \"bandwidth %s 64KB/s\"", f.Kind, f.Target)
+		}
+		if f.Kind == nemesis.LimitData && f.Bytes <= 0 {
+			return fmt.Sprintf("%s needs a size, e.g. \"limit-data %s 1024B\"", f.Kind, f.Target)
+		}
+		return s.checkTarget(f.Target, workers, false, true)
+	}
+}
+
+// checkTarget checks a fault target: a worker (pattern) if workersOK, a
+// service if servicesOK. Network links exist per service only.
+func (s Scenario) checkTarget(t string, workers []string, workersOK, servicesOK bool) string {
+	svcs := services(s.Broker.Kind)
+	if servicesOK && slices.Contains(svcs, t) {
+		return ""
+	}
+	if t == "kafka" || t == "rabbitmq" {
+		return fmt.Sprintf("%s is not this scenario's broker (%s); say broker to target whichever it is", t, s.Broker.Kind)
+	}
+	if workersOK && len(matchTargets(t, workers)) > 0 {
+		return ""
+	}
+	var valid []string
+	if servicesOK {
+		valid = append(valid, svcs...)
+	}
+	if workersOK {
+		valid = append(valid, workers...)
+	} else if len(matchTargets(t, workers)) > 0 {
+		return fmt.Sprintf("%s is a worker; network faults act on a service's link (valid: %s)", t, strings.Join(valid, ", "))
+	}
+	return fmt.Sprintf("unknown target %q%s (valid: %s; a trailing * matches several workers)", t, suggest(t, valid), strings.Join(valid, ", "))
+}
+
+// checkTerm checks that a failpoint term can fire in every matched worker.
+func (s Scenario) checkTerm(term string, matched []string) string {
+	t, err := failpoint.Parse(term)
+	if err != nil {
+		return strings.TrimPrefix(err.Error(), "failpoint: ")
+	}
+	comp := t.Name.Component()
+	for _, w := range matched {
+		if !strings.HasPrefix(w, comp+"-") {
+			return fmt.Sprintf("%s is a %s failpoint; %s is not a %s", t.Name, comp, w, comp)
+		}
+	}
+	if t.Name == failpoint.ConsumerAfterAckBeforeCommit && s.Variants.Consumer != consumer.AckFirst {
+		return fmt.Sprintf("%s is only reached by the ack-first consumer (variants.consumer is %s)", t.Name, s.Variants.Consumer)
+	}
+	if comp == "relay" && s.Variants.Producer != producer.Outbox && s.Workload.Relays == 0 {
+		return fmt.Sprintf("%s needs a relay, and the %s producer runs none", t.Name, s.Variants.Producer)
+	}
+	return ""
+}
+
+// matchTargets lists the workers a target names; a trailing * is a prefix.
+func matchTargets(t string, workers []string) []string {
+	if prefix, ok := strings.CutSuffix(t, "*"); ok {
+		var out []string
+		for _, w := range workers {
+			if strings.HasPrefix(w, prefix) {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	if slices.Contains(workers, t) {
+		return []string{t}
+	}
+	return nil
+}
+
+// End is when the last timeline fault heals, for callers sizing a run.
+func (s Scenario) End() time.Duration {
+	end := s.Workload.Duration
+	for _, st := range s.Nemesis.Timeline {
+		end = max(end, st.At+st.For)
+	}
+	return end
+}
