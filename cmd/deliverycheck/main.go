@@ -72,5 +72,6 @@ Exit codes: 0 valid, 1 invalid, 2 unknown, 3 bad input, 4 harness error.`,
 	root.AddCommand(newDoctorCmd(), newDepsCmd(), newUpCmd(), newDemoCmd(), newWorkerCmd())
 	root.AddCommand(newCheckCmd())
 	root.AddCommand(newReportCmd())
+	root.AddCommand(newListCmd())
 	return root
 }
