@@ -68,6 +68,9 @@ func Parse(filename string, data []byte) (Scenario, error) {
 		root = root.Content[0]
 	}
 	if root.Kind != 0 && root.Kind != yaml.DocumentNode && !isNull(root) {
+		if root.Kind != yaml.MappingNode {
+			return Scenario{}, joinErrors([]*Error{{File: filename, Line: root.Line, Field: "scenario", Msg: "want a mapping, got " + describe(root)}})
+		}
 		d.mapping(&s, root, "", topFields(), nil)
 	}
 	if s.Name == "" {
@@ -272,6 +275,10 @@ func (d *decoder) value(s *Scenario, v *yaml.Node, path string, f field) {
 		return
 	}
 	switch {
+	case isNull(v) && f.fields != nil: // "workload:" or "random:" with nothing under it
+		if f.enter != nil {
+			f.enter(s)
+		}
 	case v.Kind == yaml.MappingNode && f.fields != nil:
 		if f.enter != nil {
 			f.enter(s)
@@ -281,10 +288,6 @@ func (d *decoder) value(s *Scenario, v *yaml.Node, path string, f field) {
 		d.mapping(s, v, path, nil, f.entry)
 	case f.scalar != nil:
 		f.scalar(d, s, v, path)
-	case isNull(v): // "workload:" with nothing under it
-		if f.enter != nil {
-			f.enter(s)
-		}
 	default:
 		d.fail(v, path, "want a mapping, got %s", describe(v))
 	}
@@ -805,7 +808,7 @@ func decodeTimeline(d *decoder, s *Scenario, n *yaml.Node, path string) {
 		}
 		st, err := nemesis.ParseStep(text)
 		if err != nil {
-			d.fail(it, p, "%s", strings.TrimPrefix(err.Error(), "nemesis: "))
+			d.fail(it, p, "%s", strings.ReplaceAll(err.Error(), "nemesis: ", ""))
 			ok = false
 			continue
 		}
@@ -946,7 +949,7 @@ func suggest(got string, valid []string) string {
 			best, bestD = v, dd
 		}
 	}
-	if best != "" && bestD <= max(2, len(got)/3) {
+	if best != "" && bestD <= max(2, len(got)/4) {
 		return fmt.Sprintf("; did you mean %s?", best)
 	}
 	return ""
