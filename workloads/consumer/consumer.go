@@ -82,6 +82,10 @@ type Config struct {
 	// overriding the defaults 10ms and 1s.
 	BackoffBase time.Duration `json:"backoff_base"`
 	BackoffCap  time.Duration `json:"backoff_cap"`
+	// Work is how long applying one effect takes inside the transaction
+	// (a real handler does something there), default none. It widens the
+	// window between a check and its act, as real work does.
+	Work time.Duration `json:"work"`
 }
 
 // Consumer handles one subscription's deliveries for one process.
@@ -325,6 +329,15 @@ func (c *Consumer) tx(ctx context.Context, d *broker.Delivery, v history.Value) 
 		}
 		if cur > d.Version {
 			return stale, c.commit(ctx, tx)
+		}
+	}
+	if c.cfg.Work > 0 {
+		t := time.NewTimer(c.cfg.Work)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, ctx.Err()
+		case <-t.C:
 		}
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO effects (consumer, source, event_id, aggregateid, version) VALUES ($1, $2, $3, $4, $5)`, sub, d.Source, d.ID, d.Key, d.Version); err != nil {

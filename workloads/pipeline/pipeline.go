@@ -57,6 +57,9 @@ type Config struct {
 	Consumers       int // per subscription
 	ConsumerVariant consumer.Variant
 	ConsumerWorkers int // deliveries in flight per consumer process
+	// ConsumerWork is how long each effect takes inside the consumer's
+	// transaction (default none).
+	ConsumerWork time.Duration
 	MaxAttempts     int64
 
 	// Partitions of the Kafka topic, overriding the default 3.
@@ -218,7 +221,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 	for _, sub := range cfg.Subscriptions {
 		for i := range cfg.Consumers {
 			spec := r.spec(worker.RoleConsumer, fmt.Sprintf("consumer-%s-%d", sub, i))
-			spec.Consumer = consumer.Config{Variant: cfg.ConsumerVariant, Subscription: sub, MaxAttempts: cfg.MaxAttempts, Workers: cfg.ConsumerWorkers}
+			spec.Consumer = consumer.Config{Variant: cfg.ConsumerVariant, Subscription: sub, MaxAttempts: cfg.MaxAttempts, Workers: cfg.ConsumerWorkers, Work: cfg.ConsumerWork}
 			if err := r.start(ctx, spec); err != nil {
 				return nil, err
 			}
