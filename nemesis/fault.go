@@ -1,11 +1,3 @@
-// Package nemesis breaks a running pipeline on purpose: it kills, pauses
-// and restarts servers and workers, arms failpoints, and partitions, slows
-// or resets network links, each recorded in the history as a fault that
-// starts and stops. A [Schedule] is a fixed timeline or a seeded random
-// mix; every schedule ends by healing everything.
-//
-// Read [Fault], [Step] and [ParseStep] first: a step is written the way a
-// person says it, "at 10s: partition kafka for 5s".
 package nemesis
 
 import (

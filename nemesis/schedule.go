@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -150,6 +151,44 @@ func DefaultTargets(workers []string) Targets {
 		}
 	}
 	return t
+}
+
+// Only keeps the targets named, each a service ("postgres", "broker"), a
+// worker, or a worker pattern ("consumer-*"): a service keeps its process
+// faults and its link, a worker its process faults and failpoints. No
+// names keeps everything, as a scenario's empty target list means.
+func (t Targets) Only(names ...string) Targets {
+	if len(names) == 0 {
+		return t
+	}
+	match := func(x string) bool {
+		return slices.ContainsFunc(names, func(n string) bool {
+			ok, _ := path.Match(n, x)
+			return ok
+		})
+	}
+	out := Targets{Failpoints: map[string][]string{}}
+	for _, s := range t.Services {
+		if match(s) {
+			out.Services = append(out.Services, s)
+		}
+	}
+	for _, w := range t.Workers {
+		if match(w) {
+			out.Workers = append(out.Workers, w)
+		}
+	}
+	for _, l := range t.Links {
+		if match(l) {
+			out.Links = append(out.Links, l)
+		}
+	}
+	for w, terms := range t.Failpoints {
+		if match(w) {
+			out.Failpoints[w] = slices.Clone(terms)
+		}
+	}
+	return out
 }
 
 // Random makes a seeded schedule in the style of Jepsen's combined

@@ -380,3 +380,22 @@ func TestInjectFailureRecorded(t *testing.T) {
 		t.Fatalf("fault ops = %q, want %q", got, want)
 	}
 }
+
+func TestTargetsOnly(t *testing.T) {
+	for _, tc := range []struct {
+		names                    []string
+		services, workers, links int
+		failpointWorkers         int
+	}{
+		{nil, 2, 5, 2, 5},
+		{[]string{"broker"}, 1, 0, 1, 0},
+		{[]string{"consumer-*"}, 0, 2, 0, 2},
+		{[]string{"relay-0", "postgres"}, 1, 1, 1, 1},
+		{[]string{"nothing"}, 0, 0, 0, 0},
+	} {
+		got := pipelineTargets().Only(tc.names...)
+		if len(got.Services) != tc.services || len(got.Workers) != tc.workers || len(got.Links) != tc.links || len(got.Failpoints) != tc.failpointWorkers {
+			t.Errorf("Only(%v) = %+v", tc.names, got)
+		}
+	}
+}
