@@ -73,5 +73,6 @@ Exit codes: 0 valid, 1 invalid, 2 unknown, 3 bad input, 4 harness error.`,
 	root.AddCommand(newCheckCmd())
 	root.AddCommand(newReportCmd())
 	root.AddCommand(newListCmd())
+	root.AddCommand(newRunCmd(), newSuiteCmd())
 	return root
 }

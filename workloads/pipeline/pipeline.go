@@ -273,6 +273,27 @@ func (r *Run) waitQueuesDurable(ctx context.Context) error {
 	return nil
 }
 
+// WorkerNames lists the workers a run of cfg starts, in start order:
+// consumer-<subscription>-<i>, relay-<i>, producer-<i>.
+func WorkerNames(cfg Config) ([]string, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, sub := range cfg.Subscriptions {
+		for i := range cfg.Consumers {
+			out = append(out, fmt.Sprintf("consumer-%s-%d", sub, i))
+		}
+	}
+	for i := range cfg.Relays {
+		out = append(out, fmt.Sprintf("relay-%d", i))
+	}
+	for i := range cfg.Producers {
+		out = append(out, fmt.Sprintf("producer-%d", i))
+	}
+	return out, nil
+}
+
 func (r *Run) spec(role, name string) worker.Spec {
 	return worker.Spec{
 		Role: role, Process: name,
