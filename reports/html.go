@@ -82,6 +82,7 @@ type view struct {
 	Shown         []shownRow
 	Plots         []plotView
 	Faults        []faultRow
+	MoreFaults    int // fault windows beyond the table (all are in results.json)
 	Processes     []processRow
 	Cuts          []string
 }
@@ -188,7 +189,11 @@ func newView(run Run, res *checker.Result) view {
 	for _, c := range Checks(run, res) {
 		v.Checks = append(v.Checks, checkRow{Subscription: c.Subscription, Guarantee: c.Guarantee, Promised: c.Promised, Status: string(c.Status), Count: c.Count, Events: c.Events[:min(len(c.Events), 3)]})
 	}
-	for _, f := range run.Faults {
+	for i, f := range run.Faults {
+		if i == maxFaultRows {
+			v.MoreFaults = len(run.Faults) - i
+			break
+		}
 		row := faultRow{Name: f.Name, Target: f.Target, Start: fmtNs(f.Start), Detail: f.Detail, End: "never healed"}
 		if f.End > 0 {
 			row.End, row.Duration = fmtNs(f.End), time.Duration(f.End-f.Start).Round(time.Millisecond).String()
@@ -244,6 +249,10 @@ func promised(g checker.Guarantees) []kv {
 	}
 	return []kv{{"loss", string(g.Loss)}, {"duplicate effects", string(g.DuplicateEffects)}, {"order", string(g.Order)}, {"gaps", string(g.Gaps)}, {"subscriptions", subs}}
 }
+
+// maxFaultRows caps the faults table; a long random schedule is in
+// results.json and shaded on the plots.
+const maxFaultRows = 100
 
 // maxEventsShown caps the event ids listed per anomaly in the page; all of
 // them are in results.json.

@@ -48,16 +48,22 @@ func TestViewModel(t *testing.T) {
 			plots:     3, bands: 1, marks: 2, processes: 7,
 		},
 		{
-			name:    "valid",
-			run:     func() (Run, *checker.Result) { f := fixture{drain: history.OK, clean: true}; return f.run(), f.result() },
+			name: "valid",
+			run: func() (Run, *checker.Result) {
+				f := fixture{drain: history.OK, clean: true}
+				return f.run(), f.result()
+			},
 			verdict: "valid",
 			summary: []string{"Every promised guarantee held in email and inventory: no loss, no duplicate effects, per-key order, no gaps"},
 			checks:  map[string]string{"inventory: no loss": "held", "email: no duplicate effects": "held"},
 			plots:   3, bands: 1, marks: 0, processes: 7,
 		},
 		{
-			name:    "unknown: drain timed out",
-			run:     func() (Run, *checker.Result) { f := fixture{drain: history.Info, clean: true}; return f.run(), f.result() },
+			name: "unknown: drain timed out",
+			run: func() (Run, *checker.Result) {
+				f := fixture{drain: history.Info, clean: true}
+				return f.run(), f.result()
+			},
 			verdict: "unknown",
 			summary: []string{"Unknown: ", "could not be established"},
 			checks:  map[string]string{"inventory: no loss": "unknown", "email: no duplicate effects": "unknown"},
@@ -231,7 +237,7 @@ func TestPlotsBounded(t *testing.T) {
 				t.Errorf("%s/%s: %d points (counted %d)", p.ID, l.Name, l.N, strings.Count(l.Points, ","))
 			}
 		}
-		if len(p.Bands) > maxBands || len(p.Marks) > 2*int(plotW) {
+		if len(p.Bands) > maxBands || len(p.Marks) > 2*maxMarks {
 			t.Errorf("%s: %d bands, %d marks", p.ID, len(p.Bands), len(p.Marks))
 		}
 	}

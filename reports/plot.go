@@ -230,17 +230,18 @@ func timeTicks(a axis) []tickView {
 	secs := float64(a.tmax) / 1e9
 	step := niceCeil(secs / 8)
 	var out []tickView
+	minutes := secs > 1200 // one unit per axis
+	if minutes {
+		step = 60 * niceCeil(secs/60/8)
+	}
 	for s := 0.0; s <= secs+1e-9; s += step {
-		out = append(out, tickView{Pos: a.x(int64(s * 1e9)), Label: fmtDurSecs(s)})
+		label := strconv.FormatFloat(s, 'g', 4, 64) + "s"
+		if minutes {
+			label = strconv.FormatFloat(s/60, 'g', 4, 64) + "m"
+		}
+		out = append(out, tickView{Pos: a.x(int64(s * 1e9)), Label: label})
 	}
 	return out
-}
-
-func fmtDurSecs(s float64) string {
-	if s >= 120 && math.Mod(s, 60) == 0 {
-		return strconv.FormatFloat(s/60, 'g', 4, 64) + "m"
-	}
-	return strconv.FormatFloat(s, 'g', 4, 64) + "s"
 }
 
 // bands shades fault windows; past maxBands they are merged into their
@@ -264,27 +265,26 @@ func bands(a axis, faults []FaultWindow) []bandView {
 		}
 		ivs = append(ivs, iv{f.Start, e, 1, label, fmt.Sprintf("%s: %s → %s %s", label, fmtNs(f.Start), fmtNs(e), f.Detail)})
 	}
-	if len(ivs) > maxBands {
+	// Past maxBands, merge windows closer than a gap that doubles until
+	// few enough remain: a dense schedule becomes a few shaded stretches
+	// labelled with how many faults they hold, none dropped.
+	for gap := int64(0); len(ivs) > maxBands; gap = max(2*gap, a.tmax/maxBands) {
 		var merged []iv
 		for _, v := range ivs { // faults are in start order
-			if n := len(merged); n > 0 && v.s <= merged[n-1].e {
+			if n := len(merged); n > 0 && v.s <= merged[n-1].e+gap {
 				m := &merged[n-1]
 				m.e = max(m.e, v.e)
-				m.n++
+				m.n += v.n
 				continue
 			}
 			merged = append(merged, v)
 		}
-		for i := range merged {
-			m := &merged[i]
-			if m.n > 1 {
-				m.label = fmt.Sprintf("%d faults", m.n)
-				m.title = fmt.Sprintf("%d overlapping faults: %s → %s", m.n, fmtNs(m.s), fmtNs(m.e))
-			}
-		}
 		ivs = merged
-		if len(ivs) > maxBands { // still too many: keep the first ones
-			ivs = ivs[:maxBands]
+	}
+	for i := range ivs {
+		if m := &ivs[i]; m.n > 1 {
+			m.label = fmt.Sprintf("%d faults", m.n)
+			m.title = fmt.Sprintf("%d faults between %s and %s", m.n, fmtNs(m.s), fmtNs(m.e))
 		}
 	}
 	out := make([]bandView, 0, len(ivs))
@@ -305,21 +305,25 @@ func marks(a axis, ms []Mark) []markView {
 		}
 		return out
 	}
+	// Too many to draw one by one: one line per kind per column of
+	// maxMarks columns, titled with how many it stands for.
 	type col struct {
-		x    int
+		c    int
 		kind string
 	}
+	width := (a.x1 - a.x0) / maxMarks
 	counts := map[col]int{}
 	var order []col
 	for _, m := range ms {
-		c := col{int(a.x(m.Time)), m.Kind}
+		c := col{int((a.x(m.Time) - a.x0) / width), m.Kind}
 		if counts[c] == 0 {
 			order = append(order, c)
 		}
 		counts[c]++
 	}
 	for _, c := range order {
-		out = append(out, markView{X: float64(c.x), Kind: c.kind, Title: fmt.Sprintf("%d × %s", counts[c], c.kind)})
+		x := a.x0 + (float64(c.c)+0.5)*width
+		out = append(out, markView{X: x, Kind: c.kind, Title: fmt.Sprintf("%d × %s", counts[c], c.kind)})
 	}
 	return out
 }
