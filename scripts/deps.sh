@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what deliverycheck's local runtime needs on Debian/Ubuntu:
 # PostgreSQL, RabbitMQ, a Java runtime and Maven (for the Kafka broker jars),
-# then fetches the Kafka jars from Maven Central into the user cache.
+# Chromium (the reports tests open report.html in it headless; works with
+# --no-install-recommends), then fetches the Kafka jars from Maven Central into the user cache.
 # Idempotent and quick when everything is already there.
 set -euo pipefail
 
-pkgs=(postgresql rabbitmq-server default-jre-headless maven)
+pkgs=(postgresql rabbitmq-server default-jre-headless maven chromium)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
