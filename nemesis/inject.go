@@ -47,7 +47,8 @@ const (
 //   - pause: SIGSTOP, heal SIGCONT (a worker restarted meanwhile was
 //     never paused).
 //   - failpoint: "arm <term>" to each worker; heal disarms it
-//     ("<name>=off"), so a term that has not fired by then never will.
+//     ("<name>=off"), so a term that has not fired by then never will
+//     (this also disarms that failpoint if the run armed it at start).
 //   - network kinds, on the target service's link and direction: heal
 //     removes exactly that toxic (or re-enables a refused link), leaving
 //     other faults on the link in place. Two faults of the same kind and
@@ -254,9 +255,9 @@ func (e *Env) workerFault(f Fault) (func(context.Context) error, error) {
 }
 
 func (e *Env) failpoint(ctx context.Context, f Fault) (func(context.Context) error, error) {
-	name, _, ok := strings.Cut(f.Term, "=")
-	if !ok || name == "" {
-		return nil, fmt.Errorf("failpoint term %q wants <name>=<action>", f.Term)
+	name, _, _ := strings.Cut(f.Term, "=")
+	if name == "" {
+		return nil, fmt.Errorf("failpoint term %q names no failpoint", f.Term)
 	}
 	ws, err := e.workers(f.Target)
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"log/slog"
 	"testing"
 	"time"
@@ -171,4 +173,52 @@ func TestNemesisCancelStartsKilledService(t *testing.T) {
 	if err := conn.Ping(qctx); err != nil {
 		t.Fatalf("postgres after the cancelled kill: %v", err)
 	}
+}
+
+// A seeded random schedule over the network and process families, on the
+// correct pipeline: valid, and every fault it drew healed and recorded.
+func TestNemesisRandomSchedule(t *testing.T) {
+	for _, b := range []string{"kafka"} {
+		t.Run(b, func(t *testing.T) {
+			cfg := Config{Broker: b, Producers: 2, Rate: 50, Subscriptions: []string{"inventory"}}
+			var sched nemesis.Schedule
+			during := func(t *testing.T, r *Run) {
+				// Links and workers only: server kills are the fixed
+				// timeline's business and cost seconds each.
+				targets := nemesis.DefaultTargets(r.Supervisor().Names())
+				targets.Services = nil
+				sched = nemesis.Random(seed(t), []string{"process", "network", "failpoint"}, 600*time.Millisecond, 4*time.Second, targets)
+				t.Logf("schedule: %s", sched)
+				env := &nemesis.Env{Cluster: r.Cluster(), Workers: r.Supervisor(), Recorder: r.Recorder(), Broker: r.cfg.Broker}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := sched.Run(ctx, env); err != nil {
+					t.Errorf("schedule: %v", err)
+				}
+			}
+			res, r := runPipelineWith(t, cfg, 5*time.Second, during, effectivelyOnce())
+			if res.Valid != checker.Valid {
+				t.Fatalf("correct pipeline under %s judged %s: %v", sched, res.Valid, res.Reasons)
+			}
+			open, healed, recorded := faultWindows(t, r)
+			if len(open) > 0 || len(healed) != len(sched.Steps) {
+				t.Errorf("open %v, healed %d of %d steps", open, len(healed), len(sched.Steps))
+			}
+			if recorded != sched.String() {
+				t.Errorf("recorded schedule %q, want %q", recorded, sched)
+			}
+		})
+	}
+}
+
+// seed is DELIVERYCHECK_SEED if set (to replay a failure), else fixed.
+func seed(t *testing.T) int64 {
+	if s := os.Getenv("DELIVERYCHECK_SEED"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	return 1
 }
