@@ -7,7 +7,7 @@ BIN     := bin/deliverycheck
 # parallel (each starts its own PostgreSQL, Kafka and RabbitMQ).
 TESTFLAGS ?= -p 1 -timeout 25m
 
-.PHONY: all build deps test vet demo bench fuzz clean
+.PHONY: all build deps test vet demo bench fuzz matrix clean
 
 all: build
 
@@ -23,14 +23,26 @@ vet:
 test: deps vet
 	$(GO) test $(TESTFLAGS) ./...
 
+# A real scenario end to end: order confirmations consumed by inventory and
+# email on RabbitMQ, with a relay crash, paused consumers and poison events.
 demo: deps build
-	$(BIN) demo
+	$(BIN) run order-confirmation --duration 10s --out runs
 
 bench: deps
 	$(GO) test -p 1 -run '^$$' -bench . -benchtime 3x ./cluster/...
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzRead -fuzztime 30s ./history
+	$(GO) test -run '^$$' -fuzz FuzzReadLine -fuzztime 30s ./history
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./scenarios
+	$(GO) test -run '^$$' -fuzz FuzzParseStep -fuzztime 30s ./nemesis
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./failpoint
+	$(GO) test -run '^$$' -fuzz FuzzValidate -fuzztime 30s ./workloads/consumer
+
+# Every built-in scenario over 20 seeds: detection rate per known-bad cell,
+# false positives of the correct ones (about an hour; not part of CI).
+matrix: deps
+	DELIVERYCHECK_MATRIX_SEEDS=$${SEEDS:-20} DELIVERYCHECK_MATRIX_OUT=$(CURDIR)/matrix.md \
+		$(GO) test -count=1 -run TestDetectionRates -timeout 6h -v ./runner
 
 clean:
 	rm -rf bin

@@ -1,0 +1,140 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/scenarios"
+)
+
+// matrixDuration keeps each scenario short in CI; faults scheduled later
+// still run (the workload is stretched to the schedule's end).
+const matrixDuration = 5 * time.Second
+
+// met reports whether r is what s expects, and why not.
+func met(s scenarios.Scenario, r *checker.Result) (bool, string) {
+	want := s.Expect.Verdict
+	if want == "" {
+		want = checker.Valid
+	}
+	if r.Valid != want {
+		return false, fmt.Sprintf("verdict %s, want %s: %v", r.Valid, want, r.Reasons)
+	}
+	if s.Expect.Anomaly == "" {
+		return true, ""
+	}
+	for _, a := range r.Anomalies {
+		if a.Kind == s.Expect.Anomaly && a.Fatal && a.Count > 0 {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("no fatal %s among %v", s.Expect.Anomaly, r.Reasons)
+}
+
+// runScenario runs one built-in scenario with a seed on the shared servers.
+func runScenario(t *testing.T, s scenarios.Scenario, seed uint64, out string) *Outcome {
+	t.Helper()
+	s.Seed = seed
+	s.Workload.Duration = matrixDuration
+	spec, err := FromScenario(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	o, err := Run(ctx, spec, Options{Out: out, Cluster: shared.get(t), WorkerCmd: workerCmd(), Command: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Result == nil {
+		shared.reset()
+		t.Fatalf("harness error: %v", o.HarnessErr)
+	}
+	return o
+}
+
+// TestDetectionMatrix runs every built-in scenario once: each known-bad
+// one must be caught (invalid, with its anomaly), each correct one valid.
+// Failpoint scenarios must also show their crashes in the history.
+func TestDetectionMatrix(t *testing.T) {
+	out := t.TempDir()
+	if os.Getenv("DELIVERYCHECK_KEEP") != "" {
+		out = filepath.Join(os.TempDir(), "deliverycheck-matrix")
+	}
+	for _, s := range scenarios.Builtin() {
+		t.Run(s.Name, func(t *testing.T) {
+			o := runScenario(t, s, 1, out)
+			r := o.Result
+			t.Logf("%s: %s %v; committed %d, crashes %d, faults %d (%s)", s.Name, r.Valid, r.Reasons, r.Counts.Committed, r.Counts.Crashes, r.Counts.Faults, o.Dir)
+			if ok, why := met(s, r); !ok {
+				t.Fatalf("expectation not met: %s", why)
+			}
+			if r.Counts.Committed == 0 {
+				t.Fatal("nothing was committed")
+			}
+			if len(s.Nemesis.Failpoints) > 0 && r.Counts.Crashes == 0 {
+				t.Error("failpoints were armed but no crash is in the history")
+			}
+			if n := len(s.Nemesis.Timeline); n > 0 && r.Counts.Faults == 0 {
+				t.Errorf("%d timeline faults, none in the history", n)
+			}
+		})
+	}
+}
+
+// TestDetectionRates is `make matrix`, not CI: every built-in scenario
+// over DELIVERYCHECK_MATRIX_SEEDS seeds (default 20), writing the
+// detection rate of each known-bad cell (variant × fault) and the false
+// positive rate of the correct ones to DELIVERYCHECK_MATRIX_OUT (default
+// matrix.md).
+func TestDetectionRates(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("DELIVERYCHECK_MATRIX_SEEDS"))
+	if n <= 0 {
+		t.Skip("set DELIVERYCHECK_MATRIX_SEEDS (make matrix) to run")
+	}
+	dest := os.Getenv("DELIVERYCHECK_MATRIX_OUT")
+	if dest == "" {
+		dest = "matrix.md"
+	}
+	var lines []string
+	var fpRuns, fp int
+	for _, s := range scenarios.Builtin() {
+		hits := 0
+		var unknown int
+		for seed := 1; seed <= n; seed++ {
+			o := runScenario(t, s, uint64(seed), t.TempDir())
+			ok, _ := met(s, o.Result)
+			if ok {
+				hits++
+			}
+			if o.Result.Valid == checker.Unknown {
+				unknown++
+			}
+		}
+		kind := "correct"
+		rate := fmt.Sprintf("%d/%d valid", hits, n)
+		if s.Expect.Verdict == checker.Invalid {
+			kind = "known-bad (" + string(s.Expect.Anomaly) + ")"
+			rate = fmt.Sprintf("%d/%d caught (%.0f%%)", hits, n, 100*float64(hits)/float64(n))
+		} else {
+			fpRuns += n
+			fp += n - hits
+		}
+		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %s | %d |", s.Name, s.Broker.Kind, kind, rate, unknown))
+		t.Log(lines[len(lines)-1])
+	}
+	slices.Sort(lines)
+	table := "| scenario | broker | kind | result | unknown |\n|---|---|---|---|---|\n" + strings.Join(lines, "\n") +
+		fmt.Sprintf("\n\nFalse positives of the correct pipelines: %d of %d runs.\n", fp, fpRuns)
+	if err := os.WriteFile(dest, []byte(table), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
