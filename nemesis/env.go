@@ -168,8 +168,12 @@ func (e *Env) heal(ctx context.Context, a *activeFault) error {
 	}
 	v := history.Value{Fault: string(a.Fault.Kind), Target: e.recordedTarget(a.Fault), Detail: a.Detail}
 	if err := a.undo(ctx); err != nil {
-		v.Error = "heal: " + err.Error()
-		e.record(history.Info, history.Fault, v)
+		// A heal cut short by its context is not news: the schedule's
+		// final heal, on a fresh context, tries again and records that.
+		if ctx.Err() == nil {
+			v.Error = "heal: " + err.Error()
+			e.record(history.Info, history.Fault, v)
+		}
 		return fmt.Errorf("nemesis: heal %s: %w", a.Fault, err)
 	}
 	a.done = true
