@@ -68,7 +68,9 @@ func (s Schedule) Run(ctx context.Context, env *Env) error {
 	var mu sync.Mutex
 	var errs []error
 	fail := func(err error) {
-		if err != nil {
+		// Errors caused by cancellation are not the schedule's: the
+		// final heal below undoes whatever they left behind.
+		if err != nil && ctx.Err() == nil {
 			mu.Lock()
 			errs = append(errs, err)
 			mu.Unlock()
@@ -97,7 +99,9 @@ func (s Schedule) Run(ctx context.Context, env *Env) error {
 	wg.Wait()
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), env.healTimeout())
 	defer cancel()
-	fail(HealAll(hctx, env))
+	if err := HealAll(hctx, env); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
