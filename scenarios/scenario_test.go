@@ -563,3 +563,23 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestDocExample keeps docs/scenarios.md's full example valid.
+func TestDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../docs/scenarios.md")
+	if err != nil {
+		t.Skip(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "## A full example\n\n```yaml\n")
+	if !ok {
+		t.Fatal("docs/scenarios.md has no full example")
+	}
+	example, _, _ := strings.Cut(rest, "```")
+	s, err := Parse("docs/scenarios.md", []byte(example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Name != "my-billing" || len(s.Nemesis.Timeline) != 2 {
+		t.Fatalf("%+v", s)
+	}
+}
