@@ -683,6 +683,7 @@ func workloadFields() []field {
 		namesField("subscriptions", func(s *Scenario) *[]string { return &s.Workload.Subscriptions }, checkName),
 		intField("consumers", func(s *Scenario) *int { return &s.Workload.Consumers }, 1),
 		intField("consumer_workers", func(s *Scenario) *int { return &s.Workload.ConsumerWorkers }, 0),
+		durationField("consumer_work", func(s *Scenario) *time.Duration { return &s.Workload.ConsumerWork }, false),
 		intField("relays", func(s *Scenario) *int { return &s.Workload.Relays }, 0),
 		intField("relay_batch", func(s *Scenario) *int { return &s.Workload.RelayBatch }, 0),
 	}

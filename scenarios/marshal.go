@@ -46,6 +46,7 @@ type fileWorkload struct {
 	Subscriptions   []string `yaml:"subscriptions"`
 	Consumers       int      `yaml:"consumers"`
 	ConsumerWorkers int      `yaml:"consumer_workers"`
+	ConsumerWork    string   `yaml:"consumer_work,omitempty"`
 	Relays          int      `yaml:"relays"`
 	RelayBatch      int      `yaml:"relay_batch"`
 }
@@ -107,6 +108,9 @@ func (s Scenario) MarshalYAML() (any, error) {
 	}
 	if r := s.Nemesis.Random; r != nil {
 		f.Nemesis.Random = &fileRandom{Families: r.Families, Interval: r.Interval.String(), SeedOffset: r.SeedOffset, Targets: r.Targets}
+	}
+	if s.Workload.ConsumerWork > 0 {
+		f.Workload.ConsumerWork = s.Workload.ConsumerWork.String()
 	}
 	if s.Nemesis.RestartDelay > 0 {
 		f.Nemesis.RestartDelay = s.Nemesis.RestartDelay.String()

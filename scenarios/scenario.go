@@ -118,6 +118,11 @@ type Workload struct {
 	// keeps the pipeline default (one per partition on Kafka, 1 on
 	// RabbitMQ, where more reorders one aggregate's events).
 	ConsumerWorkers int
+	// ConsumerWork is how long applying one effect takes inside the
+	// consumer's transaction, as a real handler's work does; it widens the
+	// window between a check and its act (what check-then-act needs to be
+	// caught reliably). 0 is none.
+	ConsumerWork time.Duration
 	// Relays is the number of relay processes; 0 keeps the pipeline
 	// default (1 with the outbox producer, none otherwise).
 	Relays int
@@ -241,6 +246,7 @@ func (s Scenario) PipelineConfig() pipeline.Config {
 		Consumers:       s.Workload.Consumers,
 		ConsumerVariant: s.Variants.Consumer,
 		ConsumerWorkers: s.Workload.ConsumerWorkers,
+		ConsumerWork:    s.Workload.ConsumerWork,
 		MaxAttempts:     s.Broker.MaxAttempts,
 		Partitions:      s.Broker.Partitions,
 		Unbound:         slices.Clone(s.Broker.Unbound),

@@ -87,6 +87,7 @@ workload:
   subscriptions: [inventory, email]
   consumers: 2
   consumer_workers: 4
+  consumer_work: 5ms
   relays: 2
   relay_batch: 10
 nemesis:
@@ -124,7 +125,7 @@ seed: 42
 		Broker:   Broker{Kind: "rabbitmq", Partitions: 6, MaxAttempts: 3, Unbound: []string{"email"}},
 		Variants: Variants{Producer: producer.Outbox, Relay: relay.Unroutable, Consumer: consumer.Inbox},
 		Workload: Workload{Duration: 12 * time.Second, Producers: 3, Rate: 0, Keys: 7, PoisonRatio: 0.05,
-			Subscriptions: []string{"inventory", "email"}, Consumers: 2, ConsumerWorkers: 4, Relays: 2, RelayBatch: 10},
+			Subscriptions: []string{"inventory", "email"}, Consumers: 2, ConsumerWorkers: 4, ConsumerWork: 5 * time.Millisecond, Relays: 2, RelayBatch: 10},
 		Nemesis: Nemesis{
 			Timeline: []nemesis.Step{
 				{At: time.Second, Fault: nemesis.Fault{Kind: nemesis.Kill, Target: "relay-0"}},
@@ -205,7 +206,7 @@ func TestParseErrors(t *testing.T) {
 		{"range", "broker: kafka\nworkload:\n  rate: -5\n",
 			[]string{"my.yaml:3: workload.rate: must be ≥ 0, got -5"}},
 		{"unknown key with suggestion", "broker: kafka\nworkload:\n  rat: 5\n",
-			[]string{"my.yaml:3: workload.rat: unknown field; did you mean rate? (valid: duration, producers, rate, keys, poison_ratio, abort_ratio, subscriptions, consumers, consumer_workers, relays, relay_batch)"}},
+			[]string{"my.yaml:3: workload.rat: unknown field; did you mean rate? (valid: duration, producers, rate, keys, poison_ratio, abort_ratio, subscriptions, consumers, consumer_workers, consumer_work, relays, relay_batch)"}},
 		{"unknown top-level key", "broker: kafka\nworkloads: {}\n",
 			[]string{"my.yaml:2: workloads: unknown field; did you mean workload? (valid: name, description, broker, variants, workload, nemesis, guarantees, drain, expect, seed)"}},
 		{"wrong variant lists valid ones", "broker: kafka\nvariants:\n  consumer: inbx\n",
@@ -360,7 +361,7 @@ func TestSetErrors(t *testing.T) {
 		{"workload.rate", "-5", "--set: workload.rate: must be ≥ 0, got -5"},
 		{"workload.rate", "fast", `--set: workload.rate: want a number, got "fast"`},
 		{"variants.relay", "polling2", `--set: variants.relay: unknown relay variant "polling2"; did you mean polling? (valid: polling, high-water-mark, unconfirmed, unroutable)`},
-		{"workload", "5", "--set: workload: is a section; set one of its fields: workload.duration, workload.producers, workload.rate, workload.keys, workload.poison_ratio, workload.abort_ratio, workload.subscriptions, workload.consumers, workload.consumer_workers, workload.relays, workload.relay_batch"},
+		{"workload", "5", "--set: workload: is a section; set one of its fields: workload.duration, workload.producers, workload.rate, workload.keys, workload.poison_ratio, workload.abort_ratio, workload.subscriptions, workload.consumers, workload.consumer_workers, workload.consumer_work, workload.relays, workload.relay_batch"},
 		// A value that breaks a rule tying fields together.
 		{"variants.relay", "unroutable", "--set: variants.relay: unroutable only exists on rabbitmq (Kafka has no routing to get wrong)"},
 		{"workload.duration", "1s", `base.yaml: nemesis.timeline[0]: "at 2s: kill relay-0" starts at or after the workload ends (1s); faults only run while it does`},

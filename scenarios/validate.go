@@ -78,6 +78,9 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	if s.Drain.Quiet <= 0 {
 		fail("drain.quiet", "must be > 0, got %s", s.Drain.Quiet)
 	}
+	if w.ConsumerWork < 0 {
+		fail("workload.consumer_work", "must be ≥ 0, got %s", w.ConsumerWork)
+	}
 	if s.Nemesis.RestartDelay < 0 {
 		fail("nemesis.restart_delay", "must be ≥ 0, got %s", s.Nemesis.RestartDelay)
 	}
