@@ -60,7 +60,7 @@ type Config struct {
 	// ConsumerWork is how long each effect takes inside the consumer's
 	// transaction (default none).
 	ConsumerWork time.Duration
-	MaxAttempts     int64
+	MaxAttempts  int64
 
 	// Partitions of the Kafka topic, overriding the default 3.
 	Partitions int32
