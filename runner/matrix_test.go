@@ -44,6 +44,9 @@ func runScenario(t *testing.T, s scenarios.Scenario, seed uint64, out string) *O
 	t.Helper()
 	s.Seed = seed
 	s.Workload.Duration = matrixDuration
+	if s.Drain.Quiet == 0 || s.Drain.Quiet > time.Second {
+		s.Drain.Quiet = time.Second
+	}
 	spec, err := FromScenario(s)
 	if err != nil {
 		t.Fatal(err)
