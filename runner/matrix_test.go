@@ -17,7 +17,7 @@ import (
 
 // matrixDuration keeps each scenario short in CI; faults scheduled later
 // still run (the workload is stretched to the schedule's end).
-const matrixDuration = 5 * time.Second
+const matrixDuration = 3 * time.Second
 
 // met reports whether r is what s expects, and why not.
 func met(s scenarios.Scenario, r *checker.Result) (bool, string) {
