@@ -31,7 +31,7 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 	if d <= 0 {
 		d = scenarios.DefaultDuration
 	}
-	if end := sched.End(); end > d {
+	if end := sched.End(); end >= d {
 		// Every fault is healed before the drain; let the workload run
 		// until the last one is over.
 		d = end + time.Second
