@@ -44,9 +44,12 @@ func benchRun(b *testing.B, br string, d time.Duration) (rate, p50, p99 float64)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cfg := Config{Broker: br, Name: "b_" + strconv.FormatInt(time.Now().UnixNano(), 36), Producers: benchClients, Rate: 0, Keys: 1000,
-		Subscriptions: []string{"inventory"}, ConsumerWorkers: 4, Partitions: 8, RelayBatch: 500}
+		Subscriptions: []string{"inventory"}, Partitions: 8, RelayBatch: 500}
 	if br == "rabbitmq" {
-		cfg.Consumers = 2
+		// Competing consumers: 2 processes × 4 deliveries in flight. On
+		// Kafka one worker per partition (the default) is the most that
+		// keeps order.
+		cfg.Consumers, cfg.ConsumerWorkers = 2, 4
 	}
 	dir := b.TempDir()
 	r, err := Start(ctx, cl, dir, cfg, workerCmd(), nil)
