@@ -97,7 +97,8 @@ func TestDetectionMatrix(t *testing.T) {
 // over DELIVERYCHECK_MATRIX_SEEDS seeds (default 20), writing the
 // detection rate of each known-bad cell (variant × fault) and the false
 // positive rate of the correct ones to DELIVERYCHECK_MATRIX_OUT (default
-// matrix.md).
+// matrix.md). DELIVERYCHECK_MATRIX_ONLY keeps the scenarios whose name
+// starts with it.
 func TestDetectionRates(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("DELIVERYCHECK_MATRIX_SEEDS"))
 	if n <= 0 {
@@ -109,7 +110,11 @@ func TestDetectionRates(t *testing.T) {
 	}
 	var lines []string
 	var fpRuns, fp int
+	only := os.Getenv("DELIVERYCHECK_MATRIX_ONLY") // a name prefix, e.g. "bad-"
 	for _, s := range scenarios.Builtin() {
+		if !strings.HasPrefix(s.Name, only) {
+			continue
+		}
 		hits := 0
 		var unknown int
 		for seed := 1; seed <= n; seed++ {
