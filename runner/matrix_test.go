@@ -53,12 +53,12 @@ func runScenario(t *testing.T, s scenarios.Scenario, seed uint64, out string) *O
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	o, err := Run(ctx, spec, Options{Out: out, Cluster: shared.get(t), WorkerCmd: workerCmd(), Command: "test"})
+	o, err := Run(ctx, spec, Options{Out: out, Cluster: shared.Get(t), WorkerCmd: workerCmd(), Command: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.Result == nil {
-		shared.reset()
+		shared.Reset()
 		t.Fatalf("harness error: %v", o.HarnessErr)
 	}
 	return o

@@ -40,7 +40,7 @@ func BenchmarkPipeline(b *testing.B) {
 }
 
 func benchRun(b *testing.B, br string, d time.Duration) (rate, p50, p99 float64) {
-	cl := env.cluster(b)
+	cl := servers.Get(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cfg := Config{Broker: br, Name: "b_" + strconv.FormatInt(time.Now().UnixNano(), 36), Producers: benchClients, Rate: 0, Keys: 1000,
@@ -98,7 +98,7 @@ func benchRun(b *testing.B, br string, d time.Duration) (rate, p50, p99 float64)
 // per transaction, fsync on, at the pipeline's concurrency, on the same
 // PostgreSQL instance (through the same proxy).
 func BenchmarkPgbenchInsert(b *testing.B) {
-	cl := env.cluster(b)
+	cl := servers.Get(b)
 	bin, err := local.PostgresBinDir("")
 	if err != nil {
 		b.Skip(err)

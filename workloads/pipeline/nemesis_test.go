@@ -138,7 +138,7 @@ func TestNemesisFixedTimeline(t *testing.T) {
 // A schedule cancelled while a server is down still starts it again: the
 // final heal runs on its own context.
 func TestNemesisCancelStartsKilledService(t *testing.T) {
-	cl := env.cluster(t)
+	cl := servers.Get(t)
 	rec := history.NewWriterRecorder(io.Discard, "nemesis", time.Now())
 	nenv := &nemesis.Env{Cluster: cl, Recorder: rec, Broker: "kafka", HealTimeout: time.Minute}
 	st, err := nemesis.ParseStep("at 0s: kill postgres for 1h")

@@ -22,7 +22,7 @@ func runPipeline(t *testing.T, cfg Config, d time.Duration, g checker.Guarantees
 // it also returns the finished run for inspection.
 func runPipelineWith(t *testing.T, cfg Config, d time.Duration, during func(*testing.T, *Run), g checker.Guarantees) (*checker.Result, *Run) {
 	t.Helper()
-	cl := env.cluster(t)
+	cl := servers.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if cfg.Name == "" {
