@@ -496,6 +496,21 @@ type KafkaSubscriber struct {
 	polling    bool
 	pollCancel context.CancelFunc
 	closed     bool
+
+	// Group commit: acks that arrive while a commit is in flight wait for
+	// the next one, which covers them all. franz-go runs one offset commit
+	// at a time per client, so one commit per ack capped a subscriber at
+	// about one ack per commit round trip.
+	commitMu   sync.Mutex
+	pending    *commitBatch
+	committing bool
+}
+
+// commitBatch is the offsets of every ack waiting for one commit.
+type commitBatch struct {
+	offsets map[string]map[int32]kgo.EpochOffset
+	done    chan struct{}
+	err     error
 }
 
 // kafkaPartition is one partition's state in a subscriber.
@@ -819,29 +834,65 @@ func (s *KafkaSubscriber) Ack(ctx context.Context, d *Delivery) error {
 	return nil
 }
 
-// commitLocked commits r.Offset+1 synchronously; ownMu must be held.
-func (s *KafkaSubscriber) commitLocked(ctx context.Context, r *kgo.Record) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.CommitTimeout)
-	defer cancel()
-	offsets := map[string]map[int32]kgo.EpochOffset{
-		r.Topic: {r.Partition: {Epoch: r.LeaderEpoch, Offset: r.Offset + 1}},
+// commitLocked commits r.Offset+1 and returns once that commit is done;
+// ownMu must be held (shared). Acks of other partitions arriving while a
+// commit is in flight are gathered into the next one (a group commit), so
+// each caller still returns only after its own offset is durable. A caller
+// waits for its batch even past ctx: it holds ownMu meanwhile, which is
+// what keeps a rebalance from revoking a partition whose offset is about
+// to be committed. The commit itself is bounded by CommitTimeout.
+func (s *KafkaSubscriber) commitLocked(_ context.Context, r *kgo.Record) error {
+	s.commitMu.Lock()
+	if s.pending == nil {
+		s.pending = &commitBatch{offsets: map[string]map[int32]kgo.EpochOffset{}, done: make(chan struct{})}
 	}
-	var cerr error
-	s.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			cerr = err
+	b := s.pending
+	if b.offsets[r.Topic] == nil {
+		b.offsets[r.Topic] = map[int32]kgo.EpochOffset{}
+	}
+	next := kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
+	if cur, ok := b.offsets[r.Topic][r.Partition]; !ok || cur.Offset < next.Offset {
+		b.offsets[r.Topic][r.Partition] = next
+	}
+	if !s.committing {
+		s.committing = true
+		go s.flushCommits()
+	}
+	s.commitMu.Unlock()
+	<-b.done
+	return b.err
+}
+
+// flushCommits commits pending batches one after another until none is left.
+func (s *KafkaSubscriber) flushCommits() {
+	for {
+		s.commitMu.Lock()
+		b := s.pending
+		s.pending = nil
+		if b == nil {
+			s.committing = false
+			s.commitMu.Unlock()
 			return
 		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-					cerr = err
-					return
+		s.commitMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.CommitTimeout)
+		s.cl.CommitOffsetsSync(ctx, b.offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+			if err != nil {
+				b.err = err
+				return
+			}
+			for _, t := range resp.Topics {
+				for _, p := range t.Partitions {
+					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+						b.err = err
+						return
+					}
 				}
 			}
-		}
-	})
-	return cerr
+		})
+		cancel()
+		close(b.done)
+	}
 }
 
 // Retry implements Subscriber: d comes back from the next Next that
