@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -161,7 +162,7 @@ type applyRec struct {
 	version    int64
 }
 
-func byOK(x, y applyRec) int { return cmpInt(x.ok, y.ok) }
+func byOK(x, y applyRec) int { return cmp.Compare(x.ok, y.ok) }
 
 type pendKey struct {
 	process string
@@ -749,7 +750,7 @@ func (a *analyzer) merge() *view {
 			g.declared = g.declared || sub.declared
 		}
 	}
-	slices.SortFunc(v.subs, func(x, y *gsub) int { return cmpString(x.name, y.name) })
+	slices.SortFunc(v.subs, func(x, y *gsub) int { return cmp.Compare(x.name, y.name) })
 	subIndex := map[string]int32{}
 	for i, g := range v.subs {
 		subIndex[g.name] = int32(i)
@@ -814,16 +815,6 @@ func (a *analyzer) merge() *view {
 	return v
 }
 
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // regressions finds the order regressions among the first effects of one
 // subscription and key, sorted by completion.
 func (v *view) regressions(recs []applyRec) {
@@ -835,7 +826,7 @@ func (v *view) regressions(recs []applyRec) {
 	}
 	for _, r := range recs {
 		// Effects completed before r's apply began: recs[:n].
-		n, _ := slices.BinarySearchFunc(recs, r.inv, func(x applyRec, inv int64) int { return cmpInt(x.ok, inv) })
+		n, _ := slices.BinarySearchFunc(recs, r.inv, func(x applyRec, inv int64) int { return cmp.Compare(x.ok, inv) })
 		if n > 0 && prefixMax[n-1] > r.version {
 			v.findings = append(v.findings, finding{kind: OrderRegression, sub: r.sub, event: r.event,
 				detail: "version " + strconv.FormatInt(r.version, 10) + " applied after version " + strconv.FormatInt(prefixMax[n-1], 10)})
@@ -983,16 +974,6 @@ func (v *view) judge(st *SubscriptionStats, ei int32, e *event, si int32, se *su
 		st.Lost++
 		add(Lost, boundary(e, se))
 	}
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 var kindRank = func() map[Kind]int {

@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/deliverycheck/deliverycheck/history"
@@ -189,7 +190,7 @@ func buildSeries(shards []*shard, v *view) Series {
 		out.Throughput = append(out.Throughput, Rate{F: k.f, Type: k.t, Counts: c})
 	}
 	slices.SortFunc(out.Throughput, func(x, y Rate) int {
-		if c := cmpString(string(x.F), string(y.F)); c != 0 {
+		if c := cmp.Compare(string(x.F), string(y.F)); c != 0 {
 			return c
 		}
 		return int(x.Type) - int(y.Type)

@@ -1,6 +1,7 @@
 package reports
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -364,7 +365,7 @@ func (t *timeline) op(op *history.Op) {
 
 func (t *timeline) faultWindows() []FaultWindow {
 	out := slices.Clone(t.faults)
-	slices.SortStableFunc(out, func(a, b FaultWindow) int { return cmpInt(a.Start, b.Start) })
+	slices.SortStableFunc(out, func(a, b FaultWindow) int { return cmp.Compare(a.Start, b.Start) })
 	return out
 }
 
@@ -387,14 +388,4 @@ func roleOf(name string) string {
 		}
 	}
 	return ""
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
