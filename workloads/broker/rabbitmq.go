@@ -285,12 +285,24 @@ func SetupRabbitMQ(ctx context.Context, cfg RabbitConfig) error {
 type rabbitConn struct {
 	conn *amqp.Connection
 	raw  net.Conn
+	// dead is set by kill, before the library notices the socket is
+	// gone: from then on nothing may be settled on this connection.
+	dead atomic.Bool
 }
 
 // kill closes the socket under the connection: every pending call and
 // confirm on it returns at once. Used when waiting for a clean close
 // could hang (paused broker, partition).
-func (c *rabbitConn) kill() { _ = c.raw.Close() }
+func (c *rabbitConn) kill() {
+	c.dead.Store(true)
+	_ = c.raw.Close()
+}
+
+// broken reports whether the connection was killed or the library has
+// seen it or its channel close.
+func (c *rabbitConn) broken(ch *amqp.Channel) bool {
+	return c.dead.Load() || c.conn.IsClosed() || (ch != nil && ch.IsClosed())
+}
 
 // close closes the connection politely but briefly, then the socket.
 func (c *rabbitConn) close() {
@@ -911,7 +923,7 @@ func (r *RabbitSubscriber) settle(ctx context.Context, what string, d *Delivery,
 	r.mu.Lock()
 	cur := r.sess
 	r.mu.Unlock()
-	if cur != h.sess || h.sess.ch.IsClosed() {
+	if cur != h.sess || h.sess.broken(h.sess.ch) {
 		return fmt.Errorf("rabbitmq %s %s tag %d (gen %d): %w", what, d.ID, h.tag, h.sess.gen, ErrStaleDelivery)
 	}
 	// A second ack of one tag makes RabbitMQ close the channel
@@ -928,10 +940,13 @@ func (r *RabbitSubscriber) settle(ctx context.Context, what string, d *Delivery,
 	stop := context.AfterFunc(ctx, h.sess.kill)
 	defer stop()
 	if err := send(h.sess.ch, h.tag); err != nil {
-		if errors.Is(err, amqp.ErrClosed) || h.sess.ch.IsClosed() || h.sess.conn.IsClosed() {
-			return fmt.Errorf("rabbitmq %s %s tag %d (gen %d): %w: %w", what, d.ID, h.tag, h.sess.gen, ErrStaleDelivery, err)
-		}
-		return fmt.Errorf("rabbitmq %s %s tag %d: %w", what, d.ID, h.tag, err)
+		// A frame that cannot be written means the socket is gone (the
+		// library may not have noticed yet): the broker will redeliver
+		// everything unacked on this channel, so this delivery and its
+		// siblings are stale. Killing the session makes later settles of
+		// the siblings say so at once.
+		h.sess.kill()
+		return fmt.Errorf("rabbitmq %s %s tag %d (gen %d): %w: %w", what, d.ID, h.tag, h.sess.gen, ErrStaleDelivery, err)
 	}
 	return nil
 }

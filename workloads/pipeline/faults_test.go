@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -71,7 +72,7 @@ func knownBad() []faultCase {
 			wantKind: checker.Lost},
 		{name: "unconfirmed relay loses what a broker crash took", brokers: []string{"rabbitmq"}, d: 5 * time.Second,
 			cfg:    Config{Producers: 2, Rate: 100, RelayVariant: relay.Unconfirmed, Subscriptions: []string{"inventory"}},
-			during: killBroker(500*time.Millisecond, 2*time.Second), wantKind: checker.Lost},
+			during: pauseThenKillBroker(500*time.Millisecond, 2*time.Second), wantKind: checker.Lost},
 	}
 }
 
@@ -150,7 +151,11 @@ func arm(worker, term string) func(*testing.T, *Run) {
 
 // killBroker kill -9s the run's broker after a while, keeps it down for a
 // while, and starts it again (same ports, same data).
-func killBroker(after, down time.Duration) func(*testing.T, *Run) {
+// pauseThenKillBroker freezes the broker, waits until the relay has marked
+// rows published that the frozen broker cannot have stored, and only then
+// kill -9s it: a bare kill can land while nothing is in flight, and an
+// unconfirmed relay then loses nothing that run.
+func pauseThenKillBroker(after, down time.Duration) func(*testing.T, *Run) {
 	return func(t *testing.T, r *Run) {
 		svc := r.cl.Service(r.cfg.Broker)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -166,6 +171,22 @@ func killBroker(after, down time.Duration) func(*testing.T, *Run) {
 			}
 		}
 		time.Sleep(after)
+		if err := svc.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		published := func() (n int64) {
+			if err := r.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		before := published()
+		waitUntil(t, 30*time.Second, func() error {
+			if n := published(); n < before+20 {
+				return fmt.Errorf("%d rows marked published while the broker is paused, want 20", n-before)
+			}
+			return nil
+		})
 		if err := svc.Kill(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -175,3 +196,4 @@ func killBroker(after, down time.Duration) func(*testing.T, *Run) {
 		}
 	}
 }
+
