@@ -202,4 +202,3 @@ func expectationMet(s scenarios.Scenario, r *checker.Result) bool {
 	}
 	return false
 }
-

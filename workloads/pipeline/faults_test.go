@@ -196,4 +196,3 @@ func pauseThenKillBroker(after, down time.Duration) func(*testing.T, *Run) {
 		}
 	}
 }
-

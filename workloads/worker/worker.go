@@ -50,7 +50,7 @@ type Spec struct {
 	PostgresDSN string `json:"postgres_dsn"`
 	// PoolSize bounds the worker's PostgreSQL connections, overriding the
 	// default 4.
-	PoolSize int32 `json:"pool_size"`
+	PoolSize int32  `json:"pool_size"`
 	Broker   Broker `json:"broker"`
 
 	Producer producer.Config `json:"producer"`
