@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/deliverycheck/deliverycheck/cluster/containers"
 	"github.com/deliverycheck/deliverycheck/cluster/link"
 	"github.com/deliverycheck/deliverycheck/cluster/local"
 )
@@ -27,8 +28,12 @@ func Names() []string { return []string{Postgres, Kafka, RabbitMQ} }
 
 // Config says which services a cluster runs and how.
 type Config struct {
-	// Runtime is "local" (child processes), the only runtime so far.
+	// Runtime is "local" (child processes), "containers" (testcontainers
+	// on Docker or Podman) or "auto" (see [ResolveRuntime]); "" is "local".
 	Runtime string
+	// Images overrides the containers runtime's image per service name
+	// (e.g. "postgres": "postgres:17"); see containers.DefaultImage.
+	Images map[string]string
 	// Services to start, overriding the default of all three.
 	Services []string
 	// Keep leaves temp dirs (data, logs) on disk after Close.
@@ -47,6 +52,7 @@ type Config struct {
 // The caller should call Close when finished, also on error paths.
 type Cluster struct {
 	runtime  string
+	ctr      *containers.Runtime // nil on the local runtime
 	links    *link.Server
 	services map[string]Service
 	urls     map[string]func(addr string) string
@@ -55,15 +61,18 @@ type Cluster struct {
 // Start provisions and starts the configured services concurrently and
 // returns once every one is ready. On error everything started is torn down.
 func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
-	if cfg.Runtime == "" {
-		cfg.Runtime = "local"
-	}
-	if cfg.Runtime != "local" {
-		return nil, fmt.Errorf("cluster: unknown runtime %q (want local)", cfg.Runtime)
-	}
 	names := cfg.Services
 	if len(names) == 0 {
 		names = Names()
+	}
+	if cfg.Runtime == "" {
+		cfg.Runtime = Local
+	}
+	if cfg.Runtime == Auto {
+		cfg.Runtime, _ = ResolveRuntime(ctx, Auto, images(cfg, names))
+	}
+	if cfg.Runtime != Local && cfg.Runtime != Containers {
+		return nil, fmt.Errorf("cluster: unknown runtime %q (want %s, %s or %s)", cfg.Runtime, Local, Containers, Auto)
 	}
 	for _, n := range names {
 		if !slices.Contains(Names(), n) {
@@ -81,6 +90,11 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			err = errors.Join(err, c.Close())
 		}
 	}()
+	if cfg.Runtime == Containers {
+		if c.ctr, err = containers.New(ctx, containers.Options{Keep: cfg.Keep, TempRoot: cfg.TempRoot, Logger: cfg.Logger}); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
 	opts := local.Options{Keep: cfg.Keep, TempRoot: cfg.TempRoot, Logger: cfg.Logger}
 	for _, n := range names {
 		if err := c.provision(n, opts, cfg); err != nil {
@@ -104,6 +118,31 @@ func (c *Cluster) provision(name string, opts local.Options, cfg Config) error {
 		return err
 	}
 	var s Service
+	if c.ctr != nil {
+		img := cfg.Images[name]
+		switch name {
+		case Postgres:
+			pg, err := c.ctr.NewPostgres(img)
+			if err != nil {
+				return err
+			}
+			s, c.urls[name] = pg, pg.DSN
+		case Kafka:
+			k, err := c.ctr.NewKafka(img, l.Addr())
+			if err != nil {
+				return err
+			}
+			s, c.urls[name] = k, func(addr string) string { return addr }
+		case RabbitMQ:
+			r, err := c.ctr.NewRabbitMQ(img)
+			if err != nil {
+				return err
+			}
+			s, c.urls[name] = r, r.URL
+		}
+		c.services[name] = s
+		return l.SetUpstream(s.Endpoint())
+	}
 	switch name {
 	case Postgres:
 		pg, err := local.NewPostgres(local.PostgresOptions{Options: opts})
@@ -130,7 +169,8 @@ func (c *Cluster) provision(name string, opts local.Options, cfg Config) error {
 	return l.SetUpstream(s.Endpoint())
 }
 
-// Runtime names the runtime that provisioned the cluster ("local").
+// Runtime names the runtime that provisioned the cluster ("local" or
+// "containers").
 func (c *Cluster) Runtime() string { return c.runtime }
 
 // Service returns the named service, or nil if the cluster does not run it.
@@ -202,5 +242,9 @@ func (c *Cluster) Close() error {
 		}()
 	}
 	wg.Wait()
+	if c.ctr != nil {
+		errs = append(errs, c.ctr.Close())
+		c.ctr = nil
+	}
 	return errors.Join(errs...)
 }

@@ -22,7 +22,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/deliverycheck/deliverycheck/cluster/probe"
 )
 
 // DefaultKafkaVersion is the Apache Kafka release run when none is asked for.
@@ -178,7 +179,7 @@ func (k *Kafka) Start(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, kafkaStartTimeout)
 		defer cancel()
 	}
-	if err := k.waitReady(ctx, p, k.logPath, func(ctx context.Context) error { return probeKafka(ctx, cl) }); err != nil {
+	if err := k.waitReady(ctx, p, k.logPath, func(ctx context.Context) error { return probe.Kafka(ctx, cl, kafkaNodeID) }); err != nil {
 		// Leave nothing half-started behind: a failed Start is stopped.
 		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -189,28 +190,6 @@ func (k *Kafka) Start(ctx context.Context) error {
 	k.mu.Unlock()
 	k.log.Info("ready", "endpoint", k.Endpoint(), "advertised", k.advertise, "version", k.Version())
 	return nil
-}
-
-// probeKafka sends a metadata request to the seed broker itself (not to
-// the address it advertises) and checks that the broker lists itself: a
-// broker answers metadata only once it is registered and unfenced.
-func probeKafka(ctx context.Context, cl *kgo.Client) error {
-	seeds := cl.SeedBrokers()
-	if len(seeds) == 0 {
-		return fmt.Errorf("no seed broker")
-	}
-	req := kmsg.NewPtrMetadataRequest()
-	req.Topics = []kmsg.MetadataRequestTopic{} // no topics, only brokers
-	resp, err := seeds[0].Request(ctx, req)
-	if err != nil {
-		return err
-	}
-	for _, b := range resp.(*kmsg.MetadataResponse).Brokers {
-		if b.NodeID == kafkaNodeID {
-			return nil
-		}
-	}
-	return fmt.Errorf("broker %d not yet in its own metadata", kafkaNodeID)
 }
 
 // Stop implements cluster.Service: SIGTERM, which makes the broker shut
@@ -763,7 +742,7 @@ func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard) err
 	ready := false
 	for !ready {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		ready = probeKafka(pctx, cl) == nil
+		ready = probe.Kafka(pctx, cl, kafkaNodeID) == nil
 		cancel()
 		if ready {
 			break

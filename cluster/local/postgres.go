@@ -9,11 +9,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/deliverycheck/deliverycheck/cluster/probe"
 )
 
 // PostgresOptions configure a local PostgreSQL server.
@@ -188,17 +187,12 @@ func (p *Postgres) Start(ctx context.Context) error {
 		return fmt.Errorf("start postgres: %w", err)
 	}
 	err = p.waitReady(ctx, proc, p.logPath, func(ctx context.Context) error {
-		c, err := pgx.Connect(ctx, p.DSN(p.Endpoint()))
+		v, err := probe.Postgres(ctx, p.DSN(p.Endpoint()))
 		if err != nil {
 			return err
 		}
-		defer c.Close(context.Background())
-		var v string
-		if err := c.QueryRow(ctx, "SELECT 'PostgreSQL ' || version()").Scan(&v); err != nil {
-			return err
-		}
 		p.mu.Lock()
-		p.version = shortPGVersion(v)
+		p.version = v
 		p.mu.Unlock()
 		return nil
 	})
@@ -207,16 +201,6 @@ func (p *Postgres) Start(ctx context.Context) error {
 	}
 	p.log.Info("ready", "endpoint", p.Endpoint(), "version", p.Version())
 	return nil
-}
-
-// shortPGVersion turns "PostgreSQL PostgreSQL 15.18 (Debian 15.18-0+deb12u1) on x86_64..."
-// into "PostgreSQL 15.18 (Debian 15.18-0+deb12u1)".
-func shortPGVersion(v string) string {
-	v = strings.TrimPrefix(v, "PostgreSQL ")
-	if i := strings.Index(v, " on "); i > 0 {
-		v = v[:i]
-	}
-	return v
 }
 
 // Stop implements cluster.Service with PostgreSQL's fast shutdown (SIGINT):

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/deliverycheck/deliverycheck/cluster/probe"
 )
 
 // RabbitMQ credentials every local node is configured with. They are
@@ -445,68 +445,14 @@ func (r *RabbitMQ) startEPMD(ctx context.Context) error {
 
 // probe is the readiness check: connect and declare a quorum queue.
 func (r *RabbitMQ) probe(ctx context.Context) error {
-	conn, err := dialAMQP(ctx, r.URL(r.Endpoint()))
+	v, err := probe.RabbitMQ(ctx, r.URL(r.Endpoint()))
 	if err != nil {
 		return err
 	}
-	defer conn.CloseDeadline(time.Now().Add(time.Second))
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
-	}
-	// The queue is kept, not deleted: on RabbitMQ 3.10 a quorum queue
-	// deleted shortly before a kill -9 leaves a WAL entry whose segment
-	// file is gone, and on restart the segment writer's failure on it
-	// leaves other quorum queues without a leader for good. Redeclaring
-	// an existing queue is the same readiness proof.
-	q := "deliverycheck.ready"
-	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
-		return fmt.Errorf("declare quorum queue: %w", err)
-	}
-	v, _ := conn.Properties["version"].(string)
 	r.mu.Lock()
-	r.version = "RabbitMQ " + v
+	r.version = v
 	r.mu.Unlock()
 	return nil
-}
-
-// dialAMQP opens an AMQP connection that honours ctx: the dial and the
-// handshake give up when ctx ends, and so does every call on the
-// connection made before ctx ends (the socket is closed under them, so a
-// call to a paused or partitioned server returns instead of hanging).
-// amqp091-go's calls take no context; this is how a bounded probe gets one.
-// Pass context.Background() for a connection that lives on its own.
-func dialAMQP(ctx context.Context, amqpURL string) (*amqp.Connection, error) {
-	var raw net.Conn
-	cfg := amqp.Config{
-		Properties: amqp.NewConnectionProperties(),
-		Dial: func(network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			c, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			if dl, ok := ctx.Deadline(); ok {
-				// Cleared by amqp091-go once the handshake is done.
-				_ = c.SetDeadline(dl)
-			}
-			raw = c
-			return c, nil
-		},
-	}
-	cfg.Properties.SetClientConnectionName("deliverycheck")
-	conn, err := amqp.DialConfig(amqpURL, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("amqp dial: %w", err)
-	}
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { raw.Close() })
-		go func() {
-			<-conn.NotifyClose(make(chan *amqp.Error, 1))
-			stop()
-		}()
-	}
-	return conn, nil
 }
 
 // WaitQuorumQueueDurable waits until the node has saved the Raft

@@ -16,6 +16,8 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/cluster/link"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/deliverycheck/deliverycheck/cluster/probe"
 )
 
 // quorum is the argument that makes a queue a quorum queue: replicated
@@ -92,7 +94,7 @@ func (rec pidRecorder) names() []string {
 // amqpConn dials url; the connection lives until ctx ends or the test does.
 func amqpConn(t *testing.T, ctx context.Context, url string) *amqp.Connection {
 	t.Helper()
-	c, err := dialAMQP(ctx, url)
+	c, err := probe.DialAMQP(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +150,7 @@ func getAll(t *testing.T, ctx context.Context, r *RabbitMQ, q string, want int) 
 	var got []string
 	waitFor(t, ctx, 30*time.Second, func() error {
 		got = got[:0]
-		c, err := dialAMQP(ctx, r.URL(r.Endpoint()))
+		c, err := probe.DialAMQP(ctx, r.URL(r.Endpoint()))
 		if err != nil {
 			return err
 		}
@@ -318,7 +320,7 @@ func TestRabbitMQ(t *testing.T) {
 		// A new connection cannot complete its handshake.
 		start := time.Now()
 		dctx, dcancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		pc, err := dialAMQP(dctx, url)
+		pc, err := probe.DialAMQP(dctx, url)
 		dcancel()
 		if err == nil {
 			_ = pc.CloseDeadline(time.Now().Add(time.Second))
@@ -334,7 +336,7 @@ func TestRabbitMQ(t *testing.T) {
 		waitFor(t, ctx, 15*time.Second, func() error {
 			dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
 			defer dcancel()
-			c, err := dialAMQP(dctx, url)
+			c, err := probe.DialAMQP(dctx, url)
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,454 @@
+package containers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/docker/go-connections/nat"
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/wait"
+)
+
+// spec is what differs between the three services.
+type spec struct {
+	name  string
+	image string
+	// port is the container port clients use, e.g. "5432/tcp".
+	port nat.Port
+	// run creates and starts the container (a testcontainers module's
+	// Run, or testcontainers.Run) with the common options appended.
+	run func(ctx context.Context, image string, opts ...testcontainers.ContainerCustomizer) (testcontainers.Container, error)
+	// ready is one readiness attempt against the host endpoint; it
+	// returns the server's version.
+	ready func(ctx context.Context, endpoint string) (string, error)
+	// stopTimeout bounds a graceful stop before the engine kills.
+	stopTimeout time.Duration
+	// startTimeout bounds Start when ctx has no deadline.
+	startTimeout time.Duration
+}
+
+// Service is one server in a container. It implements cluster.Service.
+type Service struct {
+	spec
+	rt       *Runtime
+	hostPort int
+	dir      string
+	log      *slog.Logger
+
+	mu      sync.Mutex
+	id      string // "" until the container is created
+	version string
+	closed  bool
+}
+
+func (r *Runtime) newService(s spec) (*Service, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.name, err)
+	}
+	dir, err := os.MkdirTemp(r.tmp, "deliverycheck-"+s.name+"-")
+	if err != nil {
+		return nil, fmt.Errorf("%s: temp dir: %w", s.name, err)
+	}
+	return &Service{spec: s, rt: r, hostPort: port, dir: dir,
+		log: r.log.With("service", s.name, "image", s.image)}, nil
+}
+
+// freePort returns a TCP port that was free on 127.0.0.1 a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Name implements cluster.Service.
+func (s *Service) Name() string { return s.name }
+
+// Image is the image the service runs.
+func (s *Service) Image() string { return s.image }
+
+// Endpoint implements cluster.Service: the pinned host port, the same
+// across restarts.
+func (s *Service) Endpoint() string { return "127.0.0.1:" + strconv.Itoa(s.hostPort) }
+
+// Version implements cluster.Service.
+func (s *Service) Version() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
+}
+
+// ContainerID is the engine's id of the container, "" before Start.
+func (s *Service) ContainerID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.id
+}
+
+func (s *Service) containerID() (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return "", fmt.Errorf("%s: closed", s.name)
+	}
+	if s.id == "" {
+		return "", fmt.Errorf("%s: not started", s.name)
+	}
+	return s.id, nil
+}
+
+// Start implements cluster.Service. The first Start creates the container
+// (pulling the image if the engine lacks it); later ones start the same
+// container again, with its data and its host port. Ready means the
+// service's client probe succeeded against Endpoint.
+func (s *Service) Start(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.startTimeout)
+		defer cancel()
+	}
+	start := time.Now()
+	s.mu.Lock()
+	id, closed := s.id, s.closed
+	s.mu.Unlock()
+	if closed {
+		return fmt.Errorf("start %s: closed", s.name)
+	}
+	if id == "" {
+		if err := s.create(ctx); err != nil {
+			return fmt.Errorf("start %s: %w", s.name, err)
+		}
+	} else if err := s.rt.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+		return fmt.Errorf("start %s: %w", s.name, err)
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return fmt.Errorf("start %s: %w", s.name, err)
+	}
+	s.log.Info("ready", "endpoint", s.Endpoint(), "version", s.Version(), "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// create makes and starts the container with the host port pinned.
+func (s *Service) create(ctx context.Context) error {
+	name := fmt.Sprintf("%s-%s", s.rt.run, s.name)
+	pin := nat.PortBinding{HostIP: "127.0.0.1", HostPort: strconv.Itoa(s.hostPort)}
+	opts := []testcontainers.ContainerCustomizer{
+		testcontainers.WithName(name),
+		testcontainers.WithLabels(map[string]string{LabelRun: s.rt.run, LabelOwner: s.rt.own}),
+		testcontainers.WithExposedPorts(string(s.port)),
+		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			if hc.PortBindings == nil {
+				hc.PortBindings = nat.PortMap{}
+			}
+			// Every other exposed port keeps a random host port; the
+			// one clients use is pinned, so a restart keeps it.
+			hc.PortBindings[s.port] = []nat.PortBinding{pin}
+		}),
+		// Readiness is our own probe (waitReady), after the container
+		// has started; the modules' log waits are replaced.
+		testcontainers.WithWaitStrategy(wait.ForNop(func(context.Context, wait.StrategyTarget) error { return nil })),
+		testcontainers.WithLogger(slogAdapter{s.log}),
+	}
+	c, err := s.run(ctx, s.image, opts...)
+	if c != nil {
+		id := c.GetContainerID()
+		s.mu.Lock()
+		s.id = id
+		s.mu.Unlock()
+		if gerr := s.rt.g.track(id); gerr != nil {
+			err = errors.Join(err, gerr)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("create container from %s: %w", s.image, err)
+	}
+	return nil
+}
+
+// waitReady polls the probe until it succeeds, the container exits, or
+// ctx ends.
+func (s *Service) waitReady(ctx context.Context) error {
+	var last error
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		v, err := s.ready(pctx, s.Endpoint())
+		cancel()
+		if err == nil {
+			s.mu.Lock()
+			s.version = v
+			s.mu.Unlock()
+			return nil
+		}
+		last = err
+		if st, ierr := s.state(ctx); ierr == nil && !st.Running {
+			return fmt.Errorf("container exited (code %d) before it was ready: %v\n%s", st.ExitCode, err, s.tail(20))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready: %w (last probe: %v)\n%s", ctx.Err(), last, s.tail(20))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Service) state(ctx context.Context) (*container.State, error) {
+	id, err := s.containerID()
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.rt.cli.ContainerInspect(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if info.State == nil {
+		return nil, fmt.Errorf("inspect %s: no state", id)
+	}
+	return info.State, nil
+}
+
+// Stop implements cluster.Service: the image's stop signal (SIGINT for
+// PostgreSQL, SIGTERM for the others), then SIGKILL after the service's
+// stop timeout. A container not running is already stopped.
+func (s *Service) Stop(ctx context.Context) error {
+	id, err := s.containerID()
+	if err != nil {
+		return nil
+	}
+	if st, err := s.state(ctx); err == nil && st.Paused {
+		if err := s.rt.cli.ContainerUnpause(ctx, id); err != nil {
+			return fmt.Errorf("stop %s: unpause: %w", s.name, err)
+		}
+	}
+	secs := int(s.stopTimeout.Seconds())
+	if err := s.rt.cli.ContainerStop(ctx, id, container.StopOptions{Timeout: &secs}); err != nil {
+		return fmt.Errorf("stop %s: %w", s.name, err)
+	}
+	return s.waitStopped(ctx)
+}
+
+// Kill implements cluster.Service: SIGKILL to the container through the
+// engine, then wait until it is not running. A paused container is
+// killed while still frozen, so it gets no chance to act on anything
+// queued for it; the engine is asked first, and if it refuses to signal
+// a paused container (Podman does) the init process is signalled on this
+// host, then the container thawed so the kill lands.
+func (s *Service) Kill(ctx context.Context) error {
+	id, err := s.containerID()
+	if err != nil {
+		return fmt.Errorf("kill %s: %w", s.name, err)
+	}
+	st, err := s.state(ctx)
+	if err != nil {
+		return fmt.Errorf("kill %s: %w", s.name, err)
+	}
+	if !st.Running {
+		return fmt.Errorf("kill %s: not running", s.name)
+	}
+	kerr := s.rt.cli.ContainerKill(ctx, id, "KILL")
+	if kerr != nil && st.Paused {
+		if st.Pid > 0 && syscall.Kill(st.Pid, syscall.SIGKILL) == nil {
+			kerr = nil
+		}
+		if err := s.rt.cli.ContainerUnpause(ctx, id); err != nil && kerr == nil {
+			kerr = err
+		}
+		if kerr == nil {
+			kerr = s.rt.cli.ContainerKill(ctx, id, "KILL")
+			if kerr != nil {
+				// Already dead from the host-side kill.
+				if st2, err := s.state(ctx); err == nil && !st2.Running {
+					kerr = nil
+				}
+			}
+		}
+	}
+	if kerr != nil {
+		return fmt.Errorf("kill %s: %w", s.name, kerr)
+	}
+	if err := s.waitStopped(ctx); err != nil {
+		return fmt.Errorf("kill %s: %w", s.name, err)
+	}
+	s.log.Debug("killed")
+	return nil
+}
+
+func (s *Service) waitStopped(ctx context.Context) error {
+	for {
+		st, err := s.state(ctx)
+		if err != nil {
+			return err
+		}
+		if !st.Running {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s to stop: %w", s.name, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Pause implements cluster.Service: the engine freezes the container's
+// cgroup (the equivalent of SIGSTOP to every process in it).
+func (s *Service) Pause(ctx context.Context) error {
+	id, err := s.containerID()
+	if err != nil {
+		return fmt.Errorf("pause %s: %w", s.name, err)
+	}
+	if err := s.rt.cli.ContainerPause(ctx, id); err != nil {
+		return fmt.Errorf("pause %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// Resume implements cluster.Service.
+func (s *Service) Resume(ctx context.Context) error {
+	id, err := s.containerID()
+	if err != nil {
+		return fmt.Errorf("resume %s: %w", s.name, err)
+	}
+	if err := s.rt.cli.ContainerUnpause(ctx, id); err != nil {
+		return fmt.Errorf("resume %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// Restart implements cluster.Service: a graceful stop, then the same
+// container started again (same data, same host port).
+func (s *Service) Restart(ctx context.Context) error {
+	if err := s.Stop(ctx); err != nil {
+		return err
+	}
+	return s.Start(ctx)
+}
+
+// Logs implements cluster.Service: the container's output so far, copied
+// into a file under the service's temp dir when asked for.
+func (s *Service) Logs() string {
+	path := filepath.Join(s.dir, s.name+".log")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.saveLogs(ctx, path); err != nil {
+		s.log.Debug("save logs", "err", err)
+	}
+	return path
+}
+
+func (s *Service) saveLogs(ctx context.Context, path string) error {
+	id, err := s.containerID()
+	if err != nil {
+		return err
+	}
+	rc, err := s.rt.cli.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := stdcopy.StdCopy(f, f, rc); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// tail is the last n lines of the container's output, for errors.
+func (s *Service) tail(n int) string {
+	b, err := os.ReadFile(s.Logs())
+	if err != nil {
+		return ""
+	}
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// Close implements cluster.Service: the container and its anonymous
+// volumes are removed (force: a running or paused one is killed), and the
+// log dir too unless the runtime keeps it. Safe to call more than once.
+func (s *Service) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	id := s.id
+	s.mu.Unlock()
+	var errs []error
+	if id != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if s.rt.keep {
+			_ = s.saveLogs(ctx, filepath.Join(s.dir, s.name+".log"))
+		}
+		err := s.rt.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && !client.IsErrNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove %s container: %w", s.name, err))
+		} else {
+			errs = append(errs, s.rt.g.untrack(id))
+		}
+	}
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	if !s.rt.keep {
+		errs = append(errs, os.RemoveAll(s.dir))
+	}
+	return errors.Join(errs...)
+}
+
+// slogAdapter routes testcontainers' log lines to slog at debug level.
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Printf(format string, v ...any) { a.l.Debug(fmt.Sprintf(format, v...)) }
+
+// exec runs cmd in the container and returns its exit code.
+func (s *Service) exec(ctx context.Context, id string, cmd []string) (int, error) {
+	ex, err := s.rt.cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return 0, fmt.Errorf("exec in %s: %w", s.name, err)
+	}
+	att, err := s.rt.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("exec in %s: %w", s.name, err)
+	}
+	var out bytes.Buffer
+	_, _ = stdcopy.StdCopy(&out, &out, att.Reader)
+	att.Close()
+	for {
+		in, err := s.rt.cli.ContainerExecInspect(ctx, ex.ID)
+		if err != nil {
+			return 0, fmt.Errorf("exec in %s: %w", s.name, err)
+		}
+		if !in.Running {
+			return in.ExitCode, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
