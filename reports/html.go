@@ -184,7 +184,11 @@ func newView(run Run, res *checker.Result) view {
 		}
 	}
 	for _, name := range slices.Sorted(mapKeys(e.Servers)) {
-		v.Environment = append(v.Environment, kv{name, e.Servers[name]})
+		ver := e.Servers[name]
+		if img := e.Images[name]; img != "" {
+			ver += " (image " + img + ")"
+		}
+		v.Environment = append(v.Environment, kv{name, ver})
 	}
 	for _, c := range Checks(run, res) {
 		v.Checks = append(v.Checks, checkRow{Subscription: c.Subscription, Guarantee: c.Guarantee, Promised: c.Promised, Status: string(c.Status), Count: c.Count, Events: c.Events[:min(len(c.Events), 3)]})

@@ -53,6 +53,9 @@ type Environment struct {
 	// Servers maps a server (postgres, kafka, rabbitmq) to its exact
 	// version as the server reported it.
 	Servers map[string]string `json:"servers,omitempty"`
+	// Images maps a server to the container image it ran from, on the
+	// containers runtime.
+	Images  map[string]string `json:"images,omitempty"`
 	Harness string            `json:"harness,omitempty"` // deliverycheck version (module version or VCS revision)
 	Go      string            `json:"go,omitempty"`      // Go toolchain that built the harness
 	OS      string            `json:"os,omitempty"`      // GOOS/GOARCH and kernel, free text

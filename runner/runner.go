@@ -34,7 +34,9 @@ type Spec struct {
 	// Duration is how long producers run before the drain.
 	Duration   time.Duration
 	Guarantees checker.Guarantees
-	Seed       int64
+	// Images overrides the containers runtime's image per server.
+	Images map[string]string
+	Seed   int64
 }
 
 // Options say where and how to run.
@@ -42,7 +44,8 @@ type Options struct {
 	// Out is the root of run folders: a run writes Out/<scenario>/<time>/
 	// and points Out/<scenario>/latest at it.
 	Out string
-	// Runtime provisions servers ("local").
+	// Runtime provisions servers: "local", "containers" or "auto"
+	// (cluster.ResolveRuntime); "" is "local".
 	Runtime string
 	// Keep keeps the servers' temp dirs.
 	Keep bool
@@ -109,7 +112,7 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	if cl == nil {
 		services := []string{cluster.Postgres, spec.Pipeline.Broker}
 		start := time.Now()
-		cl, err = cluster.Start(ctx, cluster.Config{Runtime: opts.Runtime, Services: services, Keep: opts.Keep, Logger: log})
+		cl, err = cluster.Start(ctx, cluster.Config{Runtime: opts.Runtime, Images: spec.Images, Services: services, Keep: opts.Keep, Logger: log})
 		if err != nil {
 			out.HarnessErr = fmt.Errorf("provision: %w", err)
 			return out, writeAll(out, &meta, nil, log)
@@ -126,6 +129,12 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	meta.Environment.Servers = map[string]string{}
 	for _, s := range cl.Services() {
 		meta.Environment.Servers[s.Name()] = s.Version()
+		if img, ok := s.(interface{ Image() string }); ok {
+			if meta.Environment.Images == nil {
+				meta.Environment.Images = map[string]string{}
+			}
+			meta.Environment.Images[s.Name()] = img.Image()
+		}
 	}
 
 	cfg := spec.Pipeline

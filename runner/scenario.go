@@ -43,6 +43,7 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 		Name:        s.Name,
 		Description: s.Description,
 		Pipeline:    cfg,
+		Images:      s.Images.Map(),
 		Schedule:    sched,
 		Duration:    d,
 		Guarantees:  s.CheckGuarantees(),

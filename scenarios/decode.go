@@ -659,8 +659,24 @@ func topFields() []field {
 				enumField("anomaly", "anomaly", func(s *Scenario) *checker.Kind { return &s.Expect.Anomaly }, checker.AnomalyKinds),
 			}
 		}},
+		{key: "images", fields: func() []field {
+			return []field{
+				stringField("postgres", func(s *Scenario) *string { return &s.Images.Postgres }, checkImage),
+				stringField("kafka", func(s *Scenario) *string { return &s.Images.Kafka }, checkImage),
+				stringField("rabbitmq", func(s *Scenario) *string { return &s.Images.RabbitMQ }, checkImage),
+			}
+		}},
 		uintField("seed", func(s *Scenario) *uint64 { return &s.Seed }),
 	}
+}
+
+// checkImage accepts an image reference as an engine would: no spaces,
+// nothing empty.
+func checkImage(v string) string {
+	if v == "" || strings.ContainsAny(v, " \t\r\n") {
+		return fmt.Sprintf("want an image reference such as postgres:17, got %q", v)
+	}
+	return ""
 }
 
 func brokerFields() []field {

@@ -20,7 +20,14 @@ type fileScenario struct {
 	Guarantees  fileGuarantees `yaml:"guarantees"`
 	Drain       fileDrain      `yaml:"drain"`
 	Expect      *fileExpect    `yaml:"expect,omitempty"`
+	Images      *fileImages    `yaml:"images,omitempty"`
 	Seed        uint64         `yaml:"seed"`
+}
+
+type fileImages struct {
+	Postgres string `yaml:"postgres,omitempty"`
+	Kafka    string `yaml:"kafka,omitempty"`
+	RabbitMQ string `yaml:"rabbitmq,omitempty"`
 }
 
 type fileBroker struct {
@@ -117,6 +124,9 @@ func (s Scenario) MarshalYAML() (any, error) {
 	}
 	if s.Expect != (Expect{}) {
 		f.Expect = &fileExpect{Verdict: string(s.Expect.Verdict), Anomaly: string(s.Expect.Anomaly)}
+	}
+	if s.Images != (Images{}) {
+		f.Images = &fileImages{Postgres: s.Images.Postgres, Kafka: s.Images.Kafka, RabbitMQ: s.Images.RabbitMQ}
 	}
 	return f, nil
 }

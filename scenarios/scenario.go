@@ -52,6 +52,9 @@ type Scenario struct {
 	// Expect is the verdict the catalogue's detection matrix asserts; the
 	// zero value states none.
 	Expect Expect
+	// Images overrides the container image per server on the containers
+	// runtime (the local runtime ignores it).
+	Images Images
 	// Seed makes the run reproducible: producers' key choices and the
 	// random schedule derive from it. 0 means the run picks one (and
 	// records it); run --seed overrides.
@@ -60,6 +63,25 @@ type Scenario struct {
 	// Source is where the scenario came from ("builtin/<name>.yaml", a
 	// file path, or "" when built in code); errors name it.
 	Source string
+}
+
+// Images name the container image of each server; "" keeps the default
+// (DELIVERYCHECK_IMAGE_<SERVER>, else the official image).
+type Images struct {
+	Postgres string
+	Kafka    string
+	RabbitMQ string
+}
+
+// Map is the overrides keyed by server name, without the empty ones.
+func (i Images) Map() map[string]string {
+	out := map[string]string{}
+	for k, v := range map[string]string{"postgres": i.Postgres, "kafka": i.Kafka, "rabbitmq": i.RabbitMQ} {
+		if v != "" {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // Broker is the broker and its settings.

@@ -3,10 +3,13 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/cluster/containers"
 	"github.com/deliverycheck/deliverycheck/cluster/local"
 )
 
@@ -34,8 +37,29 @@ It exits non-zero when the default scenario could not run here.`,
 					fmt.Fprintf(w, "  \t\tinstall:\t%s\n", c.Install)
 				}
 			}
-			fmt.Fprintln(w, "runtime containers:\tnot available in this version (local only)")
+			ctx := cmd.Context()
+			fmt.Fprintln(w, "runtime containers (servers in Docker or Podman containers):")
+			eng, err := containers.Detect(ctx)
+			if err != nil {
+				fmt.Fprintf(w, "  engine\tMISSING\t\t%v\n", err)
+				fmt.Fprintf(w, "  \t\tinstall:\tDocker, or Podman serving its Docker API (scripts/podman.sh)\n")
+			} else {
+				fmt.Fprintf(w, "  engine\tok\t%s %s\t%s (%s)\n", eng.Name, eng.Version, eng.Host, eng.From)
+				for _, n := range cluster.Names() {
+					img := containers.DefaultImage(n)
+					mark, detail := "ok", "present or pullable"
+					if err := containers.CanProvide(ctx, eng, []string{img}); err != nil {
+						mark, detail = "MISSING", "neither present nor pullable: pull it, build images/ (make images) or set DELIVERYCHECK_IMAGE_"+strings.ToUpper(n)
+					}
+					fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", n, mark, img, detail)
+				}
+			}
+			rt, why := cluster.ResolveRuntime(ctx, cluster.Auto, cluster.ImageList(nil, cluster.Names()))
+			fmt.Fprintf(w, "--runtime auto picks %s:\t%s\n", rt, why)
 			w.Flush()
+			if rt == cluster.Containers {
+				ok = true // the default runtime then needs nothing local
+			}
 			if !ok {
 				fmt.Fprintln(os.Stderr, "doctor: the default scenario cannot run here; `make deps` installs everything")
 				return withCode(exitHarness, nil)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/runner"
 	"github.com/deliverycheck/deliverycheck/scenarios"
 )
@@ -23,13 +25,18 @@ type runFlags struct {
 	runtime  string
 	out      string
 	sets     []string
+	images   []string
 	keep     bool
 }
+
+const runtimeHelp = "where servers run: auto (containers when a Docker or Podman engine can provide the images, else local), local, containers"
+
 
 func (f *runFlags) add(cmd *cobra.Command) {
 	cmd.Flags().Uint64Var(&f.seed, "seed", 0, "seed of the run (fault schedule, workload choices); 0 picks one and prints it")
 	cmd.Flags().DurationVar(&f.duration, "duration", 0, "how long the workload runs, overriding the scenario's")
-	cmd.Flags().StringVar(&f.runtime, "runtime", "local", "where servers run: local")
+	cmd.Flags().StringVar(&f.runtime, "runtime", cluster.Auto, runtimeHelp)
+	cmd.Flags().StringArrayVar(&f.images, "image", nil, "container image of one server on the containers runtime, e.g. --image postgres=postgres:16 (repeatable; overrides the scenario's images)")
 	cmd.Flags().StringVar(&f.out, "out", "runs", "root of the run folders")
 	cmd.Flags().StringArrayVar(&f.sets, "set", nil, "override one scenario value, e.g. --set workload.rate=500 (repeatable)")
 	cmd.Flags().BoolVar(&f.keep, "keep", false, "keep the servers' temp dirs (data and logs)")
@@ -42,12 +49,25 @@ func (f *runFlags) load(arg string) (scenarios.Scenario, string, error) {
 	if err != nil {
 		return s, "", withCode(exitBadInput, err)
 	}
+	if !slices.Contains(cluster.Runtimes(), f.runtime) {
+		return s, "", withCode(exitBadInput, fmt.Errorf("--runtime %q: want one of %s", f.runtime, strings.Join(cluster.Runtimes(), ", ")))
+	}
 	for _, kv := range f.sets {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
 			return s, "", withCode(exitBadInput, fmt.Errorf("--set %q: want key=value", kv))
 		}
 		if err := s.Set(k, v); err != nil {
+			return s, "", withCode(exitBadInput, err)
+		}
+	}
+	// --image postgres=postgres:16 is --set images.postgres=postgres:16.
+	for _, kv := range f.images {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !slices.Contains(cluster.Names(), k) {
+			return s, "", withCode(exitBadInput, fmt.Errorf("--image %q: want <server>=<image> with server one of %s", kv, strings.Join(cluster.Names(), ", ")))
+		}
+		if err := s.Set("images."+k, v); err != nil {
 			return s, "", withCode(exitBadInput, err)
 		}
 	}
@@ -66,6 +86,9 @@ func (f *runFlags) load(arg string) (scenarios.Scenario, string, error) {
 	}
 	for _, kv := range f.sets {
 		repro = append(repro, "--set", kv)
+	}
+	for _, kv := range f.images {
+		repro = append(repro, "--image", kv)
 	}
 	return s, strings.Join(repro, " "), nil
 }

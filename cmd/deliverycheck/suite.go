@@ -93,7 +93,7 @@ unknown, 4 when a harness error persisted.`,
 				start := time.Now()
 				for row.Attempts = 1; row.Attempts <= 1+retries && ctx.Err() == nil; row.Attempts++ {
 					if cl == nil {
-						if cl, err = cluster.Start(ctx, cluster.Config{Runtime: f.runtime, Services: services, Keep: f.keep}); err != nil {
+						if cl, err = cluster.Start(ctx, cluster.Config{Runtime: f.runtime, Images: it.s.Images.Map(), Services: services, Keep: f.keep}); err != nil {
 							row.Error = err.Error()
 							cl = nil
 							continue
