@@ -7,7 +7,13 @@ BIN     := bin/deliverycheck
 # parallel (each starts its own PostgreSQL, Kafka and RabbitMQ).
 TESTFLAGS ?= -p 1 -timeout 25m
 
-.PHONY: all build deps test vet demo bench fuzz matrix clean
+# The images `make containers` builds from Debian packages (images/): the
+# tests run the containers runtime on these, not on pulled official ones.
+IMAGES := DELIVERYCHECK_IMAGE_POSTGRES=localhost/deliverycheck/postgres:15 \
+	DELIVERYCHECK_IMAGE_RABBITMQ=localhost/deliverycheck/rabbitmq:3.10 \
+	DELIVERYCHECK_IMAGE_KAFKA=localhost/deliverycheck/kafka:4.1.1
+
+.PHONY: all build deps containers test vet demo bench fuzz matrix clean
 
 all: build
 
@@ -17,19 +23,24 @@ build:
 deps:
 	./scripts/deps.sh
 
+# A container engine (Docker, or Podman started here) and the images.
+containers:
+	./scripts/containers.sh
+
 vet:
 	$(GO) vet ./...
 
-test: deps vet
-	$(GO) test $(TESTFLAGS) ./...
+# Both runtimes are tested: the containers one must be there, not skipped.
+test: deps containers vet
+	$(IMAGES) DELIVERYCHECK_REQUIRE_CONTAINERS=1 $(GO) test $(TESTFLAGS) ./...
 
 # A real scenario end to end: order confirmations consumed by inventory and
 # email on RabbitMQ, with a relay crash, paused consumers and poison events.
 demo: deps build
 	$(BIN) run order-confirmation --duration 10s --out runs
 
-bench: deps
-	$(GO) test -p 1 -run '^$$' -bench . -benchtime 3x ./cluster/...
+bench: deps containers
+	$(IMAGES) $(GO) test -p 1 -run '^$$' -bench . -benchtime 3x ./cluster/...
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzReadLine -fuzztime 30s ./history

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/cluster/containers"
 )
 
 // The cleanup tests run a child copy of this test binary that starts real
@@ -23,8 +24,9 @@ import (
 const childEnv = "DELIVERYCHECK_CLEANUP_CHILD"
 
 type childReport struct {
-	PIDs []int    `json:"pids"`
-	Dirs []string `json:"dirs"`
+	PIDs       []int    `json:"pids"`
+	Dirs       []string `json:"dirs"`
+	Containers []string `json:"containers"`
 }
 
 // TestCleanupChild is the child's body; it does nothing in a normal run.
@@ -36,7 +38,7 @@ func TestCleanupChild(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	services := strings.Split(os.Getenv(childEnv+"_SERVICES"), ",")
-	c, err := cluster.Start(ctx, cluster.Config{Services: services})
+	c, err := cluster.Start(ctx, cluster.Config{Runtime: os.Getenv(childEnv + "_RUNTIME"), Services: services})
 	if err != nil {
 		fmt.Println("ERROR", err)
 		os.Exit(1)
@@ -47,6 +49,9 @@ func TestCleanupChild(t *testing.T) {
 	for _, s := range c.Services() {
 		if d, ok := s.(interface{ Dir() string }); ok {
 			rep.Dirs = append(rep.Dirs, d.Dir())
+		}
+		if d, ok := s.(interface{ ContainerID() string }); ok {
+			rep.Containers = append(rep.Containers, d.ContainerID())
 		}
 	}
 	b, _ := json.Marshal(rep)
@@ -64,52 +69,57 @@ func TestCleanup(t *testing.T) {
 		t.Skip("starts real servers")
 	}
 	services := "postgres,kafka,rabbitmq"
-	for _, mode := range []string{"signal", "panic", "kill"} {
-		t.Run(mode, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCleanupChild$", "-test.v")
-			cmd.Env = append(os.Environ(), childEnv+"="+mode, childEnv+"_SERVICES="+services)
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			defer func() {
-				if t.Failed() {
-					t.Logf("child stderr:\n%s", stderr.String())
-				}
-			}()
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			rep := readReport(t, out)
-			if len(rep.PIDs) == 0 || len(rep.Dirs) == 0 {
-				t.Fatalf("child reported nothing to clean: %+v", rep)
-			}
-			switch mode {
-			case "signal":
-				cmd.Process.Signal(os.Interrupt)
-			case "kill":
-				// The harness gets no chance to clean up: the guards must.
-				cmd.Process.Kill()
-			}
-			// The child's own test output is not ours: keep it out of
-			// this test's log unless something goes wrong.
-			var rest strings.Builder
-			copied := make(chan struct{})
-			go func() { _, _ = bufio.NewReader(out).WriteTo(&rest); close(copied) }()
-			_ = cmd.Wait()
-			<-copied
-			defer func() {
-				if t.Failed() {
-					t.Logf("child output:\n%s", rest.String())
-				}
-			}()
-			waitGone(t, ctx, rep)
-		})
+	for _, rt := range runtimesUnderTest(t) {
+		for _, mode := range []string{"signal", "panic", "kill"} {
+			t.Run(rt+"/"+mode, func(t *testing.T) { cleanupCase(t, rt, mode, services) })
+		}
 	}
+}
+
+// cleanupCase runs one child on runtime rt that dies the mode's way.
+func cleanupCase(t *testing.T, rt, mode, services string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCleanupChild$", "-test.v")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode, childEnv+"_SERVICES="+services, childEnv+"_RUNTIME="+rt)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	defer func() {
+		if t.Failed() {
+			t.Logf("child stderr:\n%s", stderr.String())
+		}
+	}()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rep := readReport(t, out)
+	if (len(rep.PIDs) == 0 && len(rep.Containers) == 0) || len(rep.Dirs) == 0 {
+		t.Fatalf("child reported nothing to clean: %+v", rep)
+	}
+	switch mode {
+	case "signal":
+		cmd.Process.Signal(os.Interrupt)
+	case "kill":
+		// The harness gets no chance to clean up: the guards must.
+		cmd.Process.Kill()
+	}
+	// The child's own test output is not ours: keep it out of
+	// this test's log unless something goes wrong.
+	var rest strings.Builder
+	copied := make(chan struct{})
+	go func() { _, _ = bufio.NewReader(out).WriteTo(&rest); close(copied) }()
+	_ = cmd.Wait()
+	<-copied
+	defer func() {
+		if t.Failed() {
+			t.Logf("child output:\n%s", rest.String())
+		}
+	}()
+	waitGone(t, ctx, rep)
 }
 
 func readReport(t *testing.T, r interface{ Read([]byte) (int, error) }) childReport {
@@ -132,13 +142,26 @@ func readReport(t *testing.T, r interface{ Read([]byte) (int, error) }) childRep
 	return childReport{}
 }
 
-// waitGone waits (bounded) until every pid and dir in rep is gone.
+// waitGone waits (bounded) until every pid, dir and container in rep is
+// gone.
 func waitGone(t *testing.T, ctx context.Context, rep childReport) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	var eng containers.Engine
+	if len(rep.Containers) > 0 {
+		var err error
+		if eng, err = containers.Detect(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for {
 		var left []string
+		for _, id := range rep.Containers {
+			if ok, err := containers.Exists(ctx, eng, id); err != nil || ok {
+				left = append(left, fmt.Sprintf("container %.12s (%v)", id, err))
+			}
+		}
 		for _, pid := range rep.PIDs {
 			if alive(pid) {
 				left = append(left, fmt.Sprintf("pid %d", pid))

@@ -149,3 +149,20 @@ func CanProvide(ctx context.Context, e Engine, images []string) error {
 	}
 	return nil
 }
+
+// Exists reports whether engine e still has container id, for tests and
+// checks that a run left nothing behind.
+func Exists(ctx context.Context, e Engine, id string) (bool, error) {
+	cli, err := newClient(e.Host)
+	if err != nil {
+		return false, err
+	}
+	defer cli.Close()
+	if _, err := cli.ContainerInspect(ctx, id); err != nil {
+		if client.IsErrNotFound(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}

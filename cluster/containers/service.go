@@ -80,6 +80,9 @@ func freePort() (int, error) {
 // Name implements cluster.Service.
 func (s *Service) Name() string { return s.name }
 
+// Dir is the service's temp dir (its saved logs).
+func (s *Service) Dir() string { return s.dir }
+
 // Image is the image the service runs.
 func (s *Service) Image() string { return s.image }
 

@@ -1,0 +1,75 @@
+package runner
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/scenarios"
+)
+
+// TestContainersRuntimeSameVerdict runs one built-in scenario with a
+// fault end to end on the containers runtime (its own containers, not the
+// shared local servers) and on the local runtime: both must reach the
+// verdict the scenario expects, so the runtimes are interchangeable.
+func TestContainersRuntimeSameVerdict(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real servers")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	rt, why := cluster.ResolveRuntime(ctx, cluster.Auto, cluster.ImageList(nil, []string{cluster.Postgres, cluster.Kafka}))
+	cancel()
+	if rt != cluster.Containers {
+		if os.Getenv("DELIVERYCHECK_REQUIRE_CONTAINERS") != "" {
+			t.Fatalf("containers runtime required but unavailable: %s", why)
+		}
+		t.Skipf("containers runtime unavailable: %s", why)
+	}
+	s, err := scenarios.Load("kafka-kill-broker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	local := runScenario(t, s, 7, out)
+
+	s.Seed = 7
+	s.Workload.Duration = matrixDuration
+	s.Drain.Quiet = time.Second
+	spec, err := FromScenario(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	o, err := Run(ctx, spec, Options{Out: out, Runtime: cluster.Containers, WorkerCmd: workerCmd(), Command: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Result == nil {
+		t.Fatalf("harness error on containers: %v", o.HarnessErr)
+	}
+	if o.Run.Environment.Runtime != cluster.Containers {
+		t.Errorf("ran on %q, want containers", o.Run.Environment.Runtime)
+	}
+	for _, name := range []string{cluster.Postgres, cluster.Kafka} {
+		if o.Run.Environment.Images[name] == "" {
+			t.Errorf("no image recorded for %s: %v", name, o.Run.Environment.Images)
+		}
+	}
+	t.Logf("local: %s %v (committed %d, faults %d); containers: %s %v (committed %d, faults %d)",
+		local.Result.Valid, local.Result.Reasons, local.Result.Counts.Committed, local.Result.Counts.Faults,
+		o.Result.Valid, o.Result.Reasons, o.Result.Counts.Committed, o.Result.Counts.Faults)
+	for rt, r := range map[string]*Outcome{"local": local, "containers": o} {
+		if ok, why := met(s, r.Result); !ok {
+			t.Errorf("%s runtime: %s", rt, why)
+		}
+		if r.Result.Counts.Faults == 0 {
+			t.Errorf("%s runtime: no fault in the history", rt)
+		}
+	}
+	if local.Result.Valid != o.Result.Valid {
+		t.Errorf("verdicts differ: local %s, containers %s", local.Result.Valid, o.Result.Valid)
+	}
+}
