@@ -5,23 +5,23 @@ go 1.26.8
 require github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // reports tests validate results.json against docs/results.schema.json (JSON Schema 2020-12)
 
 require (
-	github.com/Shopify/toxiproxy/v2 v2.12.0
-	github.com/docker/docker v28.5.1+incompatible
-	github.com/docker/go-connections v0.6.0
+	github.com/Shopify/toxiproxy/v2 v2.12.0 // in-process proxy in front of every server (cluster/link): partitions, latency, resets
+	github.com/docker/docker v28.5.1+incompatible // the engine API testcontainers uses; kill, pause, unpause, exec and logs go through it directly (testcontainers has no such calls)
+	github.com/docker/go-connections v0.6.0 // port bindings, to pin a container's host port across restarts
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/prometheus/client_golang v1.21.1
+	github.com/prometheus/client_golang v1.21.1 // toxiproxy's server constructor takes a metrics registry
 	github.com/rabbitmq/amqp091-go v1.16.0
-	github.com/rs/zerolog v1.33.0
-	github.com/spf13/cobra v1.10.2
-	github.com/testcontainers/testcontainers-go v0.40.0
-	github.com/testcontainers/testcontainers-go/modules/postgres v0.40.0
-	github.com/testcontainers/testcontainers-go/modules/rabbitmq v0.40.0
+	github.com/rs/zerolog v1.33.0 // toxiproxy's server logs through zerolog; cluster/link silences it
+	github.com/spf13/cobra v1.10.2 // the command line
+	github.com/testcontainers/testcontainers-go v0.40.0 // containers runtime; core and modules pinned to the same release (mixing versions does not compile)
+	github.com/testcontainers/testcontainers-go/modules/postgres v0.40.0 // containers runtime: PostgreSQL module (its fsync=off command is replaced)
+	github.com/testcontainers/testcontainers-go/modules/rabbitmq v0.40.0 // containers runtime: RabbitMQ module
 	github.com/twmb/franz-go v1.22.3
-	github.com/twmb/franz-go/pkg/kadm v1.20.0
+	github.com/twmb/franz-go/pkg/kadm v1.20.0 // Kafka admin calls: topics, offsets, group lag for the drain
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
-	golang.org/x/sync v0.25.0
-	gopkg.in/yaml.v3 v3.0.1
-	pgregory.net/rapid v1.3.0
+	golang.org/x/sync v0.25.0 // errgroup: servers start concurrently
+	gopkg.in/yaml.v3 v3.0.1 // scenario files, with node positions for file:line:field errors
+	pgregory.net/rapid v1.3.0 // property tests of the checker
 )
 
 require (

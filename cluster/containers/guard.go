@@ -88,19 +88,23 @@ func sweep(ctx context.Context, cli *client.Client, log *slog.Logger) error {
 	return nil
 }
 
-// guardScript runs in its own process group and reads container ids on
-// stdin. When stdin reaches EOF without "exit" (the harness died: SIGKILL,
-// a test timeout), it force-removes every container it was told about
-// through the engine's API, with curl.
+// guardScript runs in its own process group and reads container ids and
+// temp dirs on stdin. When stdin reaches EOF without "exit" (the harness
+// died: SIGKILL, a test timeout), it force-removes every container it was
+// told about through the engine's API, with curl, and every dir.
 const guardScript = `
 ids=""
+dirs=""
 while IFS= read -r line; do
   case "$line" in
     "add "*) ids="$ids ${line#add }" ;;
     "del "*) keep=""; for i in $ids; do [ "$i" = "${line#del }" ] || keep="$keep $i"; done; ids=$keep ;;
+    "dir "*) dirs="$dirs
+${line#dir }" ;;
     exit) exit 0 ;;
   esac
 done
+printf '%s\n' "$dirs" | while IFS= read -r d; do [ -n "$d" ] && rm -rf -- "$d"; done
 for i in $ids; do
   if [ -n "$SOCK" ]; then
     curl -s -o /dev/null --max-time 30 --unix-socket "$SOCK" -X DELETE "http://engine/containers/$i?force=true&v=true"
@@ -169,6 +173,14 @@ func (g *guard) send(line string) error {
 
 // track asks the guard to remove container id if the harness dies.
 func (g *guard) track(id string) error { return g.send("add " + id) }
+
+// trackDir asks the guard to remove dir if the harness dies.
+func (g *guard) trackDir(dir string) error {
+	if strings.ContainsAny(dir, "\n") {
+		return fmt.Errorf("guard: bad dir %q", dir)
+	}
+	return g.send("dir " + dir)
+}
 
 // untrack tells the guard container id is gone.
 func (g *guard) untrack(id string) error { return g.send("del " + id) }

@@ -63,6 +63,12 @@ func (r *Runtime) newService(s spec) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: temp dir: %w", s.name, err)
 	}
+	if !r.keep {
+		if err := r.g.trackDir(dir); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
 	return &Service{spec: s, rt: r, hostPort: port, dir: dir,
 		log: r.log.With("service", s.name, "image", s.image)}, nil
 }
