@@ -31,7 +31,6 @@ type runFlags struct {
 
 const runtimeHelp = "where servers run: auto (containers when a Docker or Podman engine can provide the images, else local), local, containers"
 
-
 func (f *runFlags) add(cmd *cobra.Command) {
 	cmd.Flags().Uint64Var(&f.seed, "seed", 0, "seed of the run (fault schedule, workload choices); 0 picks one and prints it")
 	cmd.Flags().DurationVar(&f.duration, "duration", 0, "how long the workload runs, overriding the scenario's")
