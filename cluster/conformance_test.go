@@ -104,6 +104,27 @@ func TestConformance(t *testing.T) {
 					})
 				}
 			})
+			t.Run("kill-while-paused", func(t *testing.T) {
+				// A nemesis may kill a frozen server: the kill must land
+				// (Podman refuses to signal a paused container; the
+				// runtime works around it) and the server come back.
+				for _, name := range cluster.Names() {
+					t.Run(name, func(t *testing.T) {
+						s := c.Service(name)
+						if err := s.Pause(ctx); err != nil {
+							t.Fatal(err)
+						}
+						if err := s.Kill(ctx); err != nil {
+							_ = s.Resume(context.Background())
+							t.Fatal(err)
+						}
+						if err := s.Start(ctx); err != nil {
+							t.Fatal(err)
+						}
+						waitPing(t, ctx, c, name)
+					})
+				}
+			})
 			t.Run("partition-heal", func(t *testing.T) {
 				for _, name := range cluster.Names() {
 					t.Run(name, func(t *testing.T) {
