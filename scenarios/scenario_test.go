@@ -114,6 +114,9 @@ drain:
 expect:
   verdict: invalid
   anomaly: lost
+images:
+  postgres: postgres:16
+  rabbitmq: localhost/deliverycheck/rabbitmq:3.10
 seed: 42
 `
 	s, err := Parse("full.yaml", []byte(src))
@@ -143,10 +146,22 @@ seed: 42
 		Guarantees: checker.Guarantees{Loss: checker.None, DuplicateEffects: checker.Allowed, Order: checker.PerKey, Gaps: checker.Allowed, Subscriptions: []string{"inventory"}},
 		Drain:      Drain{Timeout: 90 * time.Second, Quiet: 3 * time.Second},
 		Expect:     Expect{Verdict: checker.Invalid, Anomaly: checker.Lost},
+		Images:     Images{Postgres: "postgres:16", RabbitMQ: "localhost/deliverycheck/rabbitmq:3.10"},
 		Seed:       42,
 	}
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("got  %+v\nwant %+v", s, want)
+	}
+	if m := s.Images.Map(); len(m) != 2 || m["postgres"] != "postgres:16" || m["kafka"] != "" {
+		t.Fatalf("Images.Map() = %v", m)
+	}
+	out, err := s.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse("full.yaml", out)
+	if err != nil || back.Images != s.Images {
+		t.Fatalf("images lost in a marshal round trip: %+v, %v\n%s", back.Images, err, out)
 	}
 	if got := s.RandomSeed(); got != 49 {
 		t.Fatalf("RandomSeed %d, want 49", got)
@@ -208,11 +223,15 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key with suggestion", "broker: kafka\nworkload:\n  rat: 5\n",
 			[]string{"my.yaml:3: workload.rat: unknown field; did you mean rate? (valid: duration, producers, rate, keys, poison_ratio, abort_ratio, subscriptions, consumers, consumer_workers, consumer_work, relays, relay_batch)"}},
 		{"unknown top-level key", "broker: kafka\nworkloads: {}\n",
-			[]string{"my.yaml:2: workloads: unknown field; did you mean workload? (valid: name, description, broker, variants, workload, nemesis, guarantees, drain, expect, seed)"}},
+			[]string{"my.yaml:2: workloads: unknown field; did you mean workload? (valid: name, description, broker, variants, workload, nemesis, guarantees, drain, expect, images, seed)"}},
 		{"wrong variant lists valid ones", "broker: kafka\nvariants:\n  consumer: inbx\n",
 			[]string{`my.yaml:3: variants.consumer: unknown consumer variant "inbx"; did you mean inbox? (valid: inbox, ack-first, no-inbox, check-then-act, no-version-guard)`}},
 		{"wrong relay", "broker: kafka\nvariants: {relay: outbox}\n",
 			[]string{`my.yaml:2: variants.relay: unknown relay variant "outbox" (valid: polling, high-water-mark, unconfirmed, unroutable)`}},
+		{"image with a space", "broker: kafka\nimages:\n  postgres: \"postgres 17\"\n",
+			[]string{`my.yaml:3: images.postgres: want an image reference such as postgres:17, got "postgres 17"`}},
+		{"image of an unknown server", "broker: kafka\nimages:\n  mysql: mysql:8\n",
+			[]string{"my.yaml:3: images.mysql: unknown field (valid: postgres, kafka, rabbitmq)"}},
 		{"wrong broker", "broker: kafak\n",
 			[]string{`my.yaml:1: broker: unknown broker "kafak"; did you mean kafka? (valid: kafka, rabbitmq)`}},
 		{"wrong broker kind", "broker:\n  kind: redis\n",
