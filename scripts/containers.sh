@@ -48,7 +48,14 @@ else
 	if ! ping_sock "$sock"; then
 		echo "containers: starting podman system service on $sock"
 		$sudo mkdir -p "$(dirname "$sock")"
-		$sudo setsid podman system service --time=0 "unix://$sock" </dev/null >/tmp/podman-service.log 2>&1 &
+		# A real daemon: from / (conmon inherits the service's working
+		# directory and fails every container start, "write child: broken
+		# pipe", once that directory is gone, e.g. a CI checkout removed
+		# later), in its own session, and with every inherited file
+		# descriptor closed (one left open on a pipe would keep whoever
+		# reads this script's output waiting forever).
+		$sudo start-stop-daemon --start --background --chdir / --output /tmp/podman-service.log \
+			--exec "$(command -v podman)" -- system service --time=0 "unix://$sock"
 		for _ in $(seq 1 100); do ping_sock "$sock" && break; sleep 0.1; done
 		ping_sock "$sock" || { echo "containers: podman system service did not answer; see /tmp/podman-service.log" >&2; exit 1; }
 	fi
