@@ -79,6 +79,11 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("cluster: unknown service %q (want one of %v)", n, Names())
 		}
 	}
+	for n := range cfg.Images {
+		if !slices.Contains(Names(), n) {
+			return nil, fmt.Errorf("cluster: image for unknown service %q (want one of %v)", n, Names())
+		}
+	}
 	c := &Cluster{
 		runtime:  cfg.Runtime,
 		links:    link.NewServer(),

@@ -96,6 +96,7 @@ func newDemoCmd() *cobra.Command {
 
 func addClusterFlags(cmd *cobra.Command, cfg *cluster.Config) {
 	cmd.Flags().StringVar(&cfg.Runtime, "runtime", cluster.Auto, runtimeHelp)
+	cmd.Flags().StringToStringVar(&cfg.Images, "image", nil, "container image per server on the containers runtime, e.g. --image postgres=postgres:16,kafka=apache/kafka:4.1.1")
 	cmd.Flags().StringSliceVar(&cfg.Services, "service", nil, "services to start (default all: postgres,kafka,rabbitmq)")
 	cmd.Flags().BoolVar(&cfg.Keep, "keep", false, "keep the servers' temp dirs (data and logs) after exit")
 	cmd.Flags().StringVar(&cfg.KafkaVersion, "kafka-version", "", "Kafka broker version (default: the built-in one)")
