@@ -72,7 +72,7 @@ func knownBad() []faultCase {
 			wantKind: checker.Lost},
 		{name: "unconfirmed relay loses what a broker crash took", brokers: []string{"rabbitmq"}, d: 5 * time.Second,
 			cfg:    Config{Producers: 2, Rate: 100, RelayVariant: relay.Unconfirmed, Subscriptions: []string{"inventory"}},
-			during: pauseThenKillBroker(2*time.Second), wantKind: checker.Lost},
+			during: pauseThenKillBroker(2 * time.Second), wantKind: checker.Lost},
 	}
 }
 
