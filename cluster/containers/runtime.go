@@ -10,6 +10,8 @@ import (
 	"os"
 
 	"github.com/docker/docker/client"
+
+	"github.com/deliverycheck/deliverycheck/cluster/guard"
 )
 
 // Options configure a Runtime.
@@ -31,7 +33,7 @@ type Options struct {
 type Runtime struct {
 	eng  Engine
 	cli  *client.Client
-	g    *guard
+	g    *guard.Guard
 	run  string
 	own  string
 	keep bool
@@ -94,9 +96,9 @@ func (r *Runtime) Run() string { return r.run }
 // Close stops the watchdog and closes the engine client. Close every
 // service first: their containers are no longer guarded after this.
 func (r *Runtime) Close() error {
-	return errors.Join(r.g.close(), r.cli.Close())
+	return errors.Join(r.g.Close(), r.cli.Close())
 }
 
 // GuardPID is the watchdog's pid (0 without one), for tests that check
 // nothing outlives a run.
-func (r *Runtime) GuardPID() int { return r.g.pid() }
+func (r *Runtime) GuardPID() int { return r.g.PID() }

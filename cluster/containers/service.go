@@ -64,7 +64,7 @@ func (r *Runtime) newService(s spec) (*Service, error) {
 		return nil, fmt.Errorf("%s: temp dir: %w", s.name, err)
 	}
 	if !r.keep {
-		if err := r.g.trackDir(dir); err != nil {
+		if err := r.g.TrackDir(dir); err != nil {
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
@@ -180,7 +180,7 @@ func (s *Service) create(ctx context.Context) error {
 		s.mu.Lock()
 		s.id = id
 		s.mu.Unlock()
-		if gerr := s.rt.g.track(id); gerr != nil {
+		if gerr := s.rt.g.TrackContainer(id); gerr != nil {
 			err = errors.Join(err, gerr)
 		}
 	}
@@ -416,7 +416,7 @@ func (s *Service) Close() error {
 		if err != nil && !client.IsErrNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove %s container: %w", s.name, err))
 		} else {
-			errs = append(errs, s.rt.g.untrack(id))
+			errs = append(errs, s.rt.g.UntrackContainer(id))
 		}
 	}
 	s.mu.Lock()

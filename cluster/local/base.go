@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/deliverycheck/deliverycheck/cluster/guard"
 )
 
 // Options are common to every local service.
@@ -31,7 +33,7 @@ type base struct {
 	dir  string
 	keep bool
 	log  *slog.Logger
-	g    *guard
+	g    *guard.Guard
 
 	mu     sync.Mutex
 	p      *proc // the running server, nil when stopped
@@ -47,14 +49,14 @@ func newBase(name string, o Options) (*base, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("%s: temp dir: %w", name, err)
 	}
-	g, err := newGuard()
+	g, err := guard.Start(guard.Options{})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if !o.Keep {
-		if err := g.trackDir(dir); err != nil {
-			g.close()
+		if err := g.TrackDir(dir); err != nil {
+			g.Close()
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -177,8 +179,8 @@ func (b *base) PIDs() []int {
 	if b.p != nil {
 		out = append(out, b.p.pids()...)
 	}
-	if b.g != nil && b.g.w != nil {
-		out = append(out, b.g.pid())
+	if b.g.Open() {
+		out = append(out, b.g.PID())
 	}
 	return out
 }
@@ -208,7 +210,7 @@ func (b *base) closeBase(extra func() error) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := b.g.close(); err != nil {
+	if err := b.g.Close(); err != nil {
 		errs = append(errs, err)
 	}
 	if !b.keep {

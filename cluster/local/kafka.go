@@ -24,6 +24,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
+
+	"github.com/deliverycheck/deliverycheck/cluster/guard"
 )
 
 // DefaultKafkaVersion is the Apache Kafka release run when none is asked for.
@@ -553,11 +555,11 @@ func kafkaJarVersion(libs string) (string, error) {
 // the cache entry's directory. `deliverycheck deps` runs it; Start runs
 // it too when needed.
 func PrepareKafka(ctx context.Context, version string) (string, error) {
-	g, err := newGuard()
+	g, err := guard.Start(guard.Options{})
 	if err != nil {
 		return "", fmt.Errorf("kafka: %w", err)
 	}
-	defer g.close()
+	defer g.Close()
 	p, err := prepareKafka(ctx, version, g, nil)
 	if err != nil {
 		return "", err
@@ -569,7 +571,7 @@ func PrepareKafka(ctx context.Context, version string) (string, error) {
 // them if it is missing. The entry's key covers the java binary and every
 // jar, so a JDK upgrade or other jars get a new entry (a class data
 // sharing archive only works for the JVM and classpath it was made with).
-func prepareKafka(ctx context.Context, version string, g *guard, log *slog.Logger) (*kafkaPrep, error) {
+func prepareKafka(ctx context.Context, version string, g *guard.Guard, log *slog.Logger) (*kafkaPrep, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -666,7 +668,7 @@ func kafkaClasspath(libs, java string) (jars []string, key string, err error) {
 //     gracefully, writes classes.jsa: the classes it loaded, parsed and
 //     verified, which later JVMs map instead of loading again. Without it
 //     brokers still start, only slower.
-func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard) error {
+func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard.Guard) error {
 	parent := filepath.Dir(dir)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return err
@@ -679,7 +681,7 @@ func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard) err
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := g.trackDir(tmp); err != nil {
+	if err := g.TrackDir(tmp); err != nil {
 		return err
 	}
 	run := filepath.Join(tmp, "run")

@@ -162,7 +162,7 @@ func TestKafka(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, pid := range before {
-			if pid != k.g.pid() && alive(pid) {
+			if pid != k.g.PID() && alive(pid) {
 				t.Fatalf("pid %d alive after kill", pid)
 			}
 		}

@@ -64,7 +64,7 @@ func TestPostgres(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, pid := range pids {
-			if alive(pid) && pid != pg.g.pid() {
+			if alive(pid) && pid != pg.g.PID() {
 				t.Fatalf("pid %d still alive after kill", pid)
 			}
 		}

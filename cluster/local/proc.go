@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/deliverycheck/deliverycheck/cluster/guard"
 )
 
 // procSpec says how to start one child process.
@@ -39,12 +41,12 @@ type proc struct {
 	// wrap quickly: pid_max is 32768 on small machines), so signal and
 	// pids must not touch it any more.
 	gone bool
-	g    *guard // told when the group is gone; nil when untracked
+	g    *guard.Guard // told when the group is gone; nil when untracked
 }
 
 // startProc starts spec as the leader of a new process group and registers
 // the group with g so it is killed even if the harness dies.
-func startProc(spec procSpec, g *guard) (*proc, error) {
+func startProc(spec procSpec, g *guard.Guard) (*proc, error) {
 	logf, err := os.OpenFile(spec.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open log: %w", err)
@@ -65,7 +67,7 @@ func startProc(spec procSpec, g *guard) (*proc, error) {
 	}
 	p := &proc{cmd: cmd, pgid: cmd.Process.Pid, done: make(chan struct{})}
 	if g != nil {
-		if err := g.trackGroup(p.pgid); err != nil {
+		if err := g.TrackGroup(p.pgid); err != nil {
 			_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
 			_ = cmd.Wait()
 			return nil, err
@@ -90,7 +92,7 @@ func (p *proc) markGone() {
 	p.gone = true
 	p.mu.Unlock()
 	if !was && p.g != nil {
-		_ = p.g.untrackGroup(p.pgid) // fails only once the guard is closed
+		_ = p.g.UntrackGroup(p.pgid) // fails only once the guard is closed
 	}
 }
 

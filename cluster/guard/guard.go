@@ -1,0 +1,165 @@
+// Package guard runs a watchdog process that cleans up after a harness
+// that died without doing so itself (SIGKILL, a test timeout, a crash in
+// a cgo call): it kills the process groups, removes the containers and
+// deletes the temp dirs it was told about.
+//
+// The watchdog is a small shell script in its own process group reading
+// commands on a pipe from the harness. When the pipe reaches EOF without
+// an "exit" command, the harness is gone and it cleans up. A harness that
+// ends normally cleans up itself and closes the guard first, so the guard
+// never touches anything then.
+package guard
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// script is the watchdog. Containers are removed through the engine's
+// Docker API with curl: $SOCK is a unix socket, else $BASE an http URL.
+const script = `
+groups=""
+ids=""
+dirs=""
+while IFS= read -r line; do
+  case "$line" in
+    "group "*) groups="$groups ${line#group }" ;;
+    "ungroup "*) keep=""; for g in $groups; do [ "$g" = "${line#ungroup }" ] || keep="$keep $g"; done; groups=$keep ;;
+    "container "*) ids="$ids ${line#container }" ;;
+    "uncontainer "*) keep=""; for i in $ids; do [ "$i" = "${line#uncontainer }" ] || keep="$keep $i"; done; ids=$keep ;;
+    "dir "*) dirs="$dirs
+${line#dir }" ;;
+    exit) exit 0 ;;
+  esac
+done
+if [ -n "$groups" ]; then
+  for g in $groups; do kill -KILL "-$g" 2>/dev/null; done
+  sleep 0.5
+  for g in $groups; do kill -KILL "-$g" 2>/dev/null; done
+fi
+for i in $ids; do
+  if [ -n "$SOCK" ]; then
+    curl -s -o /dev/null --max-time 30 --unix-socket "$SOCK" -X DELETE "http://engine/containers/$i?force=true&v=true"
+  elif [ -n "$BASE" ]; then
+    curl -s -o /dev/null --max-time 30 -X DELETE "$BASE/containers/$i?force=true&v=true"
+  fi
+done
+printf '%s\n' "$dirs" | while IFS= read -r d; do [ -n "$d" ] && rm -rf -- "$d"; done
+exit 0
+`
+
+// Options say where containers are removed. Both empty: the guard can
+// kill process groups and remove dirs, not containers.
+type Options struct {
+	// EngineSocket is the path of a container engine's unix socket.
+	EngineSocket string
+	// EngineURL is a container engine's plain-http API base URL.
+	EngineURL string
+}
+
+// Guard is one watchdog process. Its methods are safe for concurrent
+// use, and a nil *Guard accepts every call and does nothing (for callers
+// that could not start one).
+type Guard struct {
+	mu  sync.Mutex
+	w   *os.File
+	cmd *exec.Cmd
+}
+
+// Start starts the watchdog.
+func Start(o Options) (*Guard, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("guard pipe: %w", err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.Stdin = r
+	cmd.Env = append(os.Environ(), "SOCK="+o.EngineSocket, "BASE="+o.EngineURL)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("start guard: %w", err)
+	}
+	r.Close()
+	return &Guard{w: w, cmd: cmd}, nil
+}
+
+func (g *Guard) send(verb, arg string) error {
+	if g == nil {
+		return nil
+	}
+	if arg == "" || strings.ContainsAny(arg, "\n") {
+		return fmt.Errorf("guard: bad %s %q", verb, arg)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.w == nil {
+		return fmt.Errorf("guard closed")
+	}
+	if _, err := g.w.WriteString(verb + " " + arg + "\n"); err != nil {
+		return fmt.Errorf("guard: %w", err)
+	}
+	return nil
+}
+
+// TrackGroup asks the guard to kill process group pgid if the harness dies.
+func (g *Guard) TrackGroup(pgid int) error { return g.send("group", strconv.Itoa(pgid)) }
+
+// UntrackGroup tells the guard group pgid is gone: its id may be reused
+// by someone else's group, which the guard must then leave alone.
+func (g *Guard) UntrackGroup(pgid int) error { return g.send("ungroup", strconv.Itoa(pgid)) }
+
+// TrackContainer asks the guard to remove container id (with its
+// anonymous volumes) if the harness dies.
+func (g *Guard) TrackContainer(id string) error { return g.send("container", id) }
+
+// UntrackContainer tells the guard container id is gone.
+func (g *Guard) UntrackContainer(id string) error { return g.send("uncontainer", id) }
+
+// TrackDir asks the guard to remove dir if the harness dies.
+func (g *Guard) TrackDir(dir string) error { return g.send("dir", dir) }
+
+// Open reports whether the guard is running and listening.
+func (g *Guard) Open() bool {
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.w != nil
+}
+
+// Close tells the guard the harness cleaned up by itself and waits for it
+// to exit. Safe to call more than once.
+func (g *Guard) Close() error {
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.w == nil {
+		return nil
+	}
+	_, _ = g.w.WriteString("exit\n")
+	g.w.Close()
+	g.w = nil
+	if err := g.cmd.Wait(); err != nil {
+		return fmt.Errorf("guard: %w", err)
+	}
+	return nil
+}
+
+// PID is the watchdog's own pid (0 for a nil guard), for tests that check
+// nothing outlives a run.
+func (g *Guard) PID() int {
+	if g == nil {
+		return 0
+	}
+	return g.cmd.Process.Pid
+}
