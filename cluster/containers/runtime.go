@@ -90,15 +90,8 @@ func New(ctx context.Context, o Options) (_ *Runtime, err error) {
 // Engine is the engine the runtime uses.
 func (r *Runtime) Engine() Engine { return r.eng }
 
-// Run is the value of LabelRun on this runtime's containers.
-func (r *Runtime) Run() string { return r.run }
-
 // Close stops the watchdog and closes the engine client. Close every
 // service first: their containers are no longer guarded after this.
 func (r *Runtime) Close() error {
 	return errors.Join(r.g.Close(), r.cli.Close())
 }
-
-// GuardPID is the watchdog's pid (0 without one), for tests that check
-// nothing outlives a run.
-func (r *Runtime) GuardPID() int { return r.g.PID() }
