@@ -98,7 +98,7 @@ func TestDetectionMatrix(t *testing.T) {
 // detection rate of each known-bad cell (variant × fault) and the false
 // positive rate of the correct ones to DELIVERYCHECK_MATRIX_OUT (default
 // matrix.md). DELIVERYCHECK_MATRIX_ONLY keeps the scenarios whose name
-// starts with it.
+// starts with one of its comma-separated prefixes.
 func TestDetectionRates(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("DELIVERYCHECK_MATRIX_SEEDS"))
 	if n <= 0 {
@@ -110,9 +110,9 @@ func TestDetectionRates(t *testing.T) {
 	}
 	var lines []string
 	var fpRuns, fp int
-	only := os.Getenv("DELIVERYCHECK_MATRIX_ONLY") // a name prefix, e.g. "bad-"
+	only := strings.Split(os.Getenv("DELIVERYCHECK_MATRIX_ONLY"), ",") // name prefixes, e.g. "bad-"
 	for _, s := range scenarios.Builtin() {
-		if !strings.HasPrefix(s.Name, only) {
+		if !slices.ContainsFunc(only, func(p string) bool { return strings.HasPrefix(s.Name, strings.TrimSpace(p)) }) {
 			continue
 		}
 		hits := 0

@@ -42,7 +42,7 @@ It exits non-zero when the default scenario could not run here.`,
 			eng, err := containers.Detect(ctx)
 			if err != nil {
 				fmt.Fprintf(w, "  engine\tMISSING\t\t%v\n", err)
-				fmt.Fprintf(w, "  \t\tinstall:\tDocker, or Podman serving its Docker API (scripts/podman.sh)\n")
+				fmt.Fprintf(w, "  \t\tinstall:\tDocker, or Podman serving its Docker API (sudo bash scripts/containers.sh)\n")
 			} else {
 				fmt.Fprintf(w, "  engine\tok\t%s %s\t%s (%s)\n", eng.Name, eng.Version, eng.Host, eng.From)
 				for _, n := range cluster.Names() {
