@@ -143,7 +143,11 @@ type subEvent struct {
 type subscription struct {
 	name     string
 	declared bool
-	ev       []subEvent
+	// applied: some consumer of it wrote apply ops. A subscription
+	// without (an external consumer that writes no history) is ordered by
+	// its final-read effect rows instead.
+	applied bool
+	ev      []subEvent
 }
 
 func (s *subscription) at(e int32) *subEvent {
@@ -216,6 +220,10 @@ type shard struct {
 	subByNm  map[string]int32
 	pending  map[pendKey]int64
 	applies  []applyRec
+	// ledger is the first effect row of each event per subscription, in
+	// final-read order (the ledger's applied order), for subscriptions
+	// whose consumers wrote no apply ops.
+	ledger []applyRec
 	series   seriesAcc
 	last     int32 // the event of the previous op, or -1
 	lastID   string
@@ -555,10 +563,17 @@ func (s *shard) op(op *history.Op, pos int64) {
 				e.flags |= cPublished
 			}
 		case history.TableEffects:
-			_, sub := s.sub(v.Consumer)
+			si, sub := s.sub(v.Consumer)
 			se := sub.at(ei)
 			se.effects++
 			resolve(se, op.Time, 0)
+			if se.effects == 1 {
+				version := v.Version
+				if version == 0 {
+					version = e.version
+				}
+				s.ledger = append(s.ledger, applyRec{sub: si, event: ei, inv: pos, ok: pos, version: version})
+			}
 		case history.TableInbox:
 			_, sub := s.sub(v.Consumer)
 			sub.at(ei).flags |= sInbox
@@ -619,6 +634,7 @@ func (s *shard) apply(op *history.Op, pos int64, ei int32, e *event, si int32, s
 		inv = p
 		delete(s.pending, pk)
 	}
+	s.subs[si].applied = true
 	se.applies++
 	if se.applies > 1 {
 		return
@@ -754,6 +770,22 @@ func (a *analyzer) merge() *view {
 	subIndex := map[string]int32{}
 	for i, g := range v.subs {
 		subIndex[g.name] = int32(i)
+	}
+	// A subscription no consumer wrote apply ops for is ordered by its
+	// effect ledger: the final read lists effects in applied order.
+	applied := make([]bool, len(v.subs))
+	for i, g := range v.subs {
+		for _, p := range g.parts {
+			applied[i] = applied[i] || p != nil && p.applied
+		}
+	}
+	for _, s := range a.shards {
+		for _, r := range s.ledger {
+			if !applied[subIndex[s.subs[r.sub].name]] {
+				s.applies = append(s.applies, r)
+			}
+		}
+		s.ledger = nil
 	}
 	// Order regressions: per subscription and key, a first effect whose
 	// apply began after the first effect of a higher version completed.

@@ -122,6 +122,37 @@ func TestCheckEdges(t *testing.T) {
 			valid: Invalid, anomalies: map[Kind][]string{Unexpected: {"inv:e1"}},
 		},
 		{
+			// An external consumer that writes no history: the final
+			// read's effect rows, in applied order, are all there is.
+			name: "ledger only, in order",
+			h: new(builder).commit("e1", "k", 1, history.OK).commit("e2", "k", 2, history.OK).drain().
+				finalRead(effect("e1", "inv"), effect("e2", "inv")).h,
+			valid: Valid,
+		},
+		{
+			name: "ledger only, version 1 applied after version 2",
+			g:    Guarantees{Order: PerKey, Subscriptions: []string{"inv"}},
+			h: new(builder).commit("e1", "k", 1, history.OK).commit("e2", "k", 2, history.OK).drain().
+				finalRead(effect("e2", "inv"), effect("e1", "inv")).h,
+			valid: Invalid, anomalies: map[Kind][]string{OrderRegression: {"inv:e1"}},
+		},
+		{
+			name: "ledger only, duplicate effect",
+			h: new(builder).commit("e1", "k", 1, history.OK).drain().
+				finalRead(effect("e1", "inv"), effect("e1", "inv")).h,
+			valid: Invalid, anomalies: map[Kind][]string{DuplicateEffect: {"inv:e1"}},
+		},
+		{
+			// With apply ops, their timing orders the subscription and
+			// the ledger's row order is not used.
+			name: "apply ops win over ledger order",
+			g:    Guarantees{Order: PerKey, Subscriptions: []string{"inv"}},
+			h: new(builder).commit("e1", "k", 1, history.OK).commit("e2", "k", 2, history.OK).
+				consume("e1", "inv").consume("e2", "inv").drain().
+				finalRead(effect("e2", "inv"), effect("e1", "inv")).h,
+			valid: Valid,
+		},
+		{
 			name:  "effect for an event never attempted",
 			h:     new(builder).drain().finalRead(effect("ghost", "inv")).h,
 			valid: Invalid, anomalies: map[Kind][]string{Unexpected: {"inv:ghost"}},

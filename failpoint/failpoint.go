@@ -12,8 +12,10 @@
 package failpoint
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -102,11 +104,41 @@ func (t Term) String() string {
 	return string(t.Name) + "=kill(" + arg + ")"
 }
 
-// Parse reads a term such as "consumer.after-commit-before-ack=kill(once)".
-// A bare name means kill(once).
+// Parse reads a term such as "consumer.after-commit-before-ack=kill(once)"
+// for one of the pipeline's own failpoints. A bare name means kill(once).
 func Parse(s string) (Term, error) {
+	return parse(s, ParseName)
+}
+
+// ParseAny reads a term for any failpoint name, such as a team's own
+// "after-commit-before-ack=kill(2)": names are letters, digits, '.', '-'
+// and '_'.
+func ParseAny(s string) (Term, error) {
+	return parse(s, func(name string) (Name, error) {
+		if err := checkName(name); err != nil {
+			return "", err
+		}
+		return Name(name), nil
+	})
+}
+
+// checkName accepts names an env var, a file line and a YAML key all carry
+// unchanged.
+func checkName(name string) error {
+	if name == "" {
+		return fmt.Errorf("failpoint: empty name")
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
+			return fmt.Errorf("failpoint: bad name %q (use letters, digits, '.', '-' and '_')", name)
+		}
+	}
+	return nil
+}
+
+func parse(s string, parseName func(string) (Name, error)) (Term, error) {
 	name, action, hasAction := strings.Cut(strings.TrimSpace(s), "=")
-	n, err := ParseName(name)
+	n, err := parseName(name)
 	if err != nil {
 		return Term{}, err
 	}
@@ -142,6 +174,51 @@ func Parse(s string) (Term, error) {
 		t.Count = c
 	}
 	return t, nil
+}
+
+// ReadState reads a state file: the terms still armed in a process, one
+// per line, as [Term.String] writes them. A missing file is no terms.
+// Terms are read with [ParseAny], so a state file can hold any name.
+func ReadState(path string) ([]Term, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failpoint: state: %w", err)
+	}
+	var out []Term
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		t, err := ParseAny(l)
+		if err != nil {
+			return nil, fmt.Errorf("failpoint: state %s line %d: %w", path, i+1, err)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// WriteState replaces a state file with terms. It writes a temporary file
+// and renames it, so a reader sees the old terms or the new, never half.
+func WriteState(path string, terms []Term) error {
+	var b strings.Builder
+	for _, t := range terms {
+		if t.Count != 0 {
+			b.WriteString(t.String() + "\n")
+		}
+	}
+	tmp := path + ".tmp" + strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("failpoint: state: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("failpoint: state: %w", err)
+	}
+	return nil
 }
 
 // Set is the failpoints armed in one process. Its zero value is not

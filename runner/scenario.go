@@ -22,7 +22,15 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 		if err != nil {
 			return Spec{}, err
 		}
-		targets := nemesis.DefaultTargets(workers).Only(r.Targets...)
+		targets := nemesis.DefaultTargets(workers)
+		// A team's component has only the failpoints it declares.
+		for w, names := range s.TeamFailpoints() {
+			delete(targets.Failpoints, w)
+			for _, n := range names {
+				targets.Failpoints[w] = append(targets.Failpoints[w], n+"=kill(1)")
+			}
+		}
+		targets = targets.Only(r.Targets...)
 		random := nemesis.Random(int64(s.RandomSeed()), r.Families, r.Interval, s.Workload.Duration, targets)
 		sched = nemesis.Fixed(append(steps, random.Steps...)...)
 		sched.Seed = random.Seed

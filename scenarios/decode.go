@@ -632,6 +632,7 @@ func topFields() []field {
 			}
 		}},
 		{key: "workload", fields: workloadFields},
+		{key: "system", fields: systemFields},
 		{key: "nemesis", fields: nemesisFields},
 		{key: "guarantees", fields: guaranteeFields, scalar: func(d *decoder, s *Scenario, n *yaml.Node, path string) {
 			// "guarantees: at-least-once" or the check command's form,
@@ -677,6 +678,112 @@ func checkImage(v string) string {
 		return fmt.Sprintf("want an image reference such as postgres:17, got %q", v)
 	}
 	return ""
+}
+
+// systemFields is the system: section, a team's own components.
+func systemFields() []field {
+	anyText := func(string) string { return "" }
+	return []field{
+		stringField("setup", func(s *Scenario) *string { return &s.System.Setup }, anyText),
+		{key: "transaction", list: true, scalar: func(d *decoder, s *Scenario, n *yaml.Node, path string) {
+			vs, ok := d.stringList(n, path)
+			if !ok {
+				return
+			}
+			for i, v := range vs {
+				if _, err := producer.Bind(v); err != nil {
+					d.fail(itemNode(n, i), fmt.Sprintf("%s[%d]", path, i), "%s", err)
+					ok = false
+				}
+			}
+			if ok {
+				s.System.Transaction = vs
+			}
+		}},
+		{key: "relay", fields: func() []field {
+			return commandFields(func(s *Scenario) *Command {
+				if s.System.Relay == nil {
+					s.System.Relay = &Command{}
+				}
+				return s.System.Relay
+			})
+		}},
+		{key: "consumer", fields: func() []field {
+			return commandFields(func(s *Scenario) *Command {
+				if s.System.Consumer == nil {
+					s.System.Consumer = &Command{}
+				}
+				return s.System.Consumer
+			})
+		}},
+		{key: "consumers", entry: func(d *decoder, s *Scenario, sub string, n *yaml.Node, path string) {
+			d.value(s, n, path, field{key: sub, fields: func() []field {
+				return commandFields(func(s *Scenario) *Command {
+					if s.System.Consumers == nil {
+						s.System.Consumers = map[string]*Command{}
+					}
+					if s.System.Consumers[sub] == nil {
+						s.System.Consumers[sub] = &Command{}
+					}
+					return s.System.Consumers[sub]
+				})
+			}})
+		}},
+		stringField("effects_query", func(s *Scenario) *string { return &s.System.EffectsQuery }, anyText),
+		stringField("dead_letters_query", func(s *Scenario) *string { return &s.System.DeadLettersQuery }, anyText),
+	}
+}
+
+// commandFields are an external component's keys: command, env, dir.
+func commandFields(get func(*Scenario) *Command) []field {
+	return []field{
+		{key: "command", list: true, scalar: func(d *decoder, s *Scenario, n *yaml.Node, path string) {
+			vs, ok := d.stringList(n, path)
+			if !ok {
+				return
+			}
+			if len(vs) == 0 || vs[0] == "" {
+				d.fail(n, path, "name the program to run, e.g. [./bin/consumer, --flag]")
+				return
+			}
+			get(s).Command = vs
+		}},
+		{key: "env", entry: func(d *decoder, s *Scenario, key string, n *yaml.Node, path string) {
+			n = d.resolve(n, path)
+			if n == nil {
+				return
+			}
+			v, ok := d.scalarValue(n, path, "a string")
+			if !ok {
+				return
+			}
+			if key == "" || strings.ContainsAny(key, "= \t\n") {
+				d.fail(n, path, "%q is not an environment variable name", key)
+				return
+			}
+			c := get(s)
+			if c.Env == nil {
+				c.Env = map[string]string{}
+			}
+			c.Env[key] = v
+		}},
+		stringField("dir", func(s *Scenario) *string { return &get(s).Dir }, func(string) string { return "" }),
+		{key: "failpoints", list: true, scalar: func(d *decoder, s *Scenario, n *yaml.Node, path string) {
+			vs, ok := d.stringList(n, path)
+			if !ok {
+				return
+			}
+			for i, v := range vs {
+				if _, err := failpoint.ParseAny(v); err != nil || strings.Contains(v, "=") {
+					d.fail(itemNode(n, i), fmt.Sprintf("%s[%d]", path, i), "want a failpoint name such as after-commit-before-ack, got %q", v)
+					ok = false
+				}
+			}
+			if ok {
+				get(s).Failpoints = vs
+			}
+		}},
+	}
 }
 
 func brokerFields() []field {
@@ -835,7 +942,9 @@ func decodeTimeline(d *decoder, s *Scenario, n *yaml.Node, path string) {
 			continue
 		}
 		if st.Fault.Kind == nemesis.Failpoint {
-			t, err := failpoint.Parse(st.Fault.Term)
+			// Any name parses here; validate checks it against the
+			// worker, built-in or a team's.
+			t, err := failpoint.ParseAny(st.Fault.Term)
 			if err != nil {
 				d.fail(it, p, "%s", strings.TrimPrefix(err.Error(), "failpoint: "))
 				ok = false
@@ -862,7 +971,7 @@ func decodeFailpoints(d *decoder, s *Scenario, worker string, n *yaml.Node, path
 	}
 	out := make([]string, 0, len(terms))
 	for i, t := range terms {
-		term, err := failpoint.Parse(t)
+		term, err := failpoint.ParseAny(t) // validate checks the name against the worker
 		if err != nil {
 			d.fail(itemNode(n, i), path, "%s", strings.TrimPrefix(err.Error(), "failpoint: "))
 			ok = false

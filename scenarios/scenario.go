@@ -18,7 +18,9 @@ package scenarios
 
 import (
 	"maps"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/checker"
@@ -55,6 +57,9 @@ type Scenario struct {
 	// Images overrides the container image per server on the containers
 	// runtime (the local runtime ignores it).
 	Images Images
+	// System is a team's own components and schema under test, replacing
+	// parts of the built-in pipeline (see docs/contract.md).
+	System System
 	// Seed makes the run reproducible: producers' key choices and the
 	// random schedule derive from it. 0 means the run picks one (and
 	// records it); run --seed overrides.
@@ -63,6 +68,87 @@ type Scenario struct {
 	// Source is where the scenario came from ("builtin/<name>.yaml", a
 	// file path, or "" when built in code); errors name it.
 	Source string
+}
+
+// System is the system under test when it is (partly) a team's own: its
+// tables, its business transaction, its relay and consumers as commands,
+// and the queries that read back what its consumers did.
+type System struct {
+	// Setup is SQL run once before any worker starts: the team's tables.
+	Setup string
+	// Transaction is the business transaction each producer op runs
+	// instead of the built-in outbox insert, one statement per item, with
+	// :event_id, :aggregate_id, :version, :payload, :type and :source
+	// placeholders.
+	Transaction []string
+	// Relay replaces the built-in relay.
+	Relay *Command
+	// Consumer replaces the built-in consumers of every subscription;
+	// Consumers, of the subscriptions it names (it wins over Consumer).
+	Consumer  *Command
+	Consumers map[string]*Command
+	// EffectsQuery returns one row per effect the team's consumers applied
+	// (event_id, consumer; optionally aggregate_id, version, source), in
+	// applied order. Required with external consumers.
+	EffectsQuery string
+	// DeadLettersQuery returns one row per event they dead-lettered
+	// (event_id, consumer; optionally reason). Required with external
+	// consumers when the workload has poison events.
+	DeadLettersQuery string
+}
+
+// Command is an external component: a program the harness starts,
+// supervises, kills and restarts like a built-in worker.
+type Command struct {
+	// Command is the program and its arguments. A relative program path
+	// is resolved against Dir.
+	Command []string
+	// Env is added to the contract's environment.
+	Env map[string]string
+	// Dir is the working directory; relative to the scenario file's
+	// directory, which is also the default.
+	Dir string
+	// Failpoints names the crash windows the component marks with
+	// failpoint.Inject. The random schedule arms them; timeline and
+	// nemesis.failpoints terms must use them. Empty: the component has
+	// none, and crash faults on it are random SIGKILLs.
+	Failpoints []string
+}
+
+// TeamFailpoints maps each of the team's workers to the failpoints its
+// command declares (nil when it declares none).
+func (s Scenario) TeamFailpoints() map[string][]string {
+	out := map[string][]string{}
+	for _, w := range s.externalWorkers() {
+		out[w] = slices.Clone(s.commandOf(w).Failpoints)
+	}
+	return out
+}
+
+// commandOf is the team command behind worker w, or nil.
+func (s Scenario) commandOf(w string) *Command {
+	if strings.HasPrefix(w, "relay-") {
+		return s.System.Relay
+	}
+	if sub, ok := strings.CutPrefix(w, "consumer-"); ok {
+		if i := strings.LastIndexByte(sub, '-'); i >= 0 {
+			return s.System.consumerFor(sub[:i])
+		}
+	}
+	return nil
+}
+
+// External reports whether any component is a team's.
+func (s System) External() bool {
+	return s.Relay != nil || s.Consumer != nil || len(s.Consumers) > 0
+}
+
+// consumerFor is the command replacing sub's consumers, or nil.
+func (s System) consumerFor(sub string) *Command {
+	if c, ok := s.Consumers[sub]; ok {
+		return c
+	}
+	return s.Consumer
 }
 
 // Images name the container image of each server; "" keeps the default
@@ -277,7 +363,53 @@ func (s Scenario) PipelineConfig() pipeline.Config {
 		DrainTimeout:    s.Drain.Timeout,
 		Quiet:           s.Drain.Quiet,
 		Seed:            s.Seed,
+		System:          s.pipelineSystem(),
 	}
+}
+
+// pipelineSystem is the pipeline's view of System: statements bound,
+// directories resolved against the scenario file's.
+func (s Scenario) pipelineSystem() pipeline.System {
+	sys := pipeline.System{
+		Setup:            s.System.Setup,
+		EffectsQuery:     s.System.EffectsQuery,
+		DeadLettersQuery: s.System.DeadLettersQuery,
+	}
+	for _, t := range s.System.Transaction {
+		st, err := producer.Bind(t)
+		if err == nil { // Validate reported it otherwise
+			sys.Transaction = append(sys.Transaction, st)
+		}
+	}
+	base := ""
+	if s.Source != "" && !strings.HasPrefix(s.Source, "builtin/") {
+		base = filepath.Dir(s.Source)
+	}
+	ext := func(c *Command) pipeline.External {
+		dir := c.Dir
+		if !filepath.IsAbs(dir) && base != "" {
+			dir = filepath.Join(base, dir)
+		}
+		if dir != "" {
+			if abs, err := filepath.Abs(dir); err == nil {
+				dir = abs
+			}
+		}
+		return pipeline.External{Command: slices.Clone(c.Command), Env: maps.Clone(c.Env), Dir: dir}
+	}
+	if s.System.Relay != nil {
+		e := ext(s.System.Relay)
+		sys.Relay = &e
+	}
+	for _, sub := range s.Workload.Subscriptions {
+		if c := s.System.consumerFor(sub); c != nil {
+			if sys.Consumers == nil {
+				sys.Consumers = map[string]pipeline.External{}
+			}
+			sys.Consumers[sub] = ext(c)
+		}
+	}
+	return sys
 }
 
 // CheckGuarantees is what the checker judges the run against: the declared
@@ -301,6 +433,27 @@ func (s Scenario) RandomSeed() uint64 {
 	return s.Seed + s.Nemesis.Random.SeedOffset
 }
 
+func (s System) clone() System {
+	c := s
+	c.Transaction = slices.Clone(s.Transaction)
+	cmd := func(x *Command) *Command {
+		if x == nil {
+			return nil
+		}
+		y := *x
+		y.Command, y.Env, y.Failpoints = slices.Clone(x.Command), maps.Clone(x.Env), slices.Clone(x.Failpoints)
+		return &y
+	}
+	c.Relay, c.Consumer = cmd(s.Relay), cmd(s.Consumer)
+	if s.Consumers != nil {
+		c.Consumers = make(map[string]*Command, len(s.Consumers))
+		for k, v := range s.Consumers {
+			c.Consumers[k] = cmd(v)
+		}
+	}
+	return c
+}
+
 // KnownBad reports whether any component is a deliberately broken variant.
 func (s Scenario) KnownBad() bool {
 	return s.Variants.Producer != producer.Outbox || s.Variants.Relay != relay.Polling || s.Variants.Consumer != consumer.Inbox
@@ -313,6 +466,7 @@ func (s Scenario) clone() Scenario {
 	c.Workload.Subscriptions = slices.Clone(s.Workload.Subscriptions)
 	c.Guarantees.Subscriptions = slices.Clone(s.Guarantees.Subscriptions)
 	c.Nemesis.Timeline = slices.Clone(s.Nemesis.Timeline)
+	c.System = s.System.clone()
 	if s.Nemesis.Random != nil {
 		r := *s.Nemesis.Random
 		r.Families = slices.Clone(r.Families)

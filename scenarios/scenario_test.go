@@ -223,7 +223,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key with suggestion", "broker: kafka\nworkload:\n  rat: 5\n",
 			[]string{"my.yaml:3: workload.rat: unknown field; did you mean rate? (valid: duration, producers, rate, keys, poison_ratio, abort_ratio, subscriptions, consumers, consumer_workers, consumer_work, relays, relay_batch)"}},
 		{"unknown top-level key", "broker: kafka\nworkloads: {}\n",
-			[]string{"my.yaml:2: workloads: unknown field; did you mean workload? (valid: name, description, broker, variants, workload, nemesis, guarantees, drain, expect, images, seed)"}},
+			[]string{"my.yaml:2: workloads: unknown field; did you mean workload? (valid: name, description, broker, variants, workload, system, nemesis, guarantees, drain, expect, images, seed)"}},
 		{"wrong variant lists valid ones", "broker: kafka\nvariants:\n  consumer: inbx\n",
 			[]string{`my.yaml:3: variants.consumer: unknown consumer variant "inbx"; did you mean inbox? (valid: inbox, ack-first, no-inbox, check-then-act, no-version-guard)`}},
 		{"wrong relay", "broker: kafka\nvariants: {relay: outbox}\n",

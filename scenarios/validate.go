@@ -164,6 +164,44 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 		fail("expect.anomaly", "name the anomaly an invalid run must show (valid: %s)", strings.Join(strs(checker.AnomalyKinds), ", "))
 	}
 
+	// A team's own components.
+	sys := s.System
+	for _, sub := range sortedKeys(sys.Consumers) {
+		if !slices.Contains(w.Subscriptions, sub) {
+			fail("system.consumers."+sub, "%q is not a workload subscription (have %s)", sub, strings.Join(w.Subscriptions, ", "))
+		}
+	}
+	cmds := map[string]*Command{"system.relay": sys.Relay, "system.consumer": sys.Consumer}
+	for sub, c := range sys.Consumers {
+		cmds["system.consumers."+sub] = c
+	}
+	for _, path := range sortedKeys(cmds) {
+		if c := cmds[path]; c != nil && (len(c.Command) == 0 || c.Command[0] == "") {
+			fail(path+".command", "missing: name the program to run, e.g. command: [./bin/consumer]")
+		}
+	}
+	externalConsumers := sys.Consumer != nil || len(sys.Consumers) > 0
+	if externalConsumers && strings.TrimSpace(sys.EffectsQuery) == "" {
+		fail("system.effects_query", "missing: external consumers need a query returning one row per applied effect (event_id, consumer)")
+	}
+	if externalConsumers && w.PoisonRatio > 0 && strings.TrimSpace(sys.DeadLettersQuery) == "" {
+		fail("system.dead_letters_query", "missing: with poison events (workload.poison_ratio) external consumers need a query returning what they dead-lettered (event_id, consumer)")
+	}
+	if len(sys.Transaction) > 0 && s.Variants.Producer != producer.Outbox {
+		fail("system.transaction", "a team transaction replaces the outbox producer's insert; variants.producer must be outbox, not %s", s.Variants.Producer)
+	}
+	for i, t := range sys.Transaction {
+		if _, err := producer.Bind(t); err != nil {
+			fail(fmt.Sprintf("system.transaction[%d]", i), "%s", err)
+		}
+	}
+	if sys.Relay != nil && s.Variants.Relay != relay.Polling {
+		fail("variants.relay", "system.relay replaces the relay; drop variants.relay (%s)", s.Variants.Relay)
+	}
+	if sys.Relay != nil && s.Variants.Producer != producer.Outbox {
+		fail("system.relay", "the %s producer runs no relay", s.Variants.Producer)
+	}
+
 	// Nemesis.
 	workers := s.workers()
 	for i, st := range s.Nemesis.Timeline {
@@ -245,6 +283,17 @@ func (s Scenario) workers() []string {
 	return out
 }
 
+// externalWorkers lists the workers that are a team's commands.
+func (s Scenario) externalWorkers() []string {
+	var out []string
+	for _, w := range s.workers() {
+		if s.commandOf(w) != nil {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // checkStep checks a timeline step against what the scenario runs.
 func (s Scenario) checkStep(st nemesis.Step, workers []string) string {
 	f := st.Fault
@@ -297,7 +346,26 @@ func (s Scenario) checkTarget(t string, workers []string, workersOK, servicesOK 
 }
 
 // checkTerm checks that a failpoint term can fire in every matched worker.
+// A team's component names its own failpoints, so any name goes there.
 func (s Scenario) checkTerm(term string, matched []string) string {
+	if external := s.externalWorkers(); slices.ContainsFunc(matched, func(w string) bool { return slices.Contains(external, w) }) {
+		for _, w := range matched {
+			if !slices.Contains(external, w) {
+				return fmt.Sprintf("%s matches both team components and built-in ones (%s); name them apart", term, w)
+			}
+		}
+		t, err := failpoint.ParseAny(term)
+		if err != nil {
+			return strings.TrimPrefix(err.Error(), "failpoint: ")
+		}
+		for _, w := range matched {
+			declared := s.commandOf(w).Failpoints
+			if len(declared) > 0 && !slices.Contains(declared, string(t.Name)) {
+				return fmt.Sprintf("%s declares no failpoint %q%s (its command's failpoints: %s)", w, t.Name, suggest(string(t.Name), declared), strings.Join(declared, ", "))
+			}
+		}
+		return ""
+	}
 	t, err := failpoint.Parse(term)
 	if err != nil {
 		return strings.TrimPrefix(err.Error(), "failpoint: ")

@@ -71,6 +71,11 @@ type Config struct {
 	// Failpoints armed at start, by worker name (e.g. "consumer-inventory-0").
 	Failpoints map[string][]string
 
+	// System is the team's own code under test, if any: its tables, its
+	// business transaction, its relay and consumers, and how to read back
+	// what its consumers did. See docs/contract.md.
+	System System
+
 	// RestartDelay is how long a crashed worker stays down.
 	RestartDelay time.Duration
 	// DrainTimeout bounds the drain, overriding the default 60s.
@@ -79,6 +84,10 @@ type Config struct {
 	// left in the broker, for the drain to be complete; overriding the
 	// default 2s.
 	Quiet time.Duration
+	// ExternalQuiet is how long nothing may move, with a team's relay,
+	// before the drain stops waiting for events some subscription still
+	// misses; at least 10s (see Drain).
+	ExternalQuiet time.Duration
 	Seed  uint64
 }
 
@@ -135,6 +144,42 @@ func (c *Config) defaults() error {
 	return nil
 }
 
+// System is a team's own components and schema, run under the same faults
+// and checker as the built-in pipeline.
+type System struct {
+	// Setup is SQL run once, after the harness's own schema and before
+	// any worker starts: the team's tables.
+	Setup string
+	// Transaction replaces the built-in producer's outbox insert (see
+	// producer.Config.Transaction).
+	Transaction []producer.Statement
+	// Relay, when set, replaces the built-in relays: Relays processes of
+	// this command.
+	Relay *External
+	// Consumers replaces the built-in consumers of a subscription, by
+	// subscription name.
+	Consumers map[string]External
+	// EffectsQuery returns one row per effect the team's consumers
+	// applied: columns event_id and consumer, and optionally
+	// aggregate_id, version and source (see EffectColumns). Rows must come
+	// in the order the effects were applied. Required with Consumers.
+	EffectsQuery string
+	// DeadLettersQuery returns one row per event the team's consumers
+	// dead-lettered: event_id, consumer, and optionally reason.
+	DeadLettersQuery string
+}
+
+// External is one component given as a command: the supervisor starts it
+// with the contract's environment (see ContractEnv) and restarts it after
+// every crash.
+type External struct {
+	Command []string
+	Env     map[string]string
+	// Dir is the working directory; a relative program path in Command is
+	// resolved against it.
+	Dir string
+}
+
 // Run is one pipeline run in progress. The caller should call Close.
 type Run struct {
 	cfg     Config
@@ -187,6 +232,9 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 	if err := schema.Create(ctx, r.db); err != nil {
 		return nil, err
 	}
+	if err := checkSystem(ctx, r.db, cfg.System); err != nil {
+		return nil, err
+	}
 	r.broker = worker.Broker{
 		Kind:          cfg.Broker,
 		URL:           cl.ClientURL(cfg.Broker),
@@ -220,7 +268,14 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 	}
 	for _, sub := range cfg.Subscriptions {
 		for i := range cfg.Consumers {
-			spec := r.spec(worker.RoleConsumer, fmt.Sprintf("consumer-%s-%d", sub, i))
+			name := fmt.Sprintf("consumer-%s-%d", sub, i)
+			if ext, ok := cfg.System.Consumers[sub]; ok {
+				if err := r.startExternal(ctx, name, worker.RoleConsumer, sub, ext); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			spec := r.spec(worker.RoleConsumer, name)
 			spec.Consumer = consumer.Config{Variant: cfg.ConsumerVariant, Subscription: sub, MaxAttempts: cfg.MaxAttempts, Workers: cfg.ConsumerWorkers, Work: cfg.ConsumerWork}
 			if err := r.start(ctx, spec); err != nil {
 				return nil, err
@@ -228,7 +283,14 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		}
 	}
 	for i := range cfg.Relays {
-		spec := r.spec(worker.RoleRelay, fmt.Sprintf("relay-%d", i))
+		name := fmt.Sprintf("relay-%d", i)
+		if ext := cfg.System.Relay; ext != nil {
+			if err := r.startExternal(ctx, name, worker.RoleRelay, "", *ext); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		spec := r.spec(worker.RoleRelay, name)
 		spec.Relay = relay.Config{Variant: cfg.RelayVariant, Batch: cfg.RelayBatch, Name: spec.Process}
 		if err := r.start(ctx, spec); err != nil {
 			return nil, err
@@ -239,6 +301,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		spec.Producer = producer.Config{
 			Variant: cfg.ProducerVariant, Keys: cfg.Keys, Rate: cfg.Rate,
 			PoisonRatio: cfg.PoisonRatio, AbortRatio: cfg.AbortRatio, Seed: cfg.Seed + uint64(i),
+			Transaction: cfg.System.Transaction,
 		}
 		if err := r.start(ctx, spec); err != nil {
 			return nil, err
@@ -357,6 +420,10 @@ type progress struct {
 	// idleRelays counts relays that found nothing to publish since the
 	// drain started.
 	idleRelays int64
+	// With a team's components: their effect rows, the events committed
+	// (the sum of the aggregates' versions: each commit adds one), and
+	// the fewest events any subscription has applied or dead-lettered.
+	teamEffects, committed, resolvedMin int64
 }
 
 func (r *Run) progress(ctx context.Context, since time.Time) (progress, error) {
@@ -370,16 +437,85 @@ func (r *Run) progress(ctx context.Context, since time.Time) (progress, error) {
 	if err != nil {
 		return p, fmt.Errorf("drain: %w", err)
 	}
+	if r.external() {
+		if err := r.teamProgress(ctx, &p); err != nil {
+			return p, err
+		}
+	}
 	p.backlog, err = worker.Backlog(ctx, r.broker)
 	return p, err
+}
+
+// external reports whether any component is a team's.
+func (r *Run) external() bool { return r.cfg.System.Relay != nil || len(r.cfg.System.Consumers) > 0 }
+
+// builtinRelays is how many relays note their idle polls in relay_idle.
+func (r *Run) builtinRelays() int64 {
+	if r.cfg.System.Relay != nil {
+		return 0
+	}
+	return int64(r.cfg.Relays)
+}
+
+// teamProgress adds what the drain can know without a relay that reports
+// its idle polls: how far each subscription got.
+func (r *Run) teamProgress(ctx context.Context, p *progress) error {
+	union := `SELECT event_id, consumer FROM effects UNION ALL SELECT event_id, consumer FROM dead_letters`
+	for _, q := range r.teamQueries() {
+		union += ` UNION ALL SELECT event_id::text, consumer::text FROM (` + q.SQL + `) AS t`
+	}
+	if q := r.cfg.System.EffectsQuery; strings.TrimSpace(q) != "" {
+		if err := r.db.QueryRow(ctx, `SELECT count(*) FROM (`+q+`) AS t`).Scan(&p.teamEffects); err != nil {
+			return fmt.Errorf("drain: effects query: %w", err)
+		}
+	}
+	if err := r.db.QueryRow(ctx, `SELECT coalesce(sum(version), 0) FROM orders`).Scan(&p.committed); err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	rows, err := r.db.Query(ctx, `SELECT consumer, count(DISTINCT event_id) FROM (`+union+`) AS u GROUP BY consumer`)
+	if err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct {
+		Sub string
+		N   int64
+	}, error) {
+		var x struct {
+			Sub string
+			N   int64
+		}
+		err := row.Scan(&x.Sub, &x.N)
+		return x, err
+	})
+	if err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	p.resolvedMin = -1
+	for _, sub := range r.cfg.Subscriptions {
+		var n int64
+		for _, g := range got {
+			if g.Sub == sub {
+				n = g.N
+			}
+		}
+		if p.resolvedMin < 0 || n < p.resolvedMin {
+			p.resolvedMin = n
+		}
+	}
+	return nil
 }
 
 // Drain waits until the pipeline is quiescent: every relay has polled and
 // found nothing left to publish (by its own logic), nothing is left in the
 // broker for any subscription, and nothing progressed (publishes, effects,
-// inbox marks, dead letters) for the Quiet window; or until DrainTimeout. It records
-// the outcome as a drain op: ok when complete, info when the deadline
-// passed (the checker then cannot call the run valid).
+// inbox marks, dead letters) for the Quiet window; or until DrainTimeout.
+// A team's relay cannot say it is idle, so with one the drain is complete
+// when every subscription has applied or dead-lettered as many events as
+// were committed and nothing moved for Quiet, or when nothing moved for
+// ExternalQuiet (at least 10s: long enough for a crashed component to
+// start again), whichever comes first. It records the outcome as a drain
+// op: ok when complete, info when the deadline passed (the checker then
+// cannot call the run valid).
 func (r *Run) Drain(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DrainTimeout)
 	defer cancel()
@@ -396,20 +532,26 @@ func (r *Run) Drain(ctx context.Context) (bool, error) {
 	for {
 		p, err := r.progress(ctx, start)
 		lastErr = err
+		quiet := r.cfg.Quiet
+		if r.cfg.System.Relay != nil && p.resolvedMin < p.committed {
+			quiet = r.externalQuiet()
+		}
 		switch {
-		case err != nil || p.backlog > 0 || p.idleRelays < int64(r.cfg.Relays):
+		case err != nil || p.backlog > 0 || p.idleRelays < r.builtinRelays():
 			last, since = p, time.Now()
 		case p != last:
 			last, since = p, time.Now()
-		case time.Since(since) >= r.cfg.Quiet:
-			_, err := r.rec.Record(history.OK, history.Drain, history.Value{
-				Detail: fmt.Sprintf("quiescent for %s: %d unpublished, %d effects, %d inbox, %d dead letters", r.cfg.Quiet, p.unpublished, p.effects, p.inbox, p.dlq),
-			})
+		case time.Since(since) >= quiet:
+			detail := fmt.Sprintf("quiescent for %s: %d unpublished, %d effects, %d inbox, %d dead letters", quiet, p.unpublished, p.effects+p.teamEffects, p.inbox, p.dlq)
+			if r.external() {
+				detail += fmt.Sprintf("; %d committed, the furthest-behind subscription resolved %d", p.committed, p.resolvedMin)
+			}
+			_, err := r.rec.Record(history.OK, history.Drain, history.Value{Detail: detail})
 			return true, err
 		}
 		select {
 		case <-ctx.Done():
-			v := history.Value{Detail: fmt.Sprintf("deadline %s passed: %d unpublished, %d in the broker, %d of %d relays idle", r.cfg.DrainTimeout, last.unpublished, last.backlog, last.idleRelays, r.cfg.Relays)}
+			v := history.Value{Detail: fmt.Sprintf("deadline %s passed: %d unpublished, %d in the broker, %d of %d relays idle", r.cfg.DrainTimeout, last.unpublished, last.backlog, last.idleRelays, r.builtinRelays())}
 			if lastErr != nil {
 				v.Error = lastErr.Error()
 			}
@@ -420,11 +562,31 @@ func (r *Run) Drain(ctx context.Context) (bool, error) {
 	}
 }
 
+// externalQuiet is how long a run with a team's relay must show no
+// progress before the drain gives up waiting for events still missing.
+func (r *Run) externalQuiet() time.Duration {
+	return max(r.cfg.Quiet, r.cfg.ExternalQuiet, 10*time.Second)
+}
+
 // StopAll stops every worker (no drain).
 func (r *Run) StopAll(ctx context.Context) error { return r.sup.StopAll(ctx) }
 
 // FinalRead reads the final state into the history.
-func (r *Run) FinalRead(ctx context.Context) error { return schema.FinalRead(ctx, r.db, r.rec) }
+func (r *Run) FinalRead(ctx context.Context) error {
+	return schema.FinalRead(ctx, r.db, r.rec, r.teamQueries()...)
+}
+
+// teamQueries are the final read's queries of the team's own tables.
+func (r *Run) teamQueries() []schema.Query {
+	var qs []schema.Query
+	if q := r.cfg.System.EffectsQuery; strings.TrimSpace(q) != "" {
+		qs = append(qs, schema.Query{Table: history.TableEffects, SQL: q, Source: producer.DefaultSource})
+	}
+	if q := r.cfg.System.DeadLettersQuery; strings.TrimSpace(q) != "" {
+		qs = append(qs, schema.Query{Table: history.TableDLQ, SQL: q, Source: producer.DefaultSource})
+	}
+	return qs
+}
 
 // Counts are live figures for a status line.
 type Counts struct {
@@ -463,7 +625,7 @@ func (r *Run) Finish(ctx context.Context) (bool, error) {
 	if err := r.sup.StopAll(stopCtx); err != nil {
 		r.log.Warn("stop workers", "err", err)
 	}
-	if err := schema.FinalRead(ctx, r.db, r.rec); err != nil {
+	if err := r.FinalRead(ctx); err != nil {
 		return drained, err
 	}
 	return drained, nil

@@ -60,7 +60,17 @@ type Config struct {
 	AbortRatio float64 `json:"abort_ratio"`
 	// Seed makes key and poison choices reproducible.
 	Seed uint64 `json:"seed"`
+	// Transaction, when set, is a team's own business transaction (see
+	// [Bind]), run instead of the outbox insert, in the same transaction
+	// as the harness's version bump on orders: the harness still numbers
+	// each aggregate's versions, the team's SQL writes its own tables.
+	// Outbox variant only.
+	Transaction []Statement `json:"transaction"`
 }
+
+// DefaultSource is the source of every event unless Config.Source says
+// otherwise.
+const DefaultSource = "/orders"
 
 // Producer runs ops for one process.
 type Producer struct {
@@ -91,7 +101,10 @@ func New(cfg Config, db *pgxpool.Pool, rec *history.Recorder, fp *failpoint.Set,
 		cfg.KeyPrefix = "order-"
 	}
 	if cfg.Source == "" {
-		cfg.Source = "/orders"
+		cfg.Source = DefaultSource
+	}
+	if len(cfg.Transaction) > 0 && cfg.Variant != Outbox {
+		return nil, fmt.Errorf("producer: a team transaction needs the outbox variant, not %s", cfg.Variant)
 	}
 	seed := cfg.Seed
 	if seed == 0 {
@@ -243,7 +256,21 @@ func (p *Producer) commit(ctx context.Context, v history.Value, outbox, abort bo
 	if err != nil {
 		return 0, definite(err)
 	}
-	if outbox {
+	if outbox && len(p.cfg.Transaction) > 0 {
+		vals := map[string]any{
+			"event_id": v.Event, "aggregate_id": v.Key, "version": version,
+			"payload": string(Payload(v.Key, version, v.Poison)), "type": EventType, "source": v.Source,
+		}
+		for i, st := range p.cfg.Transaction {
+			args := make([]any, len(st.Args))
+			for j, a := range st.Args {
+				args[j] = vals[a]
+			}
+			if _, err := tx.Exec(ctx, st.SQL, args...); err != nil {
+				return 0, definite(fmt.Errorf("transaction statement %d: %w", i+1, err))
+			}
+		}
+	} else if outbox {
 		_, err = tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, source, version)
 			VALUES ($1, 'order', $2, $3, $4, $5, $6)`,
 			v.Event, v.Key, EventType, string(Payload(v.Key, version, v.Poison)), v.Source, version)

@@ -11,6 +11,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -46,7 +47,10 @@ func Reset(ctx context.Context, db *pgxpool.Pool) error {
 // row, bracketed by an invoke and an ok without a table so a reader can
 // tell a complete final read from one cut short. Rows come in a stable
 // order so the same state always gives the same history.
-func FinalRead(ctx context.Context, db *pgxpool.Pool, rec *history.Recorder) error {
+//
+// extra are a team's own tables, read in the same snapshot after the
+// built-in ones.
+func FinalRead(ctx context.Context, db *pgxpool.Pool, rec *history.Recorder, extra ...Query) error {
 	if _, err := rec.Record(history.Invoke, history.FinalRead, history.Value{}); err != nil {
 		return err
 	}
@@ -106,8 +110,73 @@ func FinalRead(ctx context.Context, db *pgxpool.Pool, rec *history.Recorder) err
 			return fmt.Errorf("final read %s: %w", q.table, err)
 		}
 	}
+	for _, q := range extra {
+		if err := q.read(ctx, tx, rec); err != nil {
+			return err
+		}
+	}
 	if _, err := rec.Record(history.OK, history.FinalRead, history.Value{}); err != nil {
 		return err
+	}
+	return nil
+}
+
+// Query is a team's own SQL whose rows the final read records as rows of
+// Table (history.TableEffects or history.TableDLQ). Columns are matched by
+// name: event_id, consumer, aggregate_id, version, source, reason; the
+// others are ignored. Rows are recorded in the order the query gives.
+type Query struct {
+	Table string
+	SQL   string
+	// Source fills in the source of rows without a source column.
+	Source string
+}
+
+func (q Query) read(ctx context.Context, tx pgx.Tx, rec *history.Recorder) error {
+	rows, err := tx.Query(ctx, q.SQL)
+	if err != nil {
+		return fmt.Errorf("final read %s (team query): %w", q.Table, err)
+	}
+	defer rows.Close()
+	names := make([]string, len(rows.FieldDescriptions()))
+	for i, f := range rows.FieldDescriptions() {
+		names[i] = f.Name
+	}
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return fmt.Errorf("final read %s (team query): %w", q.Table, err)
+		}
+		v := history.Value{Table: q.Table, Source: q.Source}
+		for i, n := range names {
+			if vals[i] == nil {
+				continue
+			}
+			switch n {
+			case "event_id":
+				v.Event = fmt.Sprint(vals[i])
+			case "consumer":
+				v.Consumer = fmt.Sprint(vals[i])
+			case "aggregate_id":
+				v.Key = fmt.Sprint(vals[i])
+			case "source":
+				v.Source = fmt.Sprint(vals[i])
+			case "reason":
+				v.Reason = fmt.Sprint(vals[i])
+			case "version":
+				n, err := strconv.ParseInt(fmt.Sprint(vals[i]), 10, 64)
+				if err != nil {
+					return fmt.Errorf("final read %s (team query): version %v is not an integer", q.Table, vals[i])
+				}
+				v.Version = n
+			}
+		}
+		if _, err := rec.Record(history.OK, history.FinalRead, v); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("final read %s (team query): %w", q.Table, err)
 	}
 	return nil
 }

@@ -4,8 +4,12 @@
 // crashed worker after a delay and records every crash and restart in the
 // harness's history.
 //
-// A worker reads commands on its stdin ("arm <failpoint term>", "stop")
-// and exits when stdin closes, so no worker outlives the harness.
+// A built-in worker reads commands on its stdin ("arm <failpoint term>",
+// "stop") and exits when stdin closes, so no worker outlives the harness.
+// An external worker (a team's own relay or consumer, see [Command]) is
+// stopped with SIGTERM, and armed through a file its failpoint package
+// watches (failpoint.EnvState); the kernel kills it if the harness dies
+// (PR_SET_PDEATHSIG).
 package supervisor
 
 import (
@@ -17,11 +21,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
 )
 
@@ -57,9 +64,27 @@ type Supervisor struct {
 	closed  bool
 }
 
+// Command is how to start an external worker: any program, which learns
+// everything about the run from its environment.
+type Command struct {
+	// Argv is the program and its arguments; a relative program path is
+	// resolved against Dir.
+	Argv []string
+	// Env is added to the worker's environment (after the supervisor's
+	// own Env, so it wins).
+	Env []string
+	// Dir is the working directory; "" is the harness's.
+	Dir string
+	// FailpointState is the file the worker's failpoint package reads its
+	// armed terms from (failpoint.EnvState); arming the worker rewrites
+	// it. "" means the worker cannot be armed.
+	FailpointState string
+}
+
 type worker struct {
-	name string
-	spec []byte
+	name     string
+	spec     []byte   // built-in: the spec, in SpecEnv
+	external *Command // external: how to start it
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -93,17 +118,31 @@ func New(cfg Config) (*Supervisor, error) {
 // SpecEnv), and keeps it running until StopAll: a worker that exits on its
 // own is recorded as crashed and restarted after RestartDelay.
 func (s *Supervisor) Start(ctx context.Context, name string, spec []byte) error {
+	return s.add(ctx, &worker{name: name, spec: spec})
+}
+
+// StartCommand starts an external worker called name and keeps it running
+// like [Supervisor.Start] does a built-in one.
+func (s *Supervisor) StartCommand(ctx context.Context, name string, c Command) error {
+	if len(c.Argv) == 0 {
+		return fmt.Errorf("supervisor: worker %s: empty command", name)
+	}
+	c.Argv = slices.Clone(c.Argv)
+	c.Env = slices.Clone(c.Env)
+	return s.add(ctx, &worker{name: name, external: &c})
+}
+
+func (s *Supervisor) add(ctx context.Context, w *worker) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return errors.New("supervisor: stopped")
 	}
-	if _, ok := s.workers[name]; ok {
+	if _, ok := s.workers[w.name]; ok {
 		s.mu.Unlock()
-		return fmt.Errorf("supervisor: worker %s already exists", name)
+		return fmt.Errorf("supervisor: worker %s already exists", w.name)
 	}
-	w := &worker{name: name, spec: spec}
-	s.workers[name] = w
+	s.workers[w.name] = w
 	s.mu.Unlock()
 	if err := s.launch(w); err != nil {
 		return err
@@ -129,14 +168,27 @@ func (s *Supervisor) launch(w *worker) error {
 		return fmt.Errorf("supervisor: %w", err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
-	cmd.Env = append(append(os.Environ(), s.cfg.Env...), SpecEnv+"="+string(w.spec))
+	var cmd *exec.Cmd
+	var stdin io.WriteCloser
+	if c := w.external; c != nil {
+		prog := c.Argv[0]
+		if strings.ContainsRune(prog, '/') && !filepath.IsAbs(prog) && c.Dir != "" {
+			prog = filepath.Join(c.Dir, prog)
+		}
+		cmd = exec.Command(prog, c.Argv[1:]...)
+		cmd.Dir = c.Dir
+		cmd.Env = append(append(os.Environ(), s.cfg.Env...), c.Env...)
+		// Its stdin is /dev/null: an external program owes the harness
+		// nothing, so it is stopped by signal instead.
+	} else {
+		cmd = exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
+		cmd.Env = append(append(os.Environ(), s.cfg.Env...), SpecEnv+"="+string(w.spec))
+		if stdin, err = cmd.StdinPipe(); err != nil {
+			return fmt.Errorf("supervisor: %w", err)
+		}
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return fmt.Errorf("supervisor: %w", err)
-	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("supervisor: start %s: %w", w.name, err)
 	}
@@ -236,7 +288,8 @@ func (s *Supervisor) Names() []string {
 }
 
 // Send writes one command line to a running worker's stdin, e.g.
-// "arm consumer.after-commit-before-ack=kill(once)".
+// "arm consumer.after-commit-before-ack=kill(once)". An external worker
+// only takes "arm <term>", which rewrites its failpoint state file.
 func (s *Supervisor) Send(name, line string) error {
 	w, err := s.get(name)
 	if err != nil {
@@ -244,6 +297,9 @@ func (s *Supervisor) Send(name, line string) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.external != nil {
+		return armExternal(w.name, w.external.FailpointState, line)
+	}
 	if _, err := io.WriteString(w.stdin, line+"\n"); err != nil {
 		return fmt.Errorf("supervisor: send to %s: %w", name, err)
 	}
@@ -340,6 +396,9 @@ func (s *Supervisor) stopWorkers(ctx context.Context, ws []*worker) error {
 			w.stdin.Close()
 		}
 		if w.cmd != nil && w.cmd.Process != nil && !closed(w.exited) {
+			if w.external != nil {
+				_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGTERM)
+			}
 			_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGCONT) // a paused worker cannot stop
 		}
 		w.mu.Unlock()
@@ -372,4 +431,33 @@ func closed(ch chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// armExternal applies "arm <term>" to an external worker's failpoint state
+// file: the term replaces any earlier one of the same name. The file is
+// replaced by rename, so the worker never reads half of it.
+func armExternal(name, state, line string) error {
+	cmd, term, _ := strings.Cut(strings.TrimSpace(line), " ")
+	if cmd != "arm" {
+		return fmt.Errorf("supervisor: %s is external and takes only \"arm <term>\", not %q", name, line)
+	}
+	if state == "" {
+		return fmt.Errorf("supervisor: %s has no failpoint state file", name)
+	}
+	t, err := failpoint.ParseAny(term)
+	if err != nil {
+		return fmt.Errorf("supervisor: arm %s: %w", name, err)
+	}
+	terms, err := failpoint.ReadState(state)
+	if err != nil {
+		return fmt.Errorf("supervisor: arm %s: %w", name, err)
+	}
+	terms = slices.DeleteFunc(terms, func(o failpoint.Term) bool { return o.Name == t.Name })
+	if t.Count != 0 {
+		terms = append(terms, t)
+	}
+	if err := failpoint.WriteState(state, terms); err != nil {
+		return fmt.Errorf("supervisor: arm %s: %w", name, err)
+	}
+	return nil
 }

@@ -208,17 +208,11 @@ func Main(specJSON string) int {
 // loadFailpoints reads the terms left armed by an earlier incarnation, or
 // parses the spec's terms on the first start.
 func loadFailpoints(path string, initial []string) ([]failpoint.Term, error) {
-	lines := initial
-	if b, err := os.ReadFile(path); err == nil {
-		lines = strings.Split(strings.TrimSpace(string(b)), "\n")
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("worker: failpoints: %w", err)
+	if _, err := os.Stat(path); err == nil {
+		return failpoint.ReadState(path)
 	}
 	var out []failpoint.Term
-	for _, l := range lines {
-		if strings.TrimSpace(l) == "" {
-			continue
-		}
+	for _, l := range initial {
 		t, err := failpoint.Parse(l)
 		if err != nil {
 			return nil, err
@@ -228,15 +222,7 @@ func loadFailpoints(path string, initial []string) ([]failpoint.Term, error) {
 	return out, nil
 }
 
-// saveFailpoints writes the armed terms, one per line. A plain write is
-// enough: the page cache survives the process's SIGKILL.
+// saveFailpoints writes the armed terms, so they survive the process.
 func saveFailpoints(path string, terms []failpoint.Term) error {
-	var b strings.Builder
-	for _, t := range terms {
-		b.WriteString(t.String() + "\n")
-	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		return fmt.Errorf("worker: failpoints: %w", err)
-	}
-	return nil
+	return failpoint.WriteState(path, terms)
 }

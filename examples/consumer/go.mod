@@ -1,0 +1,24 @@
+module github.com/deliverycheck/deliverycheck/examples/consumer
+
+go 1.26.8
+
+require (
+	github.com/deliverycheck/deliverycheck v0.0.0 // failpoint.Inject marks the crash windows
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/twmb/franz-go v1.22.3
+)
+
+require (
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
+	golang.org/x/sync v0.25.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+)
+
+// The example lives in the harness's repository; a team would require a
+// released version instead.
+replace github.com/deliverycheck/deliverycheck => ../..

@@ -1,0 +1,105 @@
+package scenarios
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/deliverycheck/deliverycheck/checker"
+)
+
+// The example's scenarios are real files a team would write: they must
+// load, and resolve the command's directory against the file's.
+func TestExampleScenariosLoad(t *testing.T) {
+	for _, f := range []string{"scenario.yaml", "scenario-buggy.yaml"} {
+		path := filepath.Join("..", "examples", "consumer", f)
+		s, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := s.PipelineConfig()
+		c, ok := cfg.System.Consumers["inventory"]
+		if !ok || len(cfg.System.Transaction) != 2 || cfg.System.EffectsQuery == "" {
+			t.Fatalf("%s: system = %+v", f, cfg.System)
+		}
+		want, _ := filepath.Abs(filepath.Join("..", "examples", "consumer"))
+		if c.Dir != want {
+			t.Errorf("%s: dir = %q, want %q", f, c.Dir, want)
+		}
+		if got := cfg.System.Transaction[1].Args; !slices.Equal(got, []string{"event_id", "aggregate_id", "type", "payload", "source", "version"}) {
+			t.Errorf("%s: args = %q", f, got)
+		}
+		if fps := s.TeamFailpoints()["consumer-inventory-0"]; len(fps) != 2 {
+			t.Errorf("%s: team failpoints = %q", f, fps)
+		}
+	}
+	bad, err := Load(filepath.Join("..", "examples", "consumer", "scenario-buggy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad.Expect.Verdict != checker.Invalid || bad.Expect.Anomaly != checker.DuplicateEffect {
+		t.Errorf("buggy expect = %+v", bad.Expect)
+	}
+}
+
+func TestSystemErrors(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{
+			name: "external consumer without effects query",
+			yaml: "broker: kafka\nsystem:\n  consumer:\n    command: [./c]\n",
+			want: []string{"my.yaml:3: system.effects_query: missing"},
+		},
+		{
+			name: "unknown placeholder, on its item's line",
+			yaml: "broker: kafka\nsystem:\n  transaction:\n    - INSERT INTO t VALUES (:event_id)\n    - INSERT INTO t VALUES (:evnt)\n",
+			want: []string{"my.yaml:5: system.transaction[1]: unknown placeholder :evnt"},
+		},
+		{
+			name: "consumer of an unknown subscription",
+			yaml: "broker: kafka\nsystem:\n  consumers:\n    billing:\n      command: [./c]\n  effects_query: SELECT 1\n",
+			want: []string{"system.consumers.billing: \"billing\" is not a workload subscription"},
+		},
+		{
+			name: "command missing",
+			yaml: "broker: kafka\nsystem:\n  relay:\n    dir: x\n",
+			want: []string{"system.relay.command: missing"},
+		},
+		{
+			name: "unknown key under a command",
+			yaml: "broker: kafka\nsystem:\n  relay:\n    comand: [x]\n",
+			want: []string{"my.yaml:4: system.relay.comand: unknown field; did you mean command?"},
+		},
+		{
+			name: "team failpoint not declared",
+			yaml: "broker: kafka\nworkload: {subscriptions: [inv]}\nsystem:\n  consumer:\n    command: [./c]\n    failpoints: [after-commit]\n  effects_query: SELECT 1\nnemesis:\n  failpoints:\n    consumer-inv-0: after-comit=kill(1)\n",
+			want: []string{"nemesis.failpoints.consumer-inv-0: consumer-inv-0 declares no failpoint \"after-comit\"; did you mean after-commit?"},
+		},
+		{
+			name: "built-in failpoint name on a built-in worker still checked",
+			yaml: "broker: kafka\nnemesis:\n  failpoints:\n    relay-0: after-commit=kill(1)\n",
+			want: []string{"nemesis.failpoints.relay-0: unknown failpoint \"after-commit\""},
+		},
+		{
+			name: "poison events need a dead-letters query",
+			yaml: "broker: kafka\nworkload: {poison_ratio: 0.1}\nsystem:\n  consumer:\n    command: [./c]\n  effects_query: SELECT 1\n",
+			want: []string{"system.dead_letters_query: missing"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("my.yaml", []byte(tt.yaml))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error\n%v\nwant it to contain\n%s", err, w)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,184 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deliverycheck/deliverycheck/failpoint"
+	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/workloads/producer"
+	"github.com/deliverycheck/deliverycheck/workloads/supervisor"
+)
+
+// The environment an external component is started with: everything it
+// needs to join the run, with every endpoint behind the harness's proxies
+// so network faults reach it. docs/contract.md is the reference.
+const (
+	EnvRole         = "DELIVERYCHECK_ROLE"         // "relay" or "consumer"
+	EnvSubscription = "DELIVERYCHECK_SUBSCRIPTION" // consumers: the subscription, the "consumer" of its effect rows
+	EnvPostgresDSN  = "DELIVERYCHECK_POSTGRES_DSN" // the run's database
+	EnvBroker       = "DELIVERYCHECK_BROKER"       // "kafka" or "rabbitmq"
+	EnvKafkaBrokers = "DELIVERYCHECK_KAFKA_BROKERS"
+	EnvKafkaTopic   = "DELIVERYCHECK_KAFKA_TOPIC"
+	EnvKafkaGroup   = "DELIVERYCHECK_KAFKA_GROUP"     // consumers: the subscription's consumer group
+	EnvKafkaDLQ     = "DELIVERYCHECK_KAFKA_DLQ_TOPIC" // the dead-letter topic
+	EnvAMQPURL      = "DELIVERYCHECK_AMQP_URL"
+	EnvAMQPExchange = "DELIVERYCHECK_AMQP_EXCHANGE"
+	EnvAMQPQueue    = "DELIVERYCHECK_AMQP_QUEUE" // consumers: the subscription's queue
+	EnvSource       = "DELIVERYCHECK_EVENT_SOURCE"
+	EnvMaxAttempts  = "DELIVERYCHECK_MAX_ATTEMPTS"
+	EnvSeed         = "DELIVERYCHECK_SEED"
+)
+
+// EffectColumns are the columns an effects query may return; the first two
+// are required. aggregate_id and version default to the committed event's,
+// source to the producer's.
+var EffectColumns = []string{"event_id", "consumer", "aggregate_id", "version", "source"}
+
+// DeadLetterColumns are the columns a dead-letters query may return; the
+// first two are required.
+var DeadLetterColumns = []string{"event_id", "consumer", "reason"}
+
+// contractEnv is the environment of external worker name.
+func (r *Run) contractEnv(name, role, sub string) []string {
+	b := r.broker
+	env := map[string]string{
+		EnvRole:            role,
+		history.EnvProcess: name,
+		history.EnvFile:    filepath.Join(r.dir, HistoryDir, name+".jsonl"),
+		history.EnvBase:    strconv.FormatInt(r.base.UnixNano(), 10),
+		failpoint.EnvState: r.failpointState(name),
+		EnvPostgresDSN:     r.dsn,
+		EnvBroker:          b.Kind,
+		EnvSource:          producer.DefaultSource,
+		EnvMaxAttempts:     strconv.FormatInt(r.cfg.MaxAttempts, 10),
+		EnvSeed:            strconv.FormatUint(r.cfg.Seed^uint64(len(r.workers)+1)*0x9e3779b97f4a7c15, 10),
+	}
+	if sub != "" {
+		env[EnvSubscription] = sub
+	}
+	switch b.Kind {
+	case "kafka":
+		env[EnvKafkaBrokers] = b.URL
+		env[EnvKafkaTopic] = b.Namespace + ".events"
+		env[EnvKafkaDLQ] = b.Namespace + ".events.dlq"
+		if sub != "" {
+			env[EnvKafkaGroup] = b.Namespace + "." + sub
+		}
+	case "rabbitmq":
+		env[EnvAMQPURL] = b.URL
+		env[EnvAMQPExchange] = b.Namespace + ".events"
+		if sub != "" {
+			env[EnvAMQPQueue] = b.Namespace + "." + sub
+		}
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// failpointState is where worker name's armed failpoints are kept.
+func (r *Run) failpointState(name string) string {
+	return filepath.Join(r.dir, HistoryDir, name+".failpoints")
+}
+
+// startExternal starts a team's component as a supervised command, with
+// the failpoints the scenario arms for it in its state file.
+func (r *Run) startExternal(ctx context.Context, name, role, sub string, ext External) error {
+	var terms []failpoint.Term
+	for _, s := range r.cfg.Failpoints[name] {
+		t, err := failpoint.ParseAny(s)
+		if err != nil {
+			return fmt.Errorf("pipeline: %s: %w", name, err)
+		}
+		terms = append(terms, t)
+	}
+	state := r.failpointState(name)
+	if err := failpoint.WriteState(state, terms); err != nil {
+		return fmt.Errorf("pipeline: %s: %w", name, err)
+	}
+	env := r.contractEnv(name, role, sub)
+	for _, k := range slices.Sorted(maps.Keys(ext.Env)) {
+		env = append(env, k+"="+ext.Env[k])
+	}
+	if err := r.sup.StartCommand(ctx, name, supervisor.Command{Argv: ext.Command, Env: env, Dir: ext.Dir, FailpointState: state}); err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	r.workers = append(r.workers, name)
+	return nil
+}
+
+
+// checkSystem runs the team's setup SQL and checks the rest of the
+// contract against the database before any worker starts (so before any
+// fault): each transaction statement must prepare, each query must run
+// and return the columns it owes.
+func checkSystem(ctx context.Context, db *pgxpool.Pool, sys System) error {
+	if strings.TrimSpace(sys.Setup) != "" {
+		if _, err := db.Exec(ctx, sys.Setup); err != nil {
+			return fmt.Errorf("pipeline: system setup SQL: %w", err)
+		}
+	}
+	if len(sys.Consumers) > 0 && strings.TrimSpace(sys.EffectsQuery) == "" {
+		return errors.New("pipeline: external consumers need an effects query (system.effects_query)")
+	}
+	conn, err := db.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	defer conn.Release()
+	for i, st := range sys.Transaction {
+		if _, err := conn.Conn().Prepare(ctx, "", st.SQL); err != nil {
+			return fmt.Errorf("pipeline: system transaction statement %d: %w", i+1, err)
+		}
+	}
+	if err := checkColumns(ctx, conn.Conn(), "effects query", sys.EffectsQuery, EffectColumns); err != nil {
+		return err
+	}
+	return checkColumns(ctx, conn.Conn(), "dead-letters query", sys.DeadLettersQuery, DeadLetterColumns)
+}
+
+// checkColumns runs query with no rows and checks its column names: the
+// first two of cols are required, the rest optional, nothing else allowed.
+func checkColumns(ctx context.Context, conn *pgx.Conn, what, query string, cols []string) error {
+	if strings.TrimSpace(query) == "" {
+		return nil
+	}
+	rows, err := conn.Query(ctx, "SELECT * FROM ("+query+") AS q LIMIT 0")
+	if err != nil {
+		return fmt.Errorf("pipeline: %s: %w", what, err)
+	}
+	fields := rows.FieldDescriptions()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("pipeline: %s: %w", what, err)
+	}
+	var got []string
+	for _, f := range fields {
+		got = append(got, f.Name)
+	}
+	for _, c := range got {
+		if !slices.Contains(cols, c) {
+			return fmt.Errorf("pipeline: %s returns column %q, which is not one of %s (it returned %s)", what, c, strings.Join(cols, ", "), strings.Join(got, ", "))
+		}
+	}
+	for _, c := range cols[:2] {
+		if !slices.Contains(got, c) {
+			return fmt.Errorf("pipeline: %s must return column %q (it returned %s; want %s, optionally %s)", what, c, strings.Join(got, ", "), strings.Join(cols[:2], ", "), strings.Join(cols[2:], ", "))
+		}
+	}
+	return nil
+}
