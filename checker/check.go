@@ -223,12 +223,12 @@ type shard struct {
 	// ledger is the first effect row of each event per subscription, in
 	// final-read order (the ledger's applied order), for subscriptions
 	// whose consumers wrote no apply ops.
-	ledger []applyRec
-	series   seriesAcc
-	last     int32 // the event of the previous op, or -1
-	lastID   string
-	lastSub  int32 // the subscription of the previous op, or -1
-	recent   *[recentEvents]recentEvent
+	ledger  []applyRec
+	series  seriesAcc
+	last    int32 // the event of the previous op, or -1
+	lastID  string
+	lastSub int32 // the subscription of the previous op, or -1
+	recent  *[recentEvents]recentEvent
 	// Shard 0 only: ops without an event.
 	drain, final              string
 	faults, crashes, restarts int64

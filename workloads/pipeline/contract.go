@@ -121,7 +121,6 @@ func (r *Run) startExternal(ctx context.Context, name, role, sub string, ext Ext
 	return nil
 }
 
-
 // checkSystem runs the team's setup SQL and checks the rest of the
 // contract against the database before any worker starts (so before any
 // fault): each transaction statement must prepare, each query must run

@@ -88,7 +88,7 @@ type Config struct {
 	// before the drain stops waiting for events some subscription still
 	// misses; at least 10s (see Drain).
 	ExternalQuiet time.Duration
-	Seed  uint64
+	Seed          uint64
 }
 
 func (c *Config) defaults() error {
