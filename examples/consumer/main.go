@@ -24,12 +24,14 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/deliverycheck/deliverycheck/failpoint"
+	"github.com/deliverycheck/deliverycheck/history"
 )
 
 func main() {
@@ -78,15 +80,37 @@ func run(ctx context.Context, log *slog.Logger) error {
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// A crashed member keeps its partitions until its session times
+		// out; the default 45s would stall every restart that long.
+		kgo.SessionTimeout(6*time.Second),
+		kgo.HeartbeatInterval(time.Second),
 	)
 	if err != nil {
 		return fmt.Errorf("kafka: %w", err)
 	}
 	defer cl.Close()
+	// Optional: appending deliveries and acks to the run's history lets
+	// the report count redeliveries. Outside a run rec is nil.
+	rec, err := history.OpenFromEnv()
+	if err != nil {
+		return err
+	}
+	if rec != nil {
+		defer rec.Close()
+	}
+	record := func(f history.F, r *kgo.Record) {
+		if rec != nil {
+			rec.Record(history.OK, f, history.Value{Event: header(r, "event-id"), Consumer: cfg.subscription,
+				Partition: int64(r.Partition), Offset: r.Offset})
+		}
+	}
 	log.Info("consuming", "topic", cfg.topic, "group", cfg.group)
 	for {
 		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
+			// Polls block rebalances until allowed again, and leaving
+			// the group on Close is one.
+			cl.AllowRebalance()
 			return ctx.Err()
 		}
 		if errs := fetches.Errors(); len(errs) > 0 {
@@ -97,6 +121,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 			if failed != nil {
 				return
 			}
+			record(history.Deliver, r)
 			if err := handle(ctx, db, cfg.subscription, r); err != nil {
 				failed = err
 				return
@@ -104,7 +129,9 @@ func run(ctx context.Context, log *slog.Logger) error {
 			failpoint.InjectEvent("after-commit-before-ack", header(r, "event-id"))
 			if err := cl.CommitRecords(ctx, r); err != nil {
 				failed = fmt.Errorf("commit offset: %w", err)
+				return
 			}
+			record(history.Ack, r)
 		})
 		cl.AllowRebalance()
 		if failed != nil {

@@ -1,0 +1,95 @@
+package supervisor
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/failpoint"
+)
+
+func newSup(t *testing.T) *Supervisor {
+	t.Helper()
+	s, err := New(Config{Command: []string{"/bin/false"}, LogDir: t.TempDir(), RestartDelay: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.StopAll(ctx)
+	})
+	return s
+}
+
+// An external command gets its env and dir, is restarted after it dies,
+// and stops on SIGTERM.
+func TestStartCommand(t *testing.T) {
+	s := newSup(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "runs")
+	// Each incarnation appends a line, then the first one exits (a crash)
+	// and the second waits to be stopped.
+	script := `echo "$GREETING $(pwd)" >> runs; [ $(wc -l < runs) -ge 2 ] && exec sleep 60; exit 1`
+	if err := s.StartCommand(context.Background(), "consumer-x-0", Command{Argv: []string{"/bin/sh", "-c", script}, Env: []string{"GREETING=hello"}, Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(out)
+		if strings.Count(string(b), "\n") >= 2 {
+			if !strings.HasPrefix(string(b), "hello "+dir+"\n") {
+				t.Fatalf("runs = %q", b)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not restarted after exiting: runs = %q", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c, r := s.Stats("consumer-x-0"); c != 1 || r != 1 {
+		t.Errorf("crashes, restarts = %d, %d; want 1, 1", c, r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Stop(ctx, "consumer-x-0"); err != nil {
+		t.Fatalf("SIGTERM did not stop it: %v", err)
+	}
+}
+
+func TestStartCommandNotFound(t *testing.T) {
+	s := newSup(t)
+	err := s.StartCommand(context.Background(), "relay-0", Command{Argv: []string{"./no-such-relay"}, Dir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "no-such-relay") {
+		t.Fatalf("err = %v, want one naming the missing program", err)
+	}
+}
+
+// Arming an external worker rewrites its failpoint state file, term by
+// term.
+func TestArmExternal(t *testing.T) {
+	s := newSup(t)
+	state := filepath.Join(t.TempDir(), "fp")
+	if err := s.StartCommand(context.Background(), "relay-0", Command{Argv: []string{"/bin/sleep", "60"}, FailpointState: state}); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"arm after-publish=kill(2)", "arm before-mark=kill(0.5)", "arm after-publish=off"} {
+		if err := s.Send("relay-0", line); err != nil {
+			t.Fatal(err)
+		}
+	}
+	terms, err := failpoint.ReadState(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(terms) != 1 || terms[0].String() != "before-mark=kill(0.5)" {
+		t.Fatalf("state = %v", terms)
+	}
+	if err := s.Send("relay-0", "stop"); err == nil {
+		t.Error(`"stop" to an external worker: no error`)
+	}
+}
