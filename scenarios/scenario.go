@@ -456,7 +456,8 @@ func (s System) clone() System {
 
 // KnownBad reports whether any component is a deliberately broken variant.
 func (s Scenario) KnownBad() bool {
-	return s.Variants.Producer != producer.Outbox || s.Variants.Relay != relay.Polling || s.Variants.Consumer != consumer.Inbox
+	correctRelay := s.Variants.Relay == relay.Polling || s.Variants.Relay == relay.Debezium
+	return s.Variants.Producer != producer.Outbox || !correctRelay || s.Variants.Consumer != consumer.Inbox
 }
 
 // clone is a deep copy, so Set can fail without touching the original.

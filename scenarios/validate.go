@@ -122,6 +122,12 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	if isKafka && len(s.Broker.Unbound) > 0 {
 		fail("broker.unbound", "only RabbitMQ has bindings to leave out; Kafka delivers every record of the topic to every group")
 	}
+	if isRabbit && s.Variants.Relay == relay.Debezium {
+		fail("variants.relay", "the debezium relay is Kafka Connect's; use broker: kafka")
+	}
+	if s.Variants.Relay == relay.Debezium && s.Variants.Producer != producer.Outbox {
+		fail("variants.relay", "the debezium relay reads the outbox; variants.producer must be outbox, not %s", s.Variants.Producer)
+	}
 	if isKafka && s.Variants.Relay == relay.Unroutable {
 		fail("variants.relay", "unroutable only exists on rabbitmq (Kafka has no routing to get wrong)")
 	}

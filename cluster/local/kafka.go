@@ -476,12 +476,25 @@ func lockKafkaCache(ctx context.Context, root string) (unlock func(), err error)
 	return func() { f.Close() }, nil // closing the file drops the lock
 }
 
-// fetchKafkaJars runs mvn on the embedded pom into a temp dir next to dest
-// and renames it into place.
+// fetchKafkaJars fetches the broker jars of version into dest.
 func fetchKafkaJars(ctx context.Context, version, dest string) error {
+	if err := fetchMaven(ctx, kafkaPom, dest, "-Dkafka.version="+version); err != nil {
+		return fmt.Errorf("%w, or set KAFKA_HOME to a Kafka install", err)
+	}
+	if v, err := kafkaJarVersion(dest); err != nil || v != version {
+		os.RemoveAll(dest)
+		return fmt.Errorf("mvn fetched no kafka_2.13-%s.jar (got %q, %v)", version, v, err)
+	}
+	return nil
+}
+
+// fetchMaven runs mvn on pom into a temp dir next to dest, copying the
+// runtime dependencies, and renames it into place. The caller holds the
+// cache lock.
+func fetchMaven(ctx context.Context, pomXML []byte, dest string, props ...string) error {
 	mvn, err := exec.LookPath("mvn")
 	if err != nil {
-		return fmt.Errorf("mvn not found on PATH (install with: %s), or set KAFKA_HOME to a Kafka install", installMaven)
+		return fmt.Errorf("mvn not found on PATH (install with: %s)", installMaven)
 	}
 	if _, err := exec.LookPath("java"); err != nil {
 		return fmt.Errorf("java not found on PATH (install with: %s)", installJava)
@@ -496,13 +509,12 @@ func fetchKafkaJars(ctx context.Context, version, dest string) error {
 	}
 	defer os.RemoveAll(tmp)
 	pom := filepath.Join(tmp, "pom.xml")
-	if err := os.WriteFile(pom, kafkaPom, 0o644); err != nil {
+	if err := os.WriteFile(pom, pomXML, 0o644); err != nil {
 		return err
 	}
 	libs := filepath.Join(tmp, "libs")
-	cmd := exec.CommandContext(ctx, mvn, "-B", "-q", "-f", pom,
-		"dependency:copy-dependencies", "-DincludeScope=runtime",
-		"-DoutputDirectory="+libs, "-Dkafka.version="+version)
+	args := append([]string{"-B", "-q", "-f", pom, "dependency:copy-dependencies", "-DincludeScope=runtime", "-DoutputDirectory=" + libs}, props...)
+	cmd := exec.CommandContext(ctx, mvn, args...)
 	cmd.Dir = tmp
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -510,10 +522,36 @@ func fetchKafkaJars(ctx context.Context, version, dest string) error {
 	if err != nil {
 		return fmt.Errorf("mvn: %w\n%s", err, lastLines(out, 30))
 	}
-	if v, err := kafkaJarVersion(libs); err != nil || v != version {
-		return fmt.Errorf("mvn fetched no kafka_2.13-%s.jar (got %q, %v)", version, v, err)
-	}
 	return os.Rename(libs, dest)
+}
+
+// MavenJars returns a per-user cache directory (os.UserCacheDir()/
+// deliverycheck/<name>/libs) holding the runtime dependencies of pom,
+// fetched from Maven Central with mvn on first use: under the same lock,
+// into a temp dir renamed into place, as the broker's jars. props are -D
+// flags for mvn. Tools run next to the servers (Kafka Connect with
+// Debezium) get their jars this way.
+func MavenJars(ctx context.Context, name string, pom []byte, props ...string) (string, error) {
+	root, err := kafkaCacheRoot()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, name, "libs")
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		return dir, nil
+	}
+	unlock, err := lockKafkaCache(ctx, root)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
+	defer unlock()
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		return dir, nil // fetched while we waited for the lock
+	}
+	if err := fetchMaven(ctx, pom, dir, props...); err != nil {
+		return "", fmt.Errorf("%s: fetch jars: %w", name, err)
+	}
+	return dir, nil
 }
 
 // lastLines returns the last n lines of b.

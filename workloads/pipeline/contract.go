@@ -10,14 +10,17 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/workloads/debezium"
 	"github.com/deliverycheck/deliverycheck/workloads/producer"
 	"github.com/deliverycheck/deliverycheck/workloads/supervisor"
+	"github.com/deliverycheck/deliverycheck/workloads/worker"
 )
 
 // The environment an external component is started with: everything it
@@ -180,4 +183,41 @@ func checkColumns(ctx context.Context, conn *pgx.Conn, what, query string, cols 
 		}
 	}
 	return nil
+}
+
+// startDebezium starts Debezium's outbox event router in Kafka Connect as
+// relay name, through the same contract as a team's relay.
+func (r *Run) startDebezium(ctx context.Context, name string) error {
+	if r.cfg.Broker != "kafka" {
+		return fmt.Errorf("pipeline: the debezium relay needs kafka, not %s", r.cfg.Broker)
+	}
+	if r.dbz != nil {
+		return errors.New("pipeline: one debezium relay per run (it owns the replication slot)")
+	}
+	libs, err := debezium.Jars(ctx)
+	if err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	slotName := strings.Map(func(c rune) rune {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
+			return c
+		}
+		return '_'
+	}, r.cfg.Name)
+	c := debezium.Config{
+		Dir:         filepath.Join(r.dir, "debezium"),
+		PostgresDSN: r.dsn,
+		Bootstrap:   r.broker.URL,
+		Topic:       r.broker.Namespace + ".events",
+		Name:        "dc_" + slotName,
+		// A wide window between publishing and flushing the position,
+		// so a kill -9 nearly always republishes.
+		FlushInterval: 5 * time.Second,
+	}
+	argv, err := c.Command(libs)
+	if err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	r.dbz = &c
+	return r.startExternal(ctx, name, worker.RoleRelay, "", External{Command: argv})
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/workloads/consumer"
+	"github.com/deliverycheck/deliverycheck/workloads/debezium"
 	"github.com/deliverycheck/deliverycheck/workloads/producer"
 	"github.com/deliverycheck/deliverycheck/workloads/relay"
 	"github.com/deliverycheck/deliverycheck/workloads/schema"
@@ -193,6 +194,7 @@ type Run struct {
 	sup     *supervisor.Supervisor
 	log     *slog.Logger
 	workers []string
+	dbz     *debezium.Config // the debezium relay's, if it runs
 }
 
 // HistoryDir is where a run's history files go, under its run dir.
@@ -284,6 +286,12 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 	}
 	for i := range cfg.Relays {
 		name := fmt.Sprintf("relay-%d", i)
+		if cfg.RelayVariant == relay.Debezium {
+			if err := r.startDebezium(ctx, name); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if ext := cfg.System.Relay; ext != nil {
 			if err := r.startExternal(ctx, name, worker.RoleRelay, "", *ext); err != nil {
 				return nil, err
@@ -295,6 +303,18 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		if err := r.start(ctx, spec); err != nil {
 			return nil, err
 		}
+	}
+	if r.dbz != nil {
+		// The connector takes no snapshot: what commits before it
+		// streams would never be relayed.
+		start := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		err := debezium.WaitReady(wctx, r.db, *r.dbz)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("pipeline: %w (see logs/relay-0.log)", err)
+		}
+		r.log.Info("debezium relay streaming", "took", time.Since(start).Round(time.Millisecond))
 	}
 	for i := range cfg.Producers {
 		spec := r.spec(worker.RoleProducer, fmt.Sprintf("producer-%d", i))
@@ -424,6 +444,9 @@ type progress struct {
 	// (the sum of the aggregates' versions: each commit adds one), and
 	// the fewest events any subscription has applied or dead-lettered.
 	teamEffects, committed, resolvedMin int64
+	// relayDown: the debezium relay is not streaming (its replication
+	// slot is inactive: Connect is restarting), so the quiet means nothing.
+	relayDown bool
 }
 
 func (r *Run) progress(ctx context.Context, since time.Time) (progress, error) {
@@ -442,16 +465,30 @@ func (r *Run) progress(ctx context.Context, since time.Time) (progress, error) {
 			return p, err
 		}
 	}
+	if r.dbz != nil {
+		var active bool
+		err := r.db.QueryRow(ctx, `SELECT coalesce(bool_or(active), false) FROM pg_replication_slots WHERE slot_name = $1`, r.dbz.Slot()).Scan(&active)
+		if err != nil {
+			return p, fmt.Errorf("drain: %w", err)
+		}
+		p.relayDown = !active
+	}
 	p.backlog, err = worker.Backlog(ctx, r.broker)
 	return p, err
 }
 
-// external reports whether any component is a team's.
-func (r *Run) external() bool { return r.cfg.System.Relay != nil || len(r.cfg.System.Consumers) > 0 }
+// external reports whether any component is not the built-in pipeline's.
+func (r *Run) external() bool { return r.externalRelay() || len(r.cfg.System.Consumers) > 0 }
+
+// externalRelay reports whether the relay is a team's or Debezium, which
+// cannot tell the drain it is idle.
+func (r *Run) externalRelay() bool {
+	return r.cfg.System.Relay != nil || r.cfg.RelayVariant == relay.Debezium
+}
 
 // builtinRelays is how many relays note their idle polls in relay_idle.
 func (r *Run) builtinRelays() int64 {
-	if r.cfg.System.Relay != nil {
+	if r.externalRelay() {
 		return 0
 	}
 	return int64(r.cfg.Relays)
@@ -513,7 +550,8 @@ func (r *Run) teamProgress(ctx context.Context, p *progress) error {
 // when every subscription has applied or dead-lettered as many events as
 // were committed and nothing moved for Quiet, or when nothing moved for
 // ExternalQuiet (at least 10s: long enough for a crashed component to
-// start again), whichever comes first. It records the outcome as a drain
+// start again), whichever comes first. The debezium relay's quiet only
+// counts while its replication slot is active (Connect is streaming). It records the outcome as a drain
 // op: ok when complete, info when the deadline passed (the checker then
 // cannot call the run valid).
 func (r *Run) Drain(ctx context.Context) (bool, error) {
@@ -533,11 +571,11 @@ func (r *Run) Drain(ctx context.Context) (bool, error) {
 		p, err := r.progress(ctx, start)
 		lastErr = err
 		quiet := r.cfg.Quiet
-		if r.cfg.System.Relay != nil && p.resolvedMin < p.committed {
+		if r.externalRelay() && p.resolvedMin < p.committed {
 			quiet = r.externalQuiet()
 		}
 		switch {
-		case err != nil || p.backlog > 0 || p.idleRelays < r.builtinRelays():
+		case err != nil || p.backlog > 0 || p.idleRelays < r.builtinRelays() || p.relayDown:
 			last, since = p, time.Now()
 		case p != last:
 			last, since = p, time.Now()
@@ -638,6 +676,11 @@ func (r *Run) Close() error {
 	if r.sup != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		errs = append(errs, r.sup.StopAll(ctx))
+		cancel()
+	}
+	if r.dbz != nil && r.db != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		errs = append(errs, debezium.Drop(ctx, r.db, *r.dbz))
 		cancel()
 	}
 	if r.db != nil {

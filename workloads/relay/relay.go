@@ -35,10 +35,15 @@ const (
 	// Unroutable is known-bad: confirms without mandatory, so a message
 	// with no bound queue is confirmed and dropped.
 	Unroutable Variant = "unroutable"
+	// Debezium is correct and not this package's: Debezium's outbox event
+	// router in Kafka Connect reads the outbox from the WAL (package
+	// workloads/debezium). At-least-once: a crash before its offsets are
+	// flushed republishes.
+	Debezium Variant = "debezium"
 )
 
 // Variants lists every relay variant.
-func Variants() []Variant { return []Variant{Polling, HighWaterMark, Unconfirmed, Unroutable} }
+func Variants() []Variant { return []Variant{Polling, HighWaterMark, Unconfirmed, Unroutable, Debezium} }
 
 // ParseVariant checks a variant name.
 func ParseVariant(s string) (Variant, error) {
@@ -47,7 +52,7 @@ func ParseVariant(s string) (Variant, error) {
 			return v, nil
 		}
 	}
-	return "", fmt.Errorf("relay: unknown variant %q (valid: polling, high-water-mark, unconfirmed, unroutable)", s)
+	return "", fmt.Errorf("relay: unknown variant %q (valid: polling, high-water-mark, unconfirmed, unroutable, debezium)", s)
 }
 
 // Config tunes one relay process.
@@ -84,6 +89,9 @@ type Relay struct {
 func New(cfg Config, db *pgxpool.Pool, pub broker.Publisher, rec *history.Recorder, fp *failpoint.Set) (*Relay, error) {
 	if _, err := ParseVariant(string(cfg.Variant)); err != nil {
 		return nil, err
+	}
+	if cfg.Variant == Debezium {
+		return nil, errors.New("relay: the debezium relay runs in Kafka Connect (workloads/debezium), not in a worker")
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 100
