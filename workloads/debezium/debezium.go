@@ -90,15 +90,15 @@ func (c Config) Command(libs string) ([]string, error) {
 		return nil, fmt.Errorf("debezium: %w", err)
 	}
 	worker := props{
-		"bootstrap.servers":                 c.Bootstrap,
-		"key.converter":                     "org.apache.kafka.connect.storage.StringConverter",
-		"value.converter":                   "org.apache.kafka.connect.storage.StringConverter",
-		"header.converter":                  "org.apache.kafka.connect.storage.SimpleHeaderConverter",
-		"offset.storage.file.filename":      filepath.Join(c.Dir, "offsets"),
-		"offset.flush.interval.ms":          strconv.FormatInt(flush.Milliseconds(), 10),
+		"bootstrap.servers":            c.Bootstrap,
+		"key.converter":                "org.apache.kafka.connect.storage.StringConverter",
+		"value.converter":              "org.apache.kafka.connect.storage.StringConverter",
+		"header.converter":             "org.apache.kafka.connect.storage.SimpleHeaderConverter",
+		"offset.storage.file.filename": filepath.Join(c.Dir, "offsets"),
+		"offset.flush.interval.ms":     strconv.FormatInt(flush.Milliseconds(), 10),
 		// Connect always serves its REST API; the harness does not use
 		// it, so any free port on loopback will do.
-		"listeners": "http://127.0.0.1:0",
+		"listeners":                         "http://127.0.0.1:0",
 		"task.shutdown.graceful.timeout.ms": "2000",
 		// acks=all and idempotence, as the built-in relay publishes.
 		"producer.acks":               "all",

@@ -43,7 +43,9 @@ const (
 )
 
 // Variants lists every relay variant.
-func Variants() []Variant { return []Variant{Polling, HighWaterMark, Unconfirmed, Unroutable, Debezium} }
+func Variants() []Variant {
+	return []Variant{Polling, HighWaterMark, Unconfirmed, Unroutable, Debezium}
+}
 
 // ParseVariant checks a variant name.
 func ParseVariant(s string) (Variant, error) {
