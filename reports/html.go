@@ -84,6 +84,7 @@ type view struct {
 	Faults        []faultRow
 	MoreFaults    int // fault windows beyond the table (all are in results.json)
 	Processes     []processRow
+	External      []externalRow
 	Cuts          []string
 }
 
@@ -150,6 +151,10 @@ type faultRow struct {
 	Name, Target, Start, End, Duration, Detail string
 }
 
+type externalRow struct {
+	Workers, Command, Crashes string
+}
+
 type processRow struct {
 	Name, Role        string
 	Ops               int64
@@ -203,6 +208,9 @@ func newView(run Run, res *checker.Result) view {
 			row.End, row.Duration = fmtNs(f.End), time.Duration(f.End-f.Start).Round(time.Millisecond).String()
 		}
 		v.Faults = append(v.Faults, row)
+	}
+	for _, e := range run.External {
+		v.External = append(v.External, externalRow{Workers: strings.Join(e.Workers, ", "), Command: e.Command, Crashes: e.Crashes()})
 	}
 	for _, p := range run.Processes {
 		v.Processes = append(v.Processes, processRow{Name: p.Name, Role: p.Role, Ops: p.Ops, Crashes: p.Crashes, Restarts: p.Restarts, Log: p.Log})

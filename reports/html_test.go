@@ -264,6 +264,7 @@ func TestHTMLEscapesUntrustedText(t *testing.T) {
 	}
 	run.linkLogs(dir)
 	run.HarnessError = xssScript + "\n" + xssAttr
+	run.External = []External{{Workers: []string{"consumer-x-0"}, Command: "./consumer " + xssAttr, Failpoints: []string{xssScript}}}
 	var b bytes.Buffer
 	if err := HTML(&b, run, f.result()); err != nil {
 		t.Fatal(err)
@@ -283,6 +284,9 @@ func TestHTMLEscapesUntrustedText(t *testing.T) {
 		if !strings.Contains(page, s) {
 			t.Errorf("page does not show %q escaped", s)
 		}
+	}
+	if !strings.Contains(page, "Components under test") {
+		t.Error("the external component is not shown")
 	}
 	if !strings.Contains(page, `href="logs/consumer-email%27%22%3e%3csvg%20onload=alert%282%29%3e-0.log"`) {
 		t.Errorf("log link not URL-escaped:\n%s", grepLines(page, "href="))

@@ -42,6 +42,9 @@ type Run struct {
 	Marks []Mark `json:"marks"`
 	// Processes are every process that took part, sorted by name.
 	Processes []Process `json:"processes"`
+	// External lists the components that are not deliverycheck's own
+	// code (a team's commands, Debezium), and how crash faults reach them.
+	External []External `json:"external,omitempty"`
 	// HarnessError is set when the harness itself failed (a server did not
 	// start, the run was interrupted): the verdict is then at best unknown.
 	HarnessError string `json:"harness_error,omitempty"`
@@ -97,6 +100,25 @@ type Process struct {
 	// Log is the process's log, relative to the run folder
 	// (logs/<name>.log), empty when there is none.
 	Log string `json:"log,omitempty"`
+}
+
+// External is one component under test that deliverycheck did not write.
+type External struct {
+	// Workers are the worker names it runs as (relay-0, consumer-x-0).
+	Workers []string `json:"workers"`
+	// Command is what starts it.
+	Command string `json:"command"`
+	// Failpoints are the crash windows it marks with failpoint.Inject;
+	// none means crash faults on it are SIGKILLs at random points.
+	Failpoints []string `json:"failpoints,omitempty"`
+}
+
+// Crashes says how crash faults reach the component, for a reader.
+func (e External) Crashes() string {
+	if len(e.Failpoints) == 0 {
+		return "no failpoints declared: crash faults on it are SIGKILLs at random points"
+	}
+	return "failpoints: " + strings.Join(e.Failpoints, ", ")
 }
 
 // File names inside a run folder.

@@ -37,6 +37,9 @@ type Spec struct {
 	// Images overrides the containers runtime's image per server.
 	Images map[string]string
 	Seed   int64
+	// External describes the components that are not deliverycheck's own,
+	// for the report.
+	External []reports.External
 }
 
 // Options say where and how to run.
@@ -97,7 +100,7 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	out := &Outcome{Dir: dir}
 	meta := reports.Run{
 		Scenario: spec.Name, Description: spec.Description, Seed: spec.Seed,
-		Command: opts.Command, Started: time.Now().UTC(), Guarantees: spec.Guarantees,
+		Command: opts.Command, Started: time.Now().UTC(), Guarantees: spec.Guarantees, External: spec.External,
 		Environment: reports.Environment{Runtime: opts.Runtime, Harness: harnessVersion(), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
 	}
 	defer func() {

@@ -2,11 +2,15 @@ package runner
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/nemesis"
+	"github.com/deliverycheck/deliverycheck/reports"
 	"github.com/deliverycheck/deliverycheck/scenarios"
+	"github.com/deliverycheck/deliverycheck/workloads/debezium"
 	"github.com/deliverycheck/deliverycheck/workloads/pipeline"
+	"github.com/deliverycheck/deliverycheck/workloads/relay"
 )
 
 // FromScenario resolves a scenario into a Spec: its pipeline, its fixed
@@ -48,6 +52,7 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 		return Spec{}, fmt.Errorf("runner: scenario %s has no seed", s.Name)
 	}
 	return Spec{
+		External:    external(s, cfg),
 		Name:        s.Name,
 		Description: s.Description,
 		Pipeline:    cfg,
@@ -57,4 +62,35 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 		Guarantees:  s.CheckGuarantees(),
 		Seed:        int64(s.Seed),
 	}, nil
+}
+
+// external lists what in s is not deliverycheck's own code.
+func external(s scenarios.Scenario, cfg pipeline.Config) []reports.External {
+	workers, err := pipeline.WorkerNames(cfg)
+	if err != nil {
+		return nil
+	}
+	team := s.TeamFailpoints()
+	var out []reports.External
+	add := func(prefix, command string, failpoints []string) {
+		e := reports.External{Command: command, Failpoints: failpoints}
+		for _, w := range workers {
+			if strings.HasPrefix(w, prefix) {
+				e.Workers = append(e.Workers, w)
+			}
+		}
+		out = append(out, e)
+	}
+	if cfg.RelayVariant == relay.Debezium {
+		add("relay-", "Kafka Connect "+debezium.ConnectVersion+" standalone, Debezium "+debezium.Version+" PostgreSQL connector with the outbox event router", nil)
+	}
+	if c := cfg.System.Relay; c != nil {
+		add("relay-", strings.Join(c.Command, " "), team["relay-0"])
+	}
+	for _, sub := range cfg.Subscriptions {
+		if c, ok := cfg.System.Consumers[sub]; ok {
+			add("consumer-"+sub+"-", strings.Join(c.Command, " "), team["consumer-"+sub+"-0"])
+		}
+	}
+	return out
 }
