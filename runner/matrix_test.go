@@ -13,6 +13,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/scenarios"
+	"github.com/deliverycheck/deliverycheck/workloads/relay"
 )
 
 // matrixDuration keeps each scenario short in CI; faults scheduled later
@@ -85,6 +86,18 @@ func TestDetectionMatrix(t *testing.T) {
 			}
 			if len(s.Nemesis.Failpoints) > 0 && r.Counts.Crashes == 0 {
 				t.Error("failpoints were armed but no crash is in the history")
+			}
+			if s.Variants.Relay == relay.Debezium && r.Counts.Crashes > 0 && r.Valid == checker.Valid {
+				// At-least-once: a killed Connect republishes what it
+				// had not flushed, and the report counts it.
+				var redelivered int64
+				for _, sub := range r.Subscriptions {
+					redelivered += sub.Redelivered
+				}
+				if redelivered == 0 {
+					t.Error("Debezium was killed but no event was redelivered")
+				}
+				t.Logf("redelivered: %d", redelivered)
 			}
 			if n := len(s.Nemesis.Timeline); n > 0 && r.Counts.Faults == 0 {
 				t.Errorf("%d timeline faults, none in the history", n)
