@@ -35,6 +35,7 @@ vet:
 compile: vet
 	$(GO) test -count=1 -c -o $(CURDIR)/.testbin/ ./... >/dev/null
 	rm -rf $(CURDIR)/.testbin
+	cd examples/consumer && $(GO) vet ./... && $(GO) vet -tags buggy ./...
 
 # Both runtimes are tested: the containers one must be there, not skipped.
 # Building the images (mostly download and unpack) overlaps with compiling.
@@ -56,6 +57,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseStep -fuzztime 30s ./nemesis
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./failpoint
 	$(GO) test -run '^$$' -fuzz FuzzValidate -fuzztime 30s ./workloads/consumer
+	$(GO) test -run '^$$' -fuzz FuzzBind -fuzztime 30s ./workloads/producer
 
 # Every built-in scenario over 20 seeds: detection rate per known-bad cell,
 # false positives of the correct ones (about an hour; not part of CI).

@@ -11,6 +11,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/cluster/containers"
 	"github.com/deliverycheck/deliverycheck/cluster/local"
+	"github.com/deliverycheck/deliverycheck/workloads/debezium"
 )
 
 func newDoctorCmd() *cobra.Command {
@@ -76,7 +77,7 @@ func newDepsCmd() *cobra.Command {
 	var kafkaVersion string
 	cmd := &cobra.Command{
 		Use:   "deps",
-		Short: "Fetch and prepare what the local runtime needs beyond Debian packages (the Kafka broker jars)",
+		Short: "Fetch and prepare what runs need beyond Debian packages (the Kafka broker jars; Kafka Connect and Debezium for the debezium relay)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir, err := local.PrepareKafka(cmd.Context(), kafkaVersion)
@@ -84,6 +85,11 @@ func newDepsCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "kafka %s ready (jars fetched, storage and class cache prepared in %s)\n", kafkaVersion, dir)
+			libs, err := debezium.Jars(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "debezium %s on kafka connect %s ready (jars in %s)\n", debezium.Version, debezium.ConnectVersion, libs)
 			return nil
 		},
 	}
