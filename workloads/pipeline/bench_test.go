@@ -15,6 +15,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/cluster/local"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/workloads/relay"
 )
 
 // benchClients is the concurrency of both the pipeline's producers and
@@ -30,7 +31,7 @@ func BenchmarkPipeline(b *testing.B) {
 		b.Run(br, func(b *testing.B) {
 			var rate, p50, p99 float64
 			for b.Loop() {
-				rate, p50, p99 = benchRun(b, br, 5*time.Second)
+				rate, p50, p99, _ = benchRun(b, br, 5*time.Second, nil)
 			}
 			b.ReportMetric(rate, "events/s")
 			b.ReportMetric(p50, "p50-ms")
@@ -39,7 +40,29 @@ func BenchmarkPipeline(b *testing.B) {
 	}
 }
 
-func benchRun(b *testing.B, br string, d time.Duration) (rate, p50, p99 float64) {
+// BenchmarkRelay compares the Debezium relay with the built-in polling
+// relay on Kafka over the same run length: end-to-end events/s with
+// producers flat out (the relay is then the bottleneck or not), and the
+// time Start takes, which for Debezium includes Kafka Connect's start and
+// its replication slot beginning to stream.
+func BenchmarkRelay(b *testing.B) {
+	for _, v := range []relay.Variant{relay.Polling, relay.Debezium} {
+		b.Run(string(v), func(b *testing.B) {
+			var rate, p50, p99, start float64
+			for b.Loop() {
+				rate, p50, p99, start = benchRun(b, "kafka", 5*time.Second, func(c *Config) { c.RelayVariant = v })
+			}
+			b.ReportMetric(rate, "events/s")
+			b.ReportMetric(p50, "p50-ms")
+			b.ReportMetric(p99, "p99-ms")
+			b.ReportMetric(start, "start-s")
+		})
+	}
+}
+
+// benchRun runs one measured window and returns events/s, commit→apply
+// latency percentiles and how long Start took (seconds).
+func benchRun(b *testing.B, br string, d time.Duration, tweak func(*Config)) (rate, p50, p99, startSecs float64) {
 	cl := servers.Get(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -51,11 +74,16 @@ func benchRun(b *testing.B, br string, d time.Duration) (rate, p50, p99 float64)
 		// keeps order.
 		cfg.Consumers, cfg.ConsumerWorkers = 2, 4
 	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	dir := b.TempDir()
+	began := time.Now()
 	r, err := Start(ctx, cl, dir, cfg, workerCmd(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
+	startSecs = time.Since(began).Seconds()
 	defer r.Close()
 	time.Sleep(d) // the measured window: producers run flat out
 	if _, err := r.Finish(ctx); err != nil {
@@ -91,7 +119,7 @@ func benchRun(b *testing.B, br string, d time.Duration) (rate, p50, p99 float64)
 		b.Fatal("nothing applied")
 	}
 	slices.Sort(lat)
-	return float64(len(lat)) / (float64(last-first) / 1e9), lat[len(lat)/2], lat[len(lat)*99/100]
+	return float64(len(lat)) / (float64(last-first) / 1e9), lat[len(lat)/2], lat[len(lat)*99/100], startSecs
 }
 
 // BenchmarkPgbenchInsert is the yardstick: pgbench with a one-row insert
