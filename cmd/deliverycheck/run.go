@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/runner"
 	"github.com/deliverycheck/deliverycheck/scenarios"
+	"github.com/deliverycheck/deliverycheck/workloads/pipeline"
 )
 
 // runFlags are the flags run and suite share.
@@ -152,6 +154,9 @@ writes what it has.`,
 			printOutcome(out, s, o)
 			code := o.ExitCode()
 			if o.HarnessErr != nil && o.Result == nil {
+				if errors.Is(o.HarnessErr, pipeline.ErrContract) {
+					return withCode(exitBadInput, o.HarnessErr)
+				}
 				return withCode(exitHarness, o.HarnessErr)
 			}
 			if code != exitValid {

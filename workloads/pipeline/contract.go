@@ -43,6 +43,11 @@ const (
 	EnvSeed         = "DELIVERYCHECK_SEED"
 )
 
+// ErrContract marks an error in what the scenario says about the system
+// under test (its SQL, its queries, its commands), found by Start before
+// any worker runs: bad input, not a harness failure.
+var ErrContract = errors.New("system under test")
+
 // EffectColumns are the columns an effects query may return; the first two
 // are required. aggregate_id and version default to the committed event's,
 // source to the producer's.
@@ -118,7 +123,7 @@ func (r *Run) startExternal(ctx context.Context, name, role, sub string, ext Ext
 		env = append(env, k+"="+ext.Env[k])
 	}
 	if err := r.sup.StartCommand(ctx, name, supervisor.Command{Argv: ext.Command, Env: env, Dir: ext.Dir, FailpointState: state}); err != nil {
-		return fmt.Errorf("pipeline: %w", err)
+		return fmt.Errorf("%w: pipeline: %w", ErrContract, err)
 	}
 	r.workers = append(r.workers, name)
 	return nil
@@ -129,6 +134,13 @@ func (r *Run) startExternal(ctx context.Context, name, role, sub string, ext Ext
 // fault): each transaction statement must prepare, each query must run
 // and return the columns it owes.
 func checkSystem(ctx context.Context, db *pgxpool.Pool, sys System) error {
+	if err := checkSystemSQL(ctx, db, sys); err != nil {
+		return fmt.Errorf("%w: %w", ErrContract, err)
+	}
+	return nil
+}
+
+func checkSystemSQL(ctx context.Context, db *pgxpool.Pool, sys System) error {
 	if strings.TrimSpace(sys.Setup) != "" {
 		if _, err := db.Exec(ctx, sys.Setup); err != nil {
 			return fmt.Errorf("pipeline: system setup SQL: %w", err)

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -78,6 +79,9 @@ func TestContractErrors(t *testing.T) {
 			if err == nil {
 				r.Close()
 				t.Fatal("Start succeeded")
+			}
+			if !errors.Is(err, ErrContract) {
+				t.Errorf("error %q is not an ErrContract (bad input)", err)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {
