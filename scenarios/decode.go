@@ -107,7 +107,12 @@ func (s *Scenario) Set(path, value string) error {
 	d := &decoder{file: "--set", lines: map[string]int{}, budget: maxNodes}
 	switch {
 	case f == nil: // an entry of a free-key mapping (nemesis.failpoints.<worker>)
-		parent.entry(d, &c, key, listNode(value), path)
+		n, err := parent.entryNode(value)
+		if err != nil {
+			d.fail(nil, path, "want YAML: %v", err)
+			break
+		}
+		parent.entry(d, &c, key, n, path)
 	case f.scalar == nil && f.entry == nil:
 		var names []string
 		for _, sub := range f.fields() {
@@ -121,8 +126,10 @@ func (s *Scenario) Set(path, value string) error {
 		if err := yaml.Unmarshal([]byte(value), &n); err != nil {
 			d.fail(nil, path, "want a YAML mapping such as {relay-0: [relay.before-publish]}: %v", err)
 		} else {
-			// The whole mapping replaces the armed failpoints.
-			c.Nemesis.Failpoints = nil
+			// The whole mapping replaces the old one.
+			if f.reset != nil {
+				f.reset(&c)
+			}
 			if len(n.Content) > 0 {
 				d.mapping(&c, n.Content[0], path, nil, f.entry)
 			}
@@ -216,6 +223,39 @@ type field struct {
 	enter func(s *Scenario)
 	// list marks a list value: --set splits it on ',' and ';'.
 	list bool
+	// For a free-key mapping: what a key stands for in Paths ("worker"),
+	// how --set reads one entry's value (entryScalar: as is; entryYAML: as
+	// YAML; else a list), and reset empties the mapping before --set
+	// replaces it whole.
+	keyName    string
+	entryValue entryKind
+	reset      func(s *Scenario)
+}
+
+type entryKind int
+
+const (
+	entryList entryKind = iota
+	entryScalar
+	entryYAML
+)
+
+// entryNode is a --set value for one entry of f.
+func (f *field) entryNode(value string) (*yaml.Node, error) {
+	switch f.entryValue {
+	case entryScalar:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: value}, nil
+	case entryYAML:
+		var n yaml.Node
+		if err := yaml.Unmarshal([]byte(value), &n); err != nil {
+			return nil, err
+		}
+		if len(n.Content) == 0 {
+			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"}, nil
+		}
+		return n.Content[0], nil
+	}
+	return listNode(value), nil
 }
 
 // mapping decodes n into s, with fs as the valid keys (or entry for free
@@ -716,7 +756,7 @@ func systemFields() []field {
 				return s.System.Consumer
 			})
 		}},
-		{key: "consumers", entry: func(d *decoder, s *Scenario, sub string, n *yaml.Node, path string) {
+		{key: "consumers", keyName: "subscription", entryValue: entryYAML, reset: func(s *Scenario) { s.System.Consumers = nil }, entry: func(d *decoder, s *Scenario, sub string, n *yaml.Node, path string) {
 			d.value(s, n, path, field{key: sub, fields: func() []field {
 				return commandFields(func(s *Scenario) *Command {
 					if s.System.Consumers == nil {
@@ -748,7 +788,7 @@ func commandFields(get func(*Scenario) *Command) []field {
 			}
 			get(s).Command = vs
 		}},
-		{key: "env", entry: func(d *decoder, s *Scenario, key string, n *yaml.Node, path string) {
+		{key: "env", keyName: "name", entryValue: entryScalar, reset: func(s *Scenario) { get(s).Env = nil }, entry: func(d *decoder, s *Scenario, key string, n *yaml.Node, path string) {
 			n = d.resolve(n, path)
 			if n == nil {
 				return
@@ -832,7 +872,7 @@ func nemesisFields() []field {
 				}
 			}
 		}},
-		{key: "failpoints", entry: decodeFailpoints},
+		{key: "failpoints", entry: decodeFailpoints, reset: func(s *Scenario) { s.Nemesis.Failpoints = nil }},
 		durationField("restart_delay", func(s *Scenario) *time.Duration { return &s.Nemesis.RestartDelay }, false),
 	}
 }
@@ -1033,7 +1073,7 @@ func Paths() []string {
 				out = append(out, p)
 			}
 			if f.entry != nil {
-				out = append(out, p+".<worker>")
+				out = append(out, p+".<"+cmp.Or(f.keyName, "worker")+">")
 			}
 			if f.fields != nil {
 				walk(p, f.fields())

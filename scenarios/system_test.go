@@ -103,3 +103,42 @@ func TestSystemErrors(t *testing.T) {
 		})
 	}
 }
+
+// --set reaches every part of system:, e.g. to run another build.
+func TestSetSystem(t *testing.T) {
+	s, err := Load(filepath.Join("..", "examples", "consumer", "scenario.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range [][2]string{
+		{"system.consumer.command", "./bin/consumer-buggy"},
+		{"system.consumer.env.LOG_LEVEL", "debug"},
+		{"system.consumers.inventory", "{command: [./bin/other], failpoints: [after-commit-before-ack, after-effect-before-commit, before-fetch]}"},
+		{"system.effects_query", "SELECT event_id, consumer FROM moves"},
+	} {
+		if err := s.Set(kv[0], kv[1]); err != nil {
+			t.Fatalf("--set %s=%s: %v", kv[0], kv[1], err)
+		}
+	}
+	if got := s.System.Consumer.Command; !slices.Equal(got, []string{"./bin/consumer-buggy"}) {
+		t.Errorf("consumer command = %q", got)
+	}
+	if s.System.Consumer.Env["LOG_LEVEL"] != "debug" {
+		t.Errorf("consumer env = %v", s.System.Consumer.Env)
+	}
+	if c := s.System.Consumers["inventory"]; c == nil || c.Command[0] != "./bin/other" {
+		t.Errorf("consumers.inventory = %+v", c)
+	}
+	// The per-subscription command wins, and its failpoints are what the
+	// random schedule may arm.
+	if fps := s.TeamFailpoints()["consumer-inventory-0"]; len(fps) != 3 || fps[2] != "before-fetch" {
+		t.Errorf("team failpoints = %q", fps)
+	}
+	err = s.Set("system.consumers.billing", "{command: [./x]}")
+	if err == nil || !strings.Contains(err.Error(), `"billing" is not a workload subscription`) {
+		t.Errorf("unknown subscription: %v", err)
+	}
+	if !slices.Contains(Paths(), "system.consumers.<subscription>") || !slices.Contains(Paths(), "system.relay.env.<name>") {
+		t.Errorf("Paths() = %q", Paths())
+	}
+}
