@@ -2,7 +2,8 @@
 # Installs what deliverycheck's local runtime needs on Debian/Ubuntu:
 # PostgreSQL, RabbitMQ, a Java runtime and Maven (for the Kafka broker jars),
 # Chromium (the reports tests open report.html in it headless; works with
-# --no-install-recommends), then fetches the Kafka jars from Maven Central into the user cache.
+# --no-install-recommends), then fetches the Kafka broker jars and Kafka Connect with
+# Debezium (the debezium relay) from Maven Central into the user cache.
 # Idempotent and quick when everything is already there.
 set -euo pipefail
 
@@ -40,5 +41,5 @@ if [ "${#want[@]}" -gt 0 ]; then
 	[ -n "$created_policy" ] && $sudo rm -f "$policy"
 fi
 
-# The Kafka jars: fetched once into ~/.cache/deliverycheck (or from KAFKA_HOME).
+# The Kafka and Debezium jars: fetched once into ~/.cache/deliverycheck.
 go run ./cmd/deliverycheck deps
