@@ -525,6 +525,18 @@ func fetchMaven(ctx context.Context, pomXML []byte, dest string, props ...string
 	return os.Rename(libs, dest)
 }
 
+// MavenJarsStatus says where MavenJars(name) keeps its jars and whether
+// they are there. It never fetches.
+func MavenJarsStatus(name string) (dir string, ok bool) {
+	root, err := kafkaCacheRoot()
+	if err != nil {
+		return "", false
+	}
+	dir = filepath.Join(root, name, "libs")
+	ents, err := os.ReadDir(dir)
+	return dir, err == nil && len(ents) > 0
+}
+
 // MavenJars returns a per-user cache directory (os.UserCacheDir()/
 // deliverycheck/<name>/libs) holding the runtime dependencies of pom,
 // fetched from Maven Central with mvn on first use: under the same lock,
@@ -536,8 +548,8 @@ func MavenJars(ctx context.Context, name string, pom []byte, props ...string) (s
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(root, name, "libs")
-	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+	dir, ok := MavenJarsStatus(name)
+	if ok {
 		return dir, nil
 	}
 	unlock, err := lockKafkaCache(ctx, root)

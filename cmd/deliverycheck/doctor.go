@@ -38,6 +38,13 @@ It exits non-zero when the default scenario could not run here.`,
 					fmt.Fprintf(w, "  \t\tinstall:\t%s\n", c.Install)
 				}
 			}
+			if dir, ok := debezium.JarsStatus(); ok {
+				fmt.Fprintf(w, "  debezium\tok\t%s on Kafka Connect %s\t%s\n", debezium.Version, debezium.ConnectVersion, dir)
+			} else {
+				// Optional: only the debezium relay needs it, and it is
+				// fetched on first use.
+				fmt.Fprintf(w, "  debezium\tnot fetched\t%s on Kafka Connect %s\tfetched on first use of the debezium relay, or now with: deliverycheck deps\n", debezium.Version, debezium.ConnectVersion)
+			}
 			ctx := cmd.Context()
 			fmt.Fprintln(w, "runtime containers (servers in Docker or Podman containers):")
 			eng, err := containers.Detect(ctx)

@@ -46,6 +46,12 @@ func Jars(ctx context.Context) (string, error) {
 	return local.MavenJars(ctx, "debezium-"+Version+"-connect-"+ConnectVersion, pom)
 }
 
+// JarsStatus says where the jars are or would be cached and whether they
+// are there; it never fetches (for `deliverycheck doctor`).
+func JarsStatus() (dir string, ok bool) {
+	return local.MavenJarsStatus("debezium-" + Version + "-connect-" + ConnectVersion)
+}
+
 // Config is one relay's connection to the run.
 type Config struct {
 	// Dir holds the worker's properties and its offsets file; it must
