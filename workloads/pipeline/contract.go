@@ -50,8 +50,9 @@ var ErrContract = errors.New("system under test")
 
 // EffectColumns are the columns an effects query may return; the first two
 // are required. aggregate_id and version default to the committed event's,
-// source to the producer's.
-var EffectColumns = []string{"event_id", "consumer", "aggregate_id", "version", "source"}
+// source to the producer's; applied_at (a timestamp), when given, orders
+// the effects instead of the query's row order.
+var EffectColumns = []string{"event_id", "consumer", "aggregate_id", "version", "source", "applied_at"}
 
 // DeadLetterColumns are the columns a dead-letters query may return; the
 // first two are required.

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -10,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/workloads/producer"
+	"github.com/deliverycheck/deliverycheck/workloads/schema"
 )
 
 // Bad contract input stops the run in Start, before any worker (let
@@ -44,7 +48,7 @@ func TestContractErrors(t *testing.T) {
 		{
 			name: "effects query misses a column",
 			sys:  System{Consumers: consumer, EffectsQuery: "SELECT 'e' AS event, 'c' AS consumer"},
-			want: []string{`effects query returns column "event"`, "event_id, consumer, aggregate_id, version, source"},
+			want: []string{`effects query returns column "event"`, "event_id, consumer, aggregate_id, version, source, applied_at"},
 		},
 		{
 			name: "effects query lacks the consumer",
@@ -111,5 +115,56 @@ func TestContractErrors(t *testing.T) {
 				t.Errorf("a worker ran: %s", f)
 			}
 		})
+	}
+}
+
+// A team's effects are recorded in applied order: by applied_at when the
+// query returns it, else in the query's own order.
+func TestTeamEffectsOrder(t *testing.T) {
+	cl := servers.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dsn, err := createDatabase(ctx, cl.ClientURL("postgres"), "o_"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := schema.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	// Inserted e3, e1, e2; applied (by the clock the team kept) e1, e2, e3.
+	if _, err := db.Exec(ctx, `CREATE TABLE moves (id serial, event text, sub text, at timestamptz);
+		INSERT INTO moves (event, sub, at) VALUES ('e3', 'inv', '2026-01-01 00:00:03'), ('e1', 'inv', '2026-01-01 00:00:01'), ('e2', 'inv', '2026-01-01 00:00:02')`); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ sql, want string }{
+		{"SELECT event AS event_id, sub AS consumer, at AS applied_at FROM moves", "e1 e2 e3"},
+		{"SELECT event AS event_id, sub AS consumer FROM moves ORDER BY id", "e3 e1 e2"},
+	} {
+		var buf bytes.Buffer
+		rec := history.NewWriterRecorder(&buf, "harness", time.Now())
+		if err := schema.FinalRead(ctx, db, rec, schema.Query{Table: history.TableEffects, SQL: tc.sql, Source: "/orders"}); err != nil {
+			t.Fatal(err)
+		}
+		h, _, err := history.Read(&buf, "h")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, op := range h {
+			if op.Value.Table == history.TableEffects {
+				got = append(got, op.Value.Event)
+				if op.Value.Source != "/orders" || op.Value.Consumer != "inv" {
+					t.Errorf("row %+v", op.Value)
+				}
+			}
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("%s: order %q, want %q", tc.sql, got, tc.want)
+		}
 	}
 }

@@ -11,7 +11,9 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -123,8 +125,9 @@ func FinalRead(ctx context.Context, db *pgxpool.Pool, rec *history.Recorder, ext
 
 // Query is a team's own SQL whose rows the final read records as rows of
 // Table (history.TableEffects or history.TableDLQ). Columns are matched by
-// name: event_id, consumer, aggregate_id, version, source, reason; the
-// others are ignored. Rows are recorded in the order the query gives.
+// name: event_id, consumer, aggregate_id, version, source, reason,
+// applied_at; the others are ignored. Rows are recorded in applied_at
+// order when the query returns it, else in the query's order.
 type Query struct {
 	Table string
 	SQL   string
@@ -142,41 +145,58 @@ func (q Query) read(ctx context.Context, tx pgx.Tx, rec *history.Recorder) error
 	for i, f := range rows.FieldDescriptions() {
 		names[i] = f.Name
 	}
+	type row struct {
+		v  history.Value
+		at time.Time
+	}
+	var out []row
 	for rows.Next() {
 		vals, err := rows.Values()
 		if err != nil {
 			return fmt.Errorf("final read %s (team query): %w", q.Table, err)
 		}
-		v := history.Value{Table: q.Table, Source: q.Source}
+		r := row{v: history.Value{Table: q.Table, Source: q.Source}}
 		for i, n := range names {
 			if vals[i] == nil {
 				continue
 			}
 			switch n {
 			case "event_id":
-				v.Event = fmt.Sprint(vals[i])
+				r.v.Event = fmt.Sprint(vals[i])
 			case "consumer":
-				v.Consumer = fmt.Sprint(vals[i])
+				r.v.Consumer = fmt.Sprint(vals[i])
 			case "aggregate_id":
-				v.Key = fmt.Sprint(vals[i])
+				r.v.Key = fmt.Sprint(vals[i])
 			case "source":
-				v.Source = fmt.Sprint(vals[i])
+				r.v.Source = fmt.Sprint(vals[i])
 			case "reason":
-				v.Reason = fmt.Sprint(vals[i])
+				r.v.Reason = fmt.Sprint(vals[i])
 			case "version":
 				n, err := strconv.ParseInt(fmt.Sprint(vals[i]), 10, 64)
 				if err != nil {
 					return fmt.Errorf("final read %s (team query): version %v is not an integer", q.Table, vals[i])
 				}
-				v.Version = n
+				r.v.Version = n
+			case "applied_at":
+				t, ok := vals[i].(time.Time)
+				if !ok {
+					return fmt.Errorf("final read %s (team query): applied_at %v is not a timestamp", q.Table, vals[i])
+				}
+				r.at = t
 			}
 		}
-		if _, err := rec.Record(history.OK, history.FinalRead, v); err != nil {
-			return err
-		}
+		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("final read %s (team query): %w", q.Table, err)
+	}
+	// Effects are recorded in applied order: by applied_at when the query
+	// has it (ties keep the query's order), else in the query's order.
+	slices.SortStableFunc(out, func(a, b row) int { return a.at.Compare(b.at) })
+	for _, r := range out {
+		if _, err := rec.Record(history.OK, history.FinalRead, r.v); err != nil {
+			return err
+		}
 	}
 	return nil
 }
