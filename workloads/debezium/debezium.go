@@ -202,11 +202,28 @@ func WaitReady(ctx context.Context, db *pgxpool.Pool, c Config) error {
 }
 
 // Drop removes the relay's replication slot and publication once it has
-// stopped, so a shared PostgreSQL does not keep WAL for it forever.
+// stopped, so a shared PostgreSQL does not keep WAL for it forever. The
+// slot stays active for a moment after Connect exits (until its WAL sender
+// notices); Drop waits for that, within ctx.
 func Drop(ctx context.Context, db *pgxpool.Pool, c Config) error {
-	_, err := db.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, c.Slot())
-	if err != nil {
-		return fmt.Errorf("debezium: drop slot %s: %w", c.Slot(), err)
+	for {
+		var n int64
+		err := db.QueryRow(ctx, `SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, c.Slot()).Scan(&n)
+		if err != nil {
+			return fmt.Errorf("debezium: drop slot %s: %w", c.Slot(), err)
+		}
+		var left bool
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, c.Slot()).Scan(&left); err != nil {
+			return fmt.Errorf("debezium: drop slot %s: %w", c.Slot(), err)
+		}
+		if !left {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("debezium: slot %s still in use: %w", c.Slot(), ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	if _, err := db.Exec(ctx, `DROP PUBLICATION IF EXISTS `+pgx.Identifier{c.Publication()}.Sanitize()); err != nil {
 		return fmt.Errorf("debezium: drop publication %s: %w", c.Publication(), err)
