@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/scenarios"
 	"github.com/deliverycheck/deliverycheck/workloads/relay"
 )
@@ -98,6 +101,24 @@ func TestDetectionMatrix(t *testing.T) {
 					t.Error("Debezium was killed but no event was redelivered")
 				}
 				t.Logf("redelivered: %d", redelivered)
+			}
+			if s.Variants.Relay == relay.Debezium {
+				// Its replication slot is dropped with the run, or the
+				// shared PostgreSQL would keep WAL for it forever.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				conn, err := pgx.Connect(ctx, shared.Get(t).ClientURL(cluster.Postgres))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close(ctx)
+				var slots int
+				if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'dc\_%'`).Scan(&slots); err != nil {
+					t.Fatal(err)
+				}
+				if slots != 0 {
+					t.Errorf("%d Debezium replication slots left behind", slots)
+				}
 			}
 			if n := len(s.Nemesis.Timeline); n > 0 && r.Counts.Faults == 0 {
 				t.Errorf("%d timeline faults, none in the history", n)
