@@ -95,7 +95,7 @@ func relayRun(b *testing.B, v relay.Variant, d time.Duration) relayFigures {
 	defer kc.Close()
 	adm := kadm.NewClient(kc)
 	for {
-		ends, err := adm.ListEndOffsets(ctx, r.broker.Namespace+".events")
+		ends, err := adm.ListEndOffsets(ctx, r.broker.Events())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -79,16 +79,16 @@ func (r *Run) contractEnv(name, role, sub string) []string {
 	switch b.Kind {
 	case "kafka":
 		env[EnvKafkaBrokers] = b.URL
-		env[EnvKafkaTopic] = b.Namespace + ".events"
-		env[EnvKafkaDLQ] = b.Namespace + ".events.dlq"
+		env[EnvKafkaTopic] = b.Events()
+		env[EnvKafkaDLQ] = b.KafkaDLQ()
 		if sub != "" {
-			env[EnvKafkaGroup] = b.Namespace + "." + sub
+			env[EnvKafkaGroup] = b.Qualify(sub)
 		}
 	case "rabbitmq":
 		env[EnvAMQPURL] = b.URL
-		env[EnvAMQPExchange] = b.Namespace + ".events"
+		env[EnvAMQPExchange] = b.Events()
 		if sub != "" {
-			env[EnvAMQPQueue] = b.Namespace + "." + sub
+			env[EnvAMQPQueue] = b.Qualify(sub)
 		}
 	}
 	out := make([]string, 0, len(env))
@@ -221,7 +221,7 @@ func (r *Run) startDebezium(ctx context.Context, name string) error {
 		Dir:         filepath.Join(r.dir, "debezium"),
 		PostgresDSN: r.dsn,
 		Bootstrap:   r.broker.URL,
-		Topic:       r.broker.Namespace + ".events",
+		Topic:       r.broker.Events(),
 		Name:        "dc_" + slotName,
 		// A wide window between publishing and flushing the position,
 		// so a kill -9 nearly always republishes.

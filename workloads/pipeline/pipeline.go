@@ -346,7 +346,7 @@ func (r *Run) waitQueuesDurable(ctx context.Context) error {
 		return nil
 	}
 	for _, sub := range r.cfg.Subscriptions {
-		q := r.cfg.Name + "." + sub
+		q := r.broker.Qualify(sub)
 		for _, name := range []string{q, q + ".dlq"} {
 			if err := w.WaitQuorumQueueDurable(ctx, "/", name); err != nil {
 				return fmt.Errorf("pipeline: %w", err)

@@ -23,24 +23,32 @@ type Broker struct {
 	DeliveryLimit int      `json:"delivery_limit"`
 }
 
-// qualify names a subscription's consumer group or queue.
-func (b Broker) qualify(sub string) string { return b.Namespace + "." + sub }
+// Qualify names a subscription's consumer group (Kafka) or queue
+// (RabbitMQ).
+func (b Broker) Qualify(sub string) string { return b.Namespace + "." + sub }
+
+// Events names the topic (Kafka) or exchange (RabbitMQ) every event is
+// published to.
+func (b Broker) Events() string { return b.Namespace + ".events" }
+
+// KafkaDLQ names the Kafka dead-letter topic.
+func (b Broker) KafkaDLQ() string { return b.kafka().DLQTopic() }
 
 func (b Broker) qualifyAll(subs []string) []string {
 	out := make([]string, len(subs))
 	for i, s := range subs {
-		out[i] = b.qualify(s)
+		out[i] = b.Qualify(s)
 	}
 	return out
 }
 
 func (b Broker) kafka() broker.KafkaConfig {
-	return broker.KafkaConfig{Seeds: strings.Split(b.URL, ","), Topic: b.Namespace + ".events", Partitions: b.Partitions}
+	return broker.KafkaConfig{Seeds: strings.Split(b.URL, ","), Topic: b.Events(), Partitions: b.Partitions}
 }
 
 func (b Broker) rabbit() broker.RabbitConfig {
 	return broker.RabbitConfig{
-		URL: b.URL, Exchange: b.Namespace + ".events",
+		URL: b.URL, Exchange: b.Events(),
 		Subscriptions: b.qualifyAll(b.Subscriptions), Unbound: b.qualifyAll(b.Unbound),
 		DeliveryLimit: b.DeliveryLimit,
 	}
@@ -65,9 +73,9 @@ func Backlog(ctx context.Context, b Broker) (int64, error) {
 		var err error
 		switch b.Kind {
 		case "kafka":
-			n, err = broker.KafkaBacklog(ctx, b.kafka(), b.qualify(sub))
+			n, err = broker.KafkaBacklog(ctx, b.kafka(), b.Qualify(sub))
 		case "rabbitmq":
-			n, err = broker.RabbitBacklog(ctx, b.rabbit(), b.qualify(sub))
+			n, err = broker.RabbitBacklog(ctx, b.rabbit(), b.Qualify(sub))
 		default:
 			return 0, fmt.Errorf("worker: unknown broker %q", b.Kind)
 		}
@@ -108,9 +116,9 @@ func openSubscriber(ctx context.Context, b Broker, sub string) (broker.Subscribe
 	case "kafka":
 		// A short session, so a crashed consumer's partitions move on
 		// quickly (the local broker allows sessions down to 1s).
-		return broker.NewKafkaSubscriber(b.kafka(), b.qualify(sub), broker.KafkaSubscriberOptions{SessionTimeout: 2 * time.Second})
+		return broker.NewKafkaSubscriber(b.kafka(), b.Qualify(sub), broker.KafkaSubscriberOptions{SessionTimeout: 2 * time.Second})
 	case "rabbitmq":
-		return broker.NewRabbitSubscriber(b.rabbit(), b.qualify(sub))
+		return broker.NewRabbitSubscriber(b.rabbit(), b.Qualify(sub))
 	}
 	return nil, fmt.Errorf("worker: unknown broker %q", b.Kind)
 }
