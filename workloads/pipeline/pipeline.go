@@ -85,11 +85,7 @@ type Config struct {
 	// left in the broker, for the drain to be complete; overriding the
 	// default 2s.
 	Quiet time.Duration
-	// ExternalQuiet is how long nothing may move, with a team's relay,
-	// before the drain stops waiting for events some subscription still
-	// misses; at least 10s (see Drain).
-	ExternalQuiet time.Duration
-	Seed          uint64
+	Seed  uint64
 }
 
 func (c *Config) defaults() error {
@@ -162,8 +158,8 @@ type System struct {
 	Consumers map[string]External
 	// EffectsQuery returns one row per effect the team's consumers
 	// applied: columns event_id and consumer, and optionally
-	// aggregate_id, version and source (see EffectColumns). Rows must come
-	// in the order the effects were applied. Required with Consumers.
+	// aggregate_id, version, source and applied_at (see EffectColumns),
+	// in applied order unless applied_at says it. Required with Consumers.
 	EffectsQuery string
 	// DeadLettersQuery returns one row per event the team's consumers
 	// dead-lettered: event_id, consumer, and optionally reason.
@@ -171,8 +167,8 @@ type System struct {
 }
 
 // External is one component given as a command: the supervisor starts it
-// with the contract's environment (see ContractEnv) and restarts it after
-// every crash.
+// with the contract's environment (EnvRole and the other Env constants)
+// and restarts it after every crash.
 type External struct {
 	Command []string
 	Env     map[string]string
@@ -495,48 +491,34 @@ func (r *Run) builtinRelays() int64 {
 }
 
 // teamProgress adds what the drain can know without a relay that reports
-// its idle polls: how far each subscription got.
+// its idle polls: how far each subscription got. One query reads the
+// built-in and the team's effects and dead letters together.
 func (r *Run) teamProgress(ctx context.Context, p *progress) error {
-	union := `SELECT event_id, consumer FROM effects UNION ALL SELECT event_id, consumer FROM dead_letters`
+	union := `SELECT event_id, consumer, false AS team FROM effects UNION ALL SELECT event_id, consumer, false FROM dead_letters`
 	for _, q := range r.teamQueries() {
-		union += ` UNION ALL SELECT event_id::text, consumer::text FROM (` + q.SQL + `) AS t`
-	}
-	if q := r.cfg.System.EffectsQuery; strings.TrimSpace(q) != "" {
-		if err := r.db.QueryRow(ctx, `SELECT count(*) FROM (`+q+`) AS t`).Scan(&p.teamEffects); err != nil {
-			return fmt.Errorf("drain: effects query: %w", err)
-		}
+		union += ` UNION ALL SELECT event_id::text, consumer::text, ` + strconv.FormatBool(q.Table == history.TableEffects) + ` FROM (` + q.SQL + `) AS t`
 	}
 	if err := r.db.QueryRow(ctx, `SELECT coalesce(sum(version), 0) FROM orders`).Scan(&p.committed); err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
-	rows, err := r.db.Query(ctx, `SELECT consumer, count(DISTINCT event_id) FROM (`+union+`) AS u GROUP BY consumer`)
+	rows, err := r.db.Query(ctx, `SELECT consumer, count(DISTINCT event_id), count(*) FILTER (WHERE team) FROM (`+union+`) AS u GROUP BY consumer`)
 	if err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
-	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct {
-		Sub string
-		N   int64
-	}, error) {
-		var x struct {
-			Sub string
-			N   int64
-		}
-		err := row.Scan(&x.Sub, &x.N)
-		return x, err
-	})
-	if err != nil {
+	resolved := map[string]int64{}
+	var sub string
+	var n, team int64
+	if _, err := pgx.ForEachRow(rows, []any{&sub, &n, &team}, func() error {
+		resolved[sub] = n
+		p.teamEffects += team
+		return nil
+	}); err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
 	p.resolvedMin = -1
 	for _, sub := range r.cfg.Subscriptions {
-		var n int64
-		for _, g := range got {
-			if g.Sub == sub {
-				n = g.N
-			}
-		}
-		if p.resolvedMin < 0 || n < p.resolvedMin {
-			p.resolvedMin = n
+		if p.resolvedMin < 0 || resolved[sub] < p.resolvedMin {
+			p.resolvedMin = resolved[sub]
 		}
 	}
 	return nil
@@ -549,11 +531,10 @@ func (r *Run) teamProgress(ctx context.Context, p *progress) error {
 // A team's relay cannot say it is idle, so with one the drain is complete
 // when every subscription has applied or dead-lettered as many events as
 // were committed and nothing moved for Quiet, or when nothing moved for
-// ExternalQuiet (at least 10s: long enough for a crashed component to
-// start again), whichever comes first. The debezium relay's quiet only
-// counts while its replication slot is active (Connect is streaming). It records the outcome as a drain
-// op: ok when complete, info when the deadline passed (the checker then
-// cannot call the run valid).
+// externalQuiet, whichever comes first. The debezium relay's quiet only
+// counts while its replication slot is active (Connect is streaming). It
+// records the outcome as a drain op: ok when complete, info when the
+// deadline passed (the checker then cannot call the run valid).
 func (r *Run) Drain(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DrainTimeout)
 	defer cancel()
@@ -601,9 +582,10 @@ func (r *Run) Drain(ctx context.Context) (bool, error) {
 }
 
 // externalQuiet is how long a run with a team's relay must show no
-// progress before the drain gives up waiting for events still missing.
+// progress before the drain gives up waiting for events still missing:
+// long enough for a crashed component to start again.
 func (r *Run) externalQuiet() time.Duration {
-	return max(r.cfg.Quiet, r.cfg.ExternalQuiet, 10*time.Second)
+	return max(r.cfg.Quiet, 10*time.Second)
 }
 
 // StopAll stops every worker (no drain).

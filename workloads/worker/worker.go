@@ -77,7 +77,7 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 	state := spec.History + ".failpoints"
 	var fp *failpoint.Set
 	fp = failpoint.NewSet(spec.Seed, func(n failpoint.Name, inFlight any) {
-		_ = saveFailpoints(state, fp.Armed())
+		_ = failpoint.WriteState(state, fp.Armed())
 		v, _ := inFlight.(history.Value)
 		v.Target, v.Detail = spec.Process, "failpoint "+string(n)
 		_, _ = rec.Record(history.Info, history.Crash, v)
@@ -91,7 +91,7 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 	for _, t := range terms {
 		fp.Arm(t)
 	}
-	if err := saveFailpoints(state, fp.Armed()); err != nil {
+	if err := failpoint.WriteState(state, fp.Armed()); err != nil {
 		return err
 	}
 
@@ -177,7 +177,7 @@ func readControl(r io.Reader, fp *failpoint.Set, state string, cancel func(), lo
 				continue
 			}
 			fp.Arm(t)
-			if err := saveFailpoints(state, fp.Armed()); err != nil {
+			if err := failpoint.WriteState(state, fp.Armed()); err != nil {
 				log.Error("arm", "err", err)
 			}
 			log.Info("armed", "failpoint", t.String())
@@ -220,9 +220,4 @@ func loadFailpoints(path string, initial []string) ([]failpoint.Term, error) {
 		out = append(out, t)
 	}
 	return out, nil
-}
-
-// saveFailpoints writes the armed terms, so they survive the process.
-func saveFailpoints(path string, terms []failpoint.Term) error {
-	return failpoint.WriteState(path, terms)
 }
