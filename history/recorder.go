@@ -90,6 +90,41 @@ func (r *Recorder) Record(t Type, f F, v Value) (Op, error) {
 	return op, nil
 }
 
+// Entry is one op for [Recorder.RecordAll]: what Record takes.
+type Entry struct {
+	Type  Type
+	F     F
+	Value Value
+}
+
+// RecordAll records es as Record would, one after another, in a single
+// write call: a worker handling a batch of events writes their ops at
+// once. A SIGKILL cannot cut a write to a regular file, so either every
+// line lands or none does.
+func (r *Recorder) RecordAll(es []Entry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return r.err
+	}
+	now := max(int64(time.Since(r.base)), r.last)
+	r.last = now
+	r.buf = r.buf[:0]
+	for i, e := range es {
+		op := Op{Index: r.next + int64(i), Time: now, Process: r.process, Type: e.Type, F: e.F, Value: e.Value}
+		r.buf = append(op.AppendJSON(r.buf), '\n')
+	}
+	if _, err := r.w.Write(r.buf); err != nil {
+		r.err = fmt.Errorf("history: record: %w", err)
+		return r.err
+	}
+	r.next += int64(len(es))
+	return nil
+}
+
 // Close closes the file opened by [NewRecorder]. Later Records fail.
 func (r *Recorder) Close() error {
 	r.mu.Lock()

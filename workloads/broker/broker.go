@@ -126,3 +126,26 @@ type Subscriber interface {
 	DeadLetter(ctx context.Context, d *Delivery, reason string) error
 	Close() error
 }
+
+// AsyncAcker is a Subscriber whose ack is a round trip worth not waiting
+// for (a Kafka offset commit). AckAsync settles d at once, so the next
+// delivery of its stream may be handed out while the ack travels, and the
+// channel receives the ack's outcome once it is durable or has failed.
+// Acks still take effect in order: one that lands covers every earlier
+// ack of its stream. A consumer that acks only after its effect is
+// durable loses nothing by not waiting: a crash before the ack lands
+// means a redelivery, which its inbox absorbs.
+type AsyncAcker interface {
+	AckAsync(ctx context.Context, d *Delivery) <-chan error
+}
+
+// Batcher is a Subscriber that can hand out several deliveries at once,
+// for a consumer that applies them in one transaction.
+type Batcher interface {
+	// NextBatch blocks like Next, then returns up to max deliveries that
+	// can be handled together, in delivery order. The first is always
+	// returned; later ones only while accept (if not nil) says yes. So a
+	// batch of more than one holds only accepted deliveries, and one that
+	// accept refused comes alone. Deliveries must be settled in order.
+	NextBatch(ctx context.Context, max int, accept func(*Delivery) bool) ([]*Delivery, error)
+}

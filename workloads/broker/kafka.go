@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -432,19 +433,22 @@ type KafkaSubscriberOptions struct {
 //
 // # Ordering
 //
-// At most one delivery per partition is outstanding: Next hands out a
-// partition's next record only after the previous one was settled with
-// Ack, Retry or DeadLetter. Retry puts the record back at the front of its
-// partition, so it comes next (Attempt+1) and nothing later from that
-// partition is handed out before it. Per-key order (one aggregate, one
+// At most one delivery per partition is outstanding, or one batch of
+// consecutive ones (NextBatch): Next hands out a partition's next record
+// only after the previous ones were settled with Ack, Retry or
+// DeadLetter, which must come oldest first. Retry puts the record back at
+// the front of its partition, followed by the rest of its batch, so it
+// comes next (Attempt+1) and nothing later from that partition is handed
+// out before it. Per-key order (one aggregate, one
 // partition) therefore holds across retries and across workers. A caller
 // that takes a delivery and never settles it stalls that partition.
 //
 // # Acks and rebalances
 //
-// Ack commits the record's offset+1 synchronously. Because a partition
-// has one outstanding delivery, every earlier record of it was settled, so
-// the commit never covers something unprocessed. Auto-commit is off, and
+// Ack commits the record's offset+1 synchronously; AckAsync lets the
+// commit travel while the partition goes on. Because acks come oldest
+// first, every earlier record of the partition was settled, so a commit
+// never covers something unprocessed. Auto-commit is off, and
 // Close commits nothing: a consumer that dies (or closes) before Ack has
 // its record redelivered, from the last committed offset, to whoever owns
 // the partition next, with Attempt starting again at 1.
@@ -500,23 +504,44 @@ type KafkaSubscriber struct {
 	// Group commit: acks that arrive while a commit is in flight wait for
 	// the next one, which covers them all. franz-go runs one offset commit
 	// at a time per client, so one commit per ack capped a subscriber at
-	// about one ack per commit round trip.
-	commitMu   sync.Mutex
-	pending    *commitBatch
-	committing bool
+	// about one ack per commit round trip. At most one commit is in
+	// flight (inflight), whether the flusher or a rebalance callback runs
+	// it; idle is signalled when it ends.
+	commitMu sync.Mutex
+	pending  *commitBatch
+	inflight bool
+	flushing bool
+	idle     *sync.Cond
 }
 
-// commitBatch is the offsets of every ack waiting for one commit.
+// commitBatch is the offsets of every ack waiting for one commit, each
+// partition's highest, and who waits on which partition.
 type commitBatch struct {
-	offsets map[string]map[int32]kgo.EpochOffset
-	done    chan struct{}
-	err     error
+	offsets map[int32]kgo.EpochOffset
+	waiters []commitWaiter
+}
+
+type commitWaiter struct {
+	partition int32
+	done      chan error // buffered: receives exactly one value
+}
+
+// finish tells every waiter how its partition's commit went: err for all,
+// or the partition's own error code from the response.
+func (b *commitBatch) finish(err error, perPart map[int32]error) {
+	for _, w := range b.waiters {
+		e := err
+		if e == nil {
+			e = perPart[w.partition]
+		}
+		w.done <- e
+	}
 }
 
 // kafkaPartition is one partition's state in a subscriber.
 type kafkaPartition struct {
 	queue []kafkaPending // front is next
-	out   *kafkaHandle   // the outstanding delivery, or nil
+	out   []*kafkaHandle // the outstanding deliveries, oldest first
 	epoch uint64         // bumped when the partition is revoked or lost
 }
 
@@ -569,6 +594,7 @@ func NewKafkaSubscriber(cfg KafkaConfig, subscription string, opts KafkaSubscrib
 		parts:   make(map[int32]*kafkaPartition),
 		changed: make(chan struct{}),
 	}
+	s.idle = sync.NewCond(&s.commitMu)
 	kopts := cfg.clientOpts("consumer-" + subscription)
 	kopts = append(kopts,
 		kgo.ConsumerGroup(subscription),
@@ -577,7 +603,7 @@ func NewKafkaSubscriber(cfg KafkaConfig, subscription string, opts KafkaSubscrib
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsRevoked(s.onRevoked),
-		kgo.OnPartitionsLost(s.onRevoked),
+		kgo.OnPartitionsLost(s.onLost),
 		kgo.SessionTimeout(opts.SessionTimeout),
 		kgo.HeartbeatInterval(min(time.Second, opts.SessionTimeout/3)),
 		kgo.FetchMaxWait(time.Second),
@@ -595,15 +621,27 @@ func NewKafkaSubscriber(cfg KafkaConfig, subscription string, opts KafkaSubscrib
 	return s, nil
 }
 
-// onRevoked is both OnPartitionsRevoked and OnPartitionsLost: partitions
-// leaving this member, whether cleanly or not. See KafkaSubscriber.
-func (s *KafkaSubscriber) onRevoked(_ context.Context, _ *kgo.Client, gone map[string][]int32) {
-	ps := gone[s.cfg.Topic]
+// onRevoked is OnPartitionsRevoked: partitions leaving this member
+// cleanly. While it runs they are still ours, so acks already taken are
+// committed first. See KafkaSubscriber.
+func (s *KafkaSubscriber) onRevoked(ctx context.Context, _ *kgo.Client, gone map[string][]int32) {
+	s.leave(ctx, gone[s.cfg.Topic], false)
+}
+
+// onLost is OnPartitionsLost: partitions taken away without a clean
+// handover (the session expired). Their pending acks are not committed:
+// the member's generation is gone, and the new owner redelivers.
+func (s *KafkaSubscriber) onLost(ctx context.Context, _ *kgo.Client, gone map[string][]int32) {
+	s.leave(ctx, gone[s.cfg.Topic], true)
+}
+
+func (s *KafkaSubscriber) leave(ctx context.Context, ps []int32, lost bool) {
 	if len(ps) == 0 {
 		return
 	}
 	s.ownMu.Lock()
 	defer s.ownMu.Unlock()
+	s.flushNow(ctx, ps, lost)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range ps {
@@ -614,9 +652,10 @@ func (s *KafkaSubscriber) onRevoked(_ context.Context, _ *kgo.Client, gone map[s
 		st.epoch++
 		s.queued -= len(st.queue)
 		st.queue = nil
+		clear(st.out)
 		st.out = nil
 	}
-	s.log.Info("kafka partitions revoked", "partitions", ps)
+	s.log.Info("kafka partitions revoked", "partitions", ps, "lost", lost)
 	s.notifyLocked()
 }
 
@@ -635,15 +674,27 @@ func (s *KafkaSubscriber) notifyLocked() {
 // none. Records with missing or malformed headers are delivered as they
 // are (Event fields left zero): validating them is the consumer's job.
 func (s *KafkaSubscriber) Next(ctx context.Context) (*Delivery, error) {
+	ds, err := s.NextBatch(ctx, 1, nil)
+	if err != nil {
+		return nil, err
+	}
+	return ds[0], nil
+}
+
+// NextBatch implements [Batcher]: up to max consecutive records of one
+// partition, outstanding together until each is settled, oldest first.
+// accept runs with the subscriber's lock held and must not call it.
+func (s *KafkaSubscriber) NextBatch(ctx context.Context, max int, accept func(*Delivery) bool) ([]*Delivery, error) {
+	max = cmp.Or(max, 1)
 	for {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("kafka next: %w", kgo.ErrClientClosed)
 		}
-		if d := s.takeLocked(); d != nil {
+		if ds := s.takeLocked(max, accept); ds != nil {
 			s.mu.Unlock()
-			return d, nil
+			return ds, nil
 		}
 		if err := ctx.Err(); err != nil {
 			s.mu.Unlock()
@@ -733,23 +784,36 @@ func (s *KafkaSubscriber) partLocked(p int32) *kafkaPartition {
 	return st
 }
 
-// takeLocked hands out the front record of the next partition, in
-// round-robin order, that has one and no outstanding delivery.
-func (s *KafkaSubscriber) takeLocked() *Delivery {
+// takeLocked hands out the front records of the next partition, in
+// round-robin order, that has some and nothing outstanding: the first
+// one, then up to max in all while accept (if not nil) takes them. If
+// accept refuses the first, it is handed out alone.
+func (s *KafkaSubscriber) takeLocked(max int, accept func(*Delivery) bool) []*Delivery {
 	for k := range s.ids {
 		i := (s.cursor + k) % len(s.ids)
 		st := s.parts[s.ids[i]]
-		if st.out != nil || len(st.queue) == 0 {
+		if len(st.out) > 0 || len(st.queue) == 0 {
 			continue
 		}
 		s.cursor = i + 1
-		pd := st.queue[0]
-		st.queue[0] = kafkaPending{}
-		st.queue = st.queue[1:]
-		s.queued--
-		h := &kafkaHandle{rec: pd.rec, attempt: pd.attempt, epoch: st.epoch}
-		st.out = h
-		return s.delivery(h)
+		var ds []*Delivery
+		for len(ds) < max && len(st.queue) > 0 {
+			pd := st.queue[0]
+			h := &kafkaHandle{rec: pd.rec, attempt: pd.attempt, epoch: st.epoch}
+			d := s.delivery(h)
+			if accept != nil && !accept(d) && len(ds) > 0 {
+				break
+			}
+			st.queue[0] = kafkaPending{}
+			st.queue = st.queue[1:]
+			s.queued--
+			st.out = append(st.out, h)
+			ds = append(ds, d)
+			if accept != nil && len(ds) == 1 && !accept(d) {
+				break
+			}
+		}
+		return ds
 	}
 	return nil
 }
@@ -789,110 +853,218 @@ func (s *KafkaSubscriber) outstandingLocked(d *Delivery) (*kafkaHandle, *kafkaPa
 		return nil, nil, fmt.Errorf("delivery %d@%d is not from this subscriber", h.rec.Partition, h.rec.Offset)
 	case st.epoch != h.epoch:
 		return h, st, fmt.Errorf("partition %d offset %d: %w", h.rec.Partition, h.rec.Offset, ErrKafkaRevoked)
-	case st.out != h:
-		return h, st, fmt.Errorf("partition %d offset %d: delivery already settled", h.rec.Partition, h.rec.Offset)
+	case len(st.out) == 0 || st.out[0] != h:
+		return h, st, fmt.Errorf("partition %d offset %d: delivery already settled, or an earlier one of its partition is not", h.rec.Partition, h.rec.Offset)
 	}
 	return h, st, nil
 }
 
-// release ends h's outstanding state on its partition (if it still holds
-// it), putting back, when requeue is set, the record at the front with
-// Attempt+1.
+// release ends h's outstanding state on its partition (if it is still
+// the oldest there). With requeue set, h goes back to the front of the
+// queue with Attempt+1, followed by every later delivery outstanding with
+// it, so the partition's order holds.
 func (s *KafkaSubscriber) release(h *kafkaHandle, requeue bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.parts[h.rec.Partition]
-	if st == nil || st.out != h {
+	if st == nil || len(st.out) == 0 || st.out[0] != h {
 		return
 	}
-	st.out = nil
 	if requeue {
-		st.queue = slices.Insert(st.queue, 0, kafkaPending{rec: h.rec, attempt: h.attempt + 1})
-		s.queued++
+		back := make([]kafkaPending, len(st.out), len(st.out)+len(st.queue))
+		for i, o := range st.out {
+			back[i] = kafkaPending{rec: o.rec, attempt: o.attempt}
+		}
+		back[0].attempt++
+		st.queue = append(back, st.queue...)
+		s.queued += len(back)
+		clear(st.out)
+		st.out = nil
+	} else {
+		st.out[0] = nil
+		st.out = st.out[1:]
+		if len(st.out) == 0 {
+			st.out = nil
+		}
 	}
-	s.notifyLocked()
+	if len(st.out) == 0 {
+		s.notifyLocked()
+	}
 }
 
 // Ack implements Subscriber: it commits d's offset+1 for its partition
-// and returns once the coordinator has stored it. It commits nothing and
-// returns an error wrapping ErrKafkaRevoked if the partition was revoked
-// since d was handed out. d's partition is released even if the commit
-// fails.
+// and returns once the coordinator has stored it; d's partition stays
+// outstanding until then, so nothing later of it is handed out before.
+// It commits nothing and returns an error wrapping ErrKafkaRevoked if the
+// partition was revoked since d was handed out. d's partition is released
+// even if the commit fails.
 func (s *KafkaSubscriber) Ack(ctx context.Context, d *Delivery) error {
+	h, done, err := s.enqueueAck(d)
+	if err != nil {
+		return fmt.Errorf("kafka ack: %w", err)
+	}
+	defer s.release(h, false)
+	if err := <-done; err != nil {
+		return fmt.Errorf("kafka ack: partition %d offset %d: %w", h.rec.Partition, h.rec.Offset, err)
+	}
+	return nil
+}
+
+// AckAsync implements [AsyncAcker]: like Ack, but d's partition is
+// released at once, so its next record can be processed while the commit
+// travels. The channel receives the commit's outcome. Offsets only ever
+// move forward and a commit covers every ack taken before it, so a later
+// record's commit can never land without an earlier one's.
+func (s *KafkaSubscriber) AckAsync(ctx context.Context, d *Delivery) <-chan error {
+	out := make(chan error, 1)
+	h, done, err := s.enqueueAck(d)
+	if err != nil {
+		out <- fmt.Errorf("kafka ack: %w", err)
+		return out
+	}
+	s.release(h, false)
+	go func() {
+		if err := <-done; err != nil {
+			out <- fmt.Errorf("kafka ack: partition %d offset %d: %w", h.rec.Partition, h.rec.Offset, err)
+			return
+		}
+		out <- nil
+	}()
+	return out
+}
+
+// enqueueAck checks that d is outstanding on a partition this member
+// still owns and adds its offset to the next commit. The check and the
+// enqueue happen under ownMu (shared), so a revocation comes either
+// before (and the ack is refused) or after (and commits it first).
+func (s *KafkaSubscriber) enqueueAck(d *Delivery) (*kafkaHandle, <-chan error, error) {
 	s.ownMu.RLock()
 	defer s.ownMu.RUnlock()
 	s.mu.Lock()
 	h, _, err := s.outstandingLocked(d)
 	s.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("kafka ack: %w", err)
+		return nil, nil, err
 	}
-	defer s.release(h, false)
-	if err := s.commitLocked(ctx, h.rec); err != nil {
-		return fmt.Errorf("kafka ack: partition %d offset %d: %w", h.rec.Partition, h.rec.Offset, err)
-	}
-	return nil
+	return h, s.enqueueCommit(h.rec), nil
 }
 
-// commitLocked commits r.Offset+1 and returns once that commit is done;
-// ownMu must be held (shared). Acks of other partitions arriving while a
-// commit is in flight are gathered into the next one (a group commit), so
-// each caller still returns only after its own offset is durable. A caller
-// waits for its batch even past ctx: it holds ownMu meanwhile, which is
-// what keeps a rebalance from revoking a partition whose offset is about
-// to be committed. The commit itself is bounded by CommitTimeout.
-func (s *KafkaSubscriber) commitLocked(_ context.Context, r *kgo.Record) error {
+// enqueueCommit adds r.Offset+1 to the pending commit and makes sure a
+// flusher runs; ownMu must be held (shared). The channel receives the
+// outcome of the commit that covers it. A waiter is answered even past
+// its caller's ctx: the commit itself is bounded by CommitTimeout.
+func (s *KafkaSubscriber) enqueueCommit(r *kgo.Record) <-chan error {
+	done := make(chan error, 1)
 	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
 	if s.pending == nil {
-		s.pending = &commitBatch{offsets: map[string]map[int32]kgo.EpochOffset{}, done: make(chan struct{})}
+		s.pending = &commitBatch{offsets: map[int32]kgo.EpochOffset{}}
 	}
 	b := s.pending
-	if b.offsets[r.Topic] == nil {
-		b.offsets[r.Topic] = map[int32]kgo.EpochOffset{}
-	}
 	next := kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
-	if cur, ok := b.offsets[r.Topic][r.Partition]; !ok || cur.Offset < next.Offset {
-		b.offsets[r.Topic][r.Partition] = next
+	if cur, ok := b.offsets[r.Partition]; !ok || cur.Offset < next.Offset {
+		b.offsets[r.Partition] = next
 	}
-	if !s.committing {
-		s.committing = true
+	b.waiters = append(b.waiters, commitWaiter{partition: r.Partition, done: done})
+	if !s.flushing {
+		s.flushing = true
 		go s.flushCommits()
 	}
+	return done
+}
+
+// takeBatchLocked waits until no commit is in flight, then takes the pending
+// batch (nil if none) and marks a commit in flight; commitMu is held.
+func (s *KafkaSubscriber) takeBatchLocked() *commitBatch {
+	for s.inflight {
+		s.idle.Wait()
+	}
+	b := s.pending
+	s.pending = nil
+	if b != nil {
+		s.inflight = true
+	}
+	return b
+}
+
+func (s *KafkaSubscriber) commitDone() {
+	s.commitMu.Lock()
+	s.inflight = false
+	s.idle.Broadcast()
 	s.commitMu.Unlock()
-	<-b.done
-	return b.err
 }
 
 // flushCommits commits pending batches one after another until none is left.
 func (s *KafkaSubscriber) flushCommits() {
 	for {
 		s.commitMu.Lock()
-		b := s.pending
-		s.pending = nil
+		b := s.takeBatchLocked()
 		if b == nil {
-			s.committing = false
+			s.flushing = false
 			s.commitMu.Unlock()
 			return
 		}
 		s.commitMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.CommitTimeout)
-		s.cl.CommitOffsetsSync(ctx, b.offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-			if err != nil {
-				b.err = err
-				return
+		s.commit(ctx, b)
+		cancel()
+		s.commitDone()
+	}
+}
+
+// flushNow is the rebalance callbacks' flush, with ownMu held
+// exclusively: it waits for the commit in flight, then commits what is
+// pending, except the offsets of lost partitions, whose waiters are told
+// ErrKafkaRevoked.
+func (s *KafkaSubscriber) flushNow(ctx context.Context, ps []int32, lost bool) {
+	s.commitMu.Lock()
+	b := s.takeBatchLocked()
+	s.commitMu.Unlock()
+	if b == nil {
+		return
+	}
+	defer s.commitDone()
+	if lost {
+		kept := b.waiters[:0]
+		for _, w := range b.waiters {
+			if slices.Contains(ps, w.partition) {
+				w.done <- fmt.Errorf("partition %d lost before its offset was committed: %w", w.partition, ErrKafkaRevoked)
+				continue
 			}
-			for _, t := range resp.Topics {
-				for _, p := range t.Partitions {
-					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-						b.err = err
-						return
-					}
+			kept = append(kept, w)
+		}
+		b.waiters = kept
+		for _, p := range ps {
+			delete(b.offsets, p)
+		}
+	}
+	if len(b.offsets) == 0 {
+		b.finish(nil, nil)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CommitTimeout)
+	defer cancel()
+	s.commit(ctx, b)
+}
+
+// commit runs one offset commit and answers b's waiters.
+func (s *KafkaSubscriber) commit(ctx context.Context, b *commitBatch) {
+	var failed error
+	perPart := map[int32]error{}
+	s.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{s.cfg.Topic: b.offsets}, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			failed = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					perPart[p.Partition] = err
 				}
 			}
-		})
-		cancel()
-		close(b.done)
-	}
+		}
+	})
+	b.finish(failed, perPart)
 }
 
 // Retry implements Subscriber: d comes back from the next Next that
@@ -922,11 +1094,17 @@ func (s *KafkaSubscriber) Retry(_ context.Context, d *Delivery) error {
 // partition is released and the error returned, and a redelivery after a
 // crash may dead-letter it again.
 func (s *KafkaSubscriber) DeadLetter(ctx context.Context, d *Delivery, reason string) error {
-	// Held across produce and commit, so a rebalance cannot slip between
-	// them (which would dead-letter the record here and let the new
-	// owner dead-letter it again).
+	// Held from the check across the produce until the offset is in the
+	// next commit, so a rebalance cannot slip between them (which would
+	// dead-letter the record here and let the new owner dead-letter it
+	// again).
 	s.ownMu.RLock()
-	defer s.ownMu.RUnlock()
+	locked := true
+	defer func() {
+		if locked {
+			s.ownMu.RUnlock()
+		}
+	}()
 	s.mu.Lock()
 	h, _, err := s.outstandingLocked(d)
 	s.mu.Unlock()
@@ -955,8 +1133,11 @@ func (s *KafkaSubscriber) DeadLetter(ctx context.Context, d *Delivery, reason st
 		s.release(h, true)
 		return fmt.Errorf("kafka dead-letter: partition %d offset %d: produce: %w", r.Partition, r.Offset, err)
 	}
+	done := s.enqueueCommit(r)
+	s.ownMu.RUnlock()
+	locked = false
 	defer s.release(h, false)
-	if err := s.commitLocked(ctx, r); err != nil {
+	if err := <-done; err != nil {
 		return fmt.Errorf("kafka dead-letter: partition %d offset %d: dead-lettered but not acked: %w", r.Partition, r.Offset, err)
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -86,6 +87,12 @@ type Config struct {
 	// (a real handler does something there), default none. It widens the
 	// window between a check and its act, as real work does.
 	Work time.Duration `json:"work"`
+	// Batch is the most deliveries applied in one transaction, where the
+	// broker can hand out several at once (see [broker.Batcher]). The
+	// default is 100 for the inbox variant and 1 for the known-bad ones,
+	// which keep one delivery per transaction as their tests show them
+	// caught that way. Work applies per transaction, not per delivery.
+	Batch int `json:"batch"`
 }
 
 // Consumer handles one subscription's deliveries for one process.
@@ -96,8 +103,11 @@ type Consumer struct {
 	rec *history.Recorder
 	fp  *failpoint.Set
 
-	mu  sync.Mutex
-	rng *rand.Rand
+	mu   sync.Mutex
+	rng  *rand.Rand
+	acks sync.WaitGroup // asynchronous acks not yet answered
+
+	applySQL string // this variant's [applySQL]
 }
 
 // New returns a consumer.
@@ -123,7 +133,20 @@ func New(cfg Config, db *pgxpool.Pool, sub broker.Subscriber, rec *history.Recor
 	if cfg.BackoffCap <= 0 {
 		cfg.BackoffCap = time.Second
 	}
-	return &Consumer{cfg: cfg, db: db, sub: sub, rec: rec, fp: fp, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))}, nil
+	if cfg.Batch <= 0 {
+		cfg.Batch = 1
+		if cfg.Variant == Inbox {
+			cfg.Batch = 100
+		}
+	}
+	if cfg.Variant == AckFirst || cfg.Variant == CheckThenAct {
+		cfg.Batch = 1 // their flaws live in the single-delivery path
+	}
+	return &Consumer{
+		cfg: cfg, db: db, sub: sub, rec: rec, fp: fp,
+		rng:      rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)),
+		applySQL: applySQL(cfg.Variant != NoInbox, cfg.Variant != NoVersionGuard),
+	}, nil
 }
 
 // Run consumes until ctx ends. Only a failure to write the history is
@@ -139,6 +162,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	// Let acks in flight land before the subscriber closes, so a clean
+	// stop does not turn them into redeliveries.
+	c.acks.Wait()
 	close(errs)
 	for err := range errs {
 		if err != nil {
@@ -149,8 +175,21 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 func (c *Consumer) loop(ctx context.Context) error {
+	batcher, _ := c.sub.(broker.Batcher)
+	if c.cfg.Batch <= 1 {
+		batcher = nil
+	}
+	accept := func(d *broker.Delivery) bool { return c.validate(d) == "" }
 	for ctx.Err() == nil {
-		d, err := c.sub.Next(ctx)
+		var ds []*broker.Delivery
+		var err error
+		if batcher != nil {
+			ds, err = batcher.NextBatch(ctx, c.cfg.Batch, accept)
+		} else {
+			var d *broker.Delivery
+			d, err = c.sub.Next(ctx)
+			ds = []*broker.Delivery{d}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -158,7 +197,12 @@ func (c *Consumer) loop(ctx context.Context) error {
 			c.sleep(ctx, 0)
 			continue
 		}
-		if err := c.Handle(ctx, d); err != nil {
+		if len(ds) == 1 {
+			err = c.Handle(ctx, ds[0])
+		} else {
+			err = c.HandleBatch(ctx, ds)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -224,9 +268,193 @@ func (c *Consumer) Handle(ctx context.Context, d *broker.Delivery) error {
 	return nil
 }
 
+// HandleBatch processes deliveries that all passed validation, in one
+// transaction, then acks each. It records every op Handle would, in the
+// same order per delivery, and hits each failpoint once per delivery, so a
+// failpoint fires with the whole batch in flight. Its error is only a
+// failure to record.
+func (c *Consumer) HandleBatch(ctx context.Context, ds []*broker.Delivery) error {
+	vs := make([]history.Value, len(ds))
+	es := make([]history.Entry, 0, 2*len(ds))
+	for i, d := range ds {
+		vs[i] = c.value(d)
+		es = append(es, history.Entry{Type: history.OK, F: history.Deliver, Value: vs[i]})
+	}
+	for _, v := range vs {
+		es = append(es, history.Entry{Type: history.Invoke, F: history.Apply, Value: v})
+	}
+	if err := c.recordAll(es); err != nil {
+		return err
+	}
+	var outs []outcome
+	for attempt := 0; ; attempt++ {
+		var err error
+		outs, err = c.txBatch(ctx, ds, vs)
+		if err == nil {
+			break
+		}
+		t := history.Fail
+		if errors.Is(err, errCommitUnknown) {
+			t = history.Info
+		}
+		es = es[:0]
+		for _, v := range vs {
+			v.Error = err.Error()
+			es = append(es, history.Entry{Type: t, F: history.Apply, Value: v})
+		}
+		if err := c.recordAll(es); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.sleep(ctx, attempt)
+		es = es[:0]
+		for _, v := range vs {
+			es = append(es, history.Entry{Type: history.Invoke, F: history.Apply, Value: v})
+		}
+		if err := c.recordAll(es); err != nil {
+			return err
+		}
+	}
+	es = es[:0]
+	for i, v := range vs {
+		switch outs[i] {
+		case applied:
+			es = append(es, history.Entry{Type: history.OK, F: history.Apply, Value: v})
+		case duplicate:
+			v.Reason = "duplicate: already in the inbox"
+			es = append(es, history.Entry{Type: history.Fail, F: history.Apply, Value: v})
+		case stale:
+			v.Reason = "stale: a newer version is already applied"
+			es = append(es, history.Entry{Type: history.Fail, F: history.Apply, Value: v},
+				history.Entry{Type: history.OK, F: history.SkipStale, Value: v})
+		}
+	}
+	if err := c.recordAll(es); err != nil {
+		return err
+	}
+	for _, v := range vs {
+		c.fp.Hit(failpoint.ConsumerAfterCommitBeforeAck, v)
+	}
+	return c.ackAll(ctx, ds, vs)
+}
+
+func (c *Consumer) recordAll(es []history.Entry) error {
+	if err := c.rec.RecordAll(es); err != nil {
+		return historyError{err}
+	}
+	return nil
+}
+
+// ackAll acks a batch, oldest first, asynchronously where the subscriber
+// can; the ack ops of the batch are recorded together.
+func (c *Consumer) ackAll(ctx context.Context, ds []*broker.Delivery, vs []history.Value) error {
+	es := make([]history.Entry, len(vs))
+	for i, v := range vs {
+		es[i] = history.Entry{Type: history.Invoke, F: history.Ack, Value: v}
+	}
+	if err := c.recordAll(es); err != nil {
+		return err
+	}
+	results := make([]<-chan error, len(ds))
+	if a, ok := c.sub.(broker.AsyncAcker); ok {
+		for i, d := range ds {
+			results[i] = a.AckAsync(ctx, d)
+		}
+	} else {
+		for i, d := range ds {
+			ch := make(chan error, 1)
+			ch <- c.sub.Ack(ctx, d)
+			results[i] = ch
+		}
+	}
+	c.acks.Add(1)
+	go func() {
+		defer c.acks.Done()
+		out := make([]history.Entry, len(vs))
+		for i, v := range vs {
+			t := history.OK
+			if err := <-results[i]; err != nil {
+				v.Error = err.Error()
+				t = history.Info
+			}
+			out[i] = history.Entry{Type: t, F: history.Ack, Value: v}
+		}
+		_ = c.recordAll(out) // a failure sticks in the recorder
+	}()
+	return nil
+}
+
+// txBatch applies a batch in one transaction: BEGIN and one [applySQL]
+// per delivery in a single round trip, then COMMIT. The statements run in
+// aggregate order (stable, so one aggregate's events keep their order), so
+// two workers' batches lock projection rows in the same order and cannot
+// deadlock.
+func (c *Consumer) txBatch(ctx context.Context, ds []*broker.Delivery, vs []history.Value) ([]outcome, error) {
+	conn, err := c.db.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer conn.Release()
+	order := make([]int, len(ds))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(ds[a].Key, ds[b].Key) })
+	counts := make([][2]int64, len(ds))
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	for _, i := range order {
+		d := ds[i]
+		b.Queue(c.applySQL, c.cfg.Subscription, d.Source, d.ID, d.Key, d.Version).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&counts[i][0], &counts[i][1])
+		})
+	}
+	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+		return nil, fmt.Errorf("apply: %w", err)
+	}
+	if err := c.work(ctx); err != nil {
+		return nil, err
+	}
+	outs := make([]outcome, len(ds))
+	for i, n := range counts {
+		switch {
+		case n[0] == 0:
+			outs[i] = duplicate
+		case n[1] == 0:
+			outs[i] = stale
+		default:
+			outs[i] = applied
+			c.fp.Hit(failpoint.ConsumerAfterEffectBeforeCommit, vs[i])
+		}
+	}
+	if err := c.commitConn(ctx, conn); err != nil {
+		return nil, err
+	}
+	return outs, nil
+}
+
 func (c *Consumer) ack(ctx context.Context, d *broker.Delivery, v history.Value) error {
 	if err := c.record(history.Invoke, history.Ack, v); err != nil {
 		return err
+	}
+	// Ack-first must know its ack landed before it applies, so it waits.
+	if a, ok := c.sub.(broker.AsyncAcker); ok && c.cfg.Variant != AckFirst {
+		done := a.AckAsync(ctx, d)
+		c.acks.Add(1)
+		go func() {
+			defer c.acks.Done()
+			t := history.OK
+			if err := <-done; err != nil {
+				v.Error = err.Error()
+				t = history.Info
+			}
+			// A failure to record sticks in the recorder: the worker's
+			// next record returns it and stops.
+			_ = c.record(t, history.Ack, v)
+		}()
+		return nil
 	}
 	if err := c.sub.Ack(ctx, d); err != nil {
 		v.Error = err.Error()
@@ -281,74 +509,152 @@ const (
 
 var errCommitUnknown = errors.New("commit outcome unknown")
 
+// applySQL is the consumer transaction's work as one statement, for every
+// variant but check-then-act (whose flaw needs a window between its
+// check and its act). In order: the inbox row (skipped without an inbox;
+// a conflict means a duplicate and stops here); the projection, whose
+// ON CONFLICT DO UPDATE locks the aggregate's row and, with the version
+// guard, updates it only if the event is not older than what is applied
+// (re-checked against the latest committed version when it had to wait,
+// so two workers on one aggregate serialise); then the ledger row, only
+// if the projection moved. It returns how many inbox rows and effects it
+// wrote.
+func applySQL(inbox, guard bool) string {
+	var b strings.Builder
+	b.WriteString("WITH ")
+	from := ""
+	if inbox {
+		b.WriteString(`i AS (INSERT INTO inbox (consumer, source, event_id) VALUES ($1, $2, $3)
+	ON CONFLICT DO NOTHING RETURNING 1), `)
+		from = " FROM i"
+	}
+	b.WriteString(`p AS (INSERT INTO projection (consumer, aggregateid, version) SELECT $1, $4, $5` + from + `
+	ON CONFLICT (consumer, aggregateid) DO UPDATE SET version = EXCLUDED.version`)
+	if guard {
+		b.WriteString(` WHERE projection.version <= EXCLUDED.version`)
+	}
+	b.WriteString(` RETURNING 1),
+e AS (INSERT INTO effects (consumer, source, event_id, aggregateid, version) SELECT $1, $2, $3, $4, $5 FROM p RETURNING 1)
+SELECT `)
+	if inbox {
+		b.WriteString(`(SELECT count(*) FROM i)`)
+	} else {
+		b.WriteString(`1::bigint`)
+	}
+	b.WriteString(`, (SELECT count(*) FROM e)`)
+	return b.String()
+}
+
 // tx is the consumer's one local transaction.
 func (c *Consumer) tx(ctx context.Context, d *broker.Delivery, v history.Value) (outcome, error) {
+	if c.cfg.Variant == CheckThenAct {
+		return c.checkThenAct(ctx, d, v)
+	}
+	return c.txOne(ctx, d, v)
+}
+
+// checkThenAct is the check-then-act variant's transaction, statement by
+// statement: its inbox check is a SELECT and its record an INSERT into a
+// table with no unique constraint, and Work runs between the two halves,
+// so concurrent redeliveries of one event can both pass the check. The
+// version guard is the correct one (lock the projection row, skip an
+// older event), so the inbox is the only mechanism it lacks.
+func (c *Consumer) checkThenAct(ctx context.Context, d *broker.Delivery, v history.Value) (outcome, error) {
 	tx, err := c.db.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.Background())
 	sub := c.cfg.Subscription
-	switch c.cfg.Variant {
-	case Inbox, AckFirst, NoVersionGuard:
-		tag, err := tx.Exec(ctx, `INSERT INTO inbox (consumer, source, event_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, sub, d.Source, d.ID)
-		if err != nil {
-			return 0, fmt.Errorf("inbox: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			return duplicate, c.commit(ctx, tx)
-		}
-	case CheckThenAct:
-		var seen bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM inbox_unchecked WHERE consumer = $1 AND source = $2 AND event_id = $3)`, sub, d.Source, d.ID).Scan(&seen); err != nil {
-			return 0, fmt.Errorf("inbox check: %w", err)
-		}
-		if seen {
-			return duplicate, c.commit(ctx, tx)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO inbox_unchecked (consumer, source, event_id) VALUES ($1, $2, $3)`, sub, d.Source, d.ID); err != nil {
-			return 0, fmt.Errorf("inbox: %w", err)
-		}
-	case NoInbox:
+	var seen bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM inbox_unchecked WHERE consumer = $1 AND source = $2 AND event_id = $3)`, sub, d.Source, d.ID).Scan(&seen); err != nil {
+		return 0, fmt.Errorf("inbox check: %w", err)
 	}
-	// The guard only orders: it skips an event older than what is applied.
-	// An equal version (a redelivery of the applied event) passes, so
-	// deduplication is the inbox's job alone and each known-bad variant
-	// lacks exactly one mechanism.
-	if c.cfg.Variant != NoVersionGuard {
-		// Make sure the projection row exists, then lock it, so two
-		// workers handling one aggregate serialise here: the second
-		// waits for the first to commit and then sees its version.
-		if _, err := tx.Exec(ctx, `INSERT INTO projection (consumer, aggregateid, version) VALUES ($1, $2, 0) ON CONFLICT DO NOTHING`, sub, d.Key); err != nil {
-			return 0, fmt.Errorf("projection: %w", err)
-		}
-		var cur int64
-		err := tx.QueryRow(ctx, `SELECT version FROM projection WHERE consumer = $1 AND aggregateid = $2 FOR UPDATE`, sub, d.Key).Scan(&cur)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return 0, fmt.Errorf("projection: %w", err)
-		}
-		if cur > d.Version {
-			return stale, c.commit(ctx, tx)
-		}
+	if seen {
+		return duplicate, c.commit(ctx, tx)
 	}
-	if c.cfg.Work > 0 {
-		t := time.NewTimer(c.cfg.Work)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, ctx.Err()
-		case <-t.C:
-		}
+	if _, err := tx.Exec(ctx, `INSERT INTO inbox_unchecked (consumer, source, event_id) VALUES ($1, $2, $3)`, sub, d.Source, d.ID); err != nil {
+		return 0, fmt.Errorf("inbox: %w", err)
+	}
+	// Make sure the projection row exists, then lock it, so two workers
+	// handling one aggregate serialise here: the second waits for the
+	// first to commit and then sees its version.
+	if _, err := tx.Exec(ctx, `INSERT INTO projection (consumer, aggregateid, version) VALUES ($1, $2, 0) ON CONFLICT DO NOTHING`, sub, d.Key); err != nil {
+		return 0, fmt.Errorf("projection: %w", err)
+	}
+	var cur int64
+	err = tx.QueryRow(ctx, `SELECT version FROM projection WHERE consumer = $1 AND aggregateid = $2 FOR UPDATE`, sub, d.Key).Scan(&cur)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("projection: %w", err)
+	}
+	if cur > d.Version {
+		return stale, c.commit(ctx, tx)
+	}
+	if err := c.work(ctx); err != nil {
+		return 0, err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO effects (consumer, source, event_id, aggregateid, version) VALUES ($1, $2, $3, $4, $5)`, sub, d.Source, d.ID, d.Key, d.Version); err != nil {
 		return 0, fmt.Errorf("effect: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO projection (consumer, aggregateid, version) VALUES ($1, $2, $3)
-		ON CONFLICT (consumer, aggregateid) DO UPDATE SET version = EXCLUDED.version`, sub, d.Key, d.Version); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE projection SET version = $3 WHERE consumer = $1 AND aggregateid = $2`, sub, d.Key, d.Version); err != nil {
 		return 0, fmt.Errorf("projection: %w", err)
 	}
 	c.fp.Hit(failpoint.ConsumerAfterEffectBeforeCommit, v)
 	return applied, c.commit(ctx, tx)
+}
+
+// work waits Config.Work, the handler's own time inside the transaction.
+func (c *Consumer) work(ctx context.Context) error {
+	if c.cfg.Work <= 0 {
+		return nil
+	}
+	t := time.NewTimer(c.cfg.Work)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// txOne runs the transaction in two round trips: BEGIN with [applySQL],
+// then COMMIT, with the failpoint between them. On an error the
+// connection is left inside its transaction, so the pool closes it,
+// which rolls back.
+func (c *Consumer) txOne(ctx context.Context, d *broker.Delivery, v history.Value) (outcome, error) {
+	conn, err := c.db.Acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	defer conn.Release()
+	var inbox, effects int64
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	b.Queue(c.applySQL, c.cfg.Subscription, d.Source, d.ID, d.Key, d.Version).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&inbox, &effects)
+	})
+	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+		return 0, fmt.Errorf("apply: %w", err)
+	}
+	if err := c.work(ctx); err != nil {
+		return 0, err
+	}
+	switch {
+	case inbox == 0:
+		return duplicate, c.commitConn(ctx, conn)
+	case effects == 0:
+		return stale, c.commitConn(ctx, conn)
+	}
+	c.fp.Hit(failpoint.ConsumerAfterEffectBeforeCommit, v)
+	return applied, c.commitConn(ctx, conn)
+}
+
+func (c *Consumer) commitConn(ctx context.Context, conn *pgxpool.Conn) error {
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("commit: %w: %w", errCommitUnknown, err)
+	}
+	return nil
 }
 
 func (c *Consumer) commit(ctx context.Context, tx pgx.Tx) error {

@@ -113,9 +113,18 @@ func New(cfg Config, db *pgxpool.Pool, rec *history.Recorder, fp *failpoint.Set,
 	return &Producer{cfg: cfg, db: db, rec: rec, fp: fp, pub: pub, rng: mrand.New(mrand.NewPCG(seed, seed>>1|1))}, nil
 }
 
+// stopGrace is how long the op in flight when Run is stopped may take to
+// finish: cut mid-statement, its commit's outcome would be unknown.
+const stopGrace = 2 * time.Second
+
 // Run performs ops at the configured rate until ctx ends. It returns nil
-// when ctx ends; a failed op is recorded, not returned.
+// when ctx ends, after the op in flight finished (within stopGrace); a
+// failed op is recorded, not returned.
 func (p *Producer) Run(ctx context.Context) error {
+	opCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(stopGrace, cancel) })
+	defer stop()
 	var tick <-chan time.Time
 	if p.cfg.Rate > 0 {
 		t := time.NewTicker(time.Duration(float64(time.Second) / p.cfg.Rate))
@@ -132,7 +141,7 @@ func (p *Producer) Run(ctx context.Context) error {
 		} else if ctx.Err() != nil {
 			return nil
 		}
-		if err := p.Once(ctx); err != nil {
+		if err := p.Once(opCtx); err != nil {
 			return err
 		}
 	}
@@ -153,10 +162,17 @@ func NewEventID() string {
 // well-formed JSON that no consumer accepts (a schema violation), so they
 // are permanent failures meant for the dead-letter destination.
 func Payload(key string, version int64, poison bool) []byte {
+	pre, post := payloadParts(key, poison)
+	return []byte(pre + strconv.FormatInt(version, 10) + post)
+}
+
+// payloadParts is a payload around its version, so the producer's
+// statement can put in the version PostgreSQL assigns.
+func payloadParts(key string, poison bool) (pre, post string) {
 	if poison {
-		return []byte(`{"order":` + strconv.Quote(key) + `,"version":"v` + strconv.FormatInt(version, 10) + `","poison":true}`)
+		return `{"order":` + strconv.Quote(key) + `,"version":"v`, `","poison":true}`
 	}
-	return []byte(`{"order":` + strconv.Quote(key) + `,"version":` + strconv.FormatInt(version, 10) + `,"status":"confirmed"}`)
+	return `{"order":` + strconv.Quote(key) + `,"version":`, `,"status":"confirmed"}`
 }
 
 // EventType is the type of every well-formed event.
@@ -242,8 +258,23 @@ func (p *Producer) publishThenCommit(ctx context.Context, v history.Value, abort
 // errAborted is the deliberate abort of a publish-then-commit op.
 var errAborted = errors.New("transaction aborted by the workload")
 
+// commitSQL is the outbox op as one statement, so it costs one round trip
+// like a single-row insert: bump the aggregate's version and write the
+// outbox row carrying it. Run outside an explicit transaction, the
+// statement commits on its own.
+const commitSQL = `WITH o AS (
+	INSERT INTO orders (id, version, status) VALUES ($1, 1, 'confirmed')
+	ON CONFLICT (id) DO UPDATE SET version = orders.version + 1, updated_at = now()
+	RETURNING version)
+INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, source, version)
+SELECT $2, 'order', $1, $3, $4::text || o.version::text || $5::text, $6, o.version FROM o
+RETURNING version`
+
 // commit runs the op's transaction and returns the aggregate's new version.
 func (p *Producer) commit(ctx context.Context, v history.Value, outbox, abort bool) (int64, error) {
+	if outbox && !abort && len(p.cfg.Transaction) == 0 {
+		return p.commitOne(ctx, v)
+	}
 	tx, err := p.db.Begin(ctx)
 	if err != nil {
 		return 0, definite(err)
@@ -256,7 +287,7 @@ func (p *Producer) commit(ctx context.Context, v history.Value, outbox, abort bo
 	if err != nil {
 		return 0, definite(err)
 	}
-	if outbox && len(p.cfg.Transaction) > 0 {
+	if outbox {
 		vals := map[string]any{
 			"event_id": v.Event, "aggregate_id": v.Key, "version": version,
 			"payload": string(Payload(v.Key, version, v.Poison)), "type": EventType, "source": v.Source,
@@ -270,18 +301,32 @@ func (p *Producer) commit(ctx context.Context, v history.Value, outbox, abort bo
 				return 0, definite(fmt.Errorf("transaction statement %d: %w", i+1, err))
 			}
 		}
-	} else if outbox {
-		_, err = tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, source, version)
-			VALUES ($1, 'order', $2, $3, $4, $5, $6)`,
-			v.Event, v.Key, EventType, string(Payload(v.Key, version, v.Poison)), v.Source, version)
-		if err != nil {
-			return 0, definite(err)
-		}
 	}
 	if abort {
 		return 0, definite(errAborted)
 	}
 	if err := tx.Commit(ctx); err != nil {
+		return 0, indeterminateCommit(err)
+	}
+	return version, nil
+}
+
+// commitOne runs the outbox op as [commitSQL]. An error is definite when
+// the server answered it or the statement never left; otherwise (the
+// connection dropped mid-flight) the commit may have happened.
+func (p *Producer) commitOne(ctx context.Context, v history.Value) (int64, error) {
+	conn, err := p.db.Acquire(ctx)
+	if err != nil {
+		return 0, definite(err)
+	}
+	defer conn.Release()
+	pre, post := payloadParts(v.Key, v.Poison)
+	var version int64
+	err = conn.QueryRow(ctx, commitSQL, v.Key, v.Event, EventType, pre, post, v.Source).Scan(&version)
+	if err != nil {
+		if pgconn.SafeToRetry(err) {
+			return 0, definite(err)
+		}
 		return 0, indeterminateCommit(err)
 	}
 	return version, nil
