@@ -848,3 +848,81 @@ func TestKafkaLostConfirmIsUnknown(t *testing.T) {
 		t.Fatalf("got %s, want the unconfirmed %s", got[1].ID, ev[0].ID)
 	}
 }
+
+// TestKafkaBatch: NextBatch hands out consecutive records of one
+// partition, stops before a record accept refuses (which then comes
+// alone), keeps the partition busy until the batch is settled oldest
+// first, Retry of a batch's head puts the whole batch back in order, and
+// AckAsync commits what it acked.
+func TestKafkaBatch(t *testing.T) {
+	cfg := kafkaTopic(t, 1)
+	p := kafkaPublisher(t, cfg, KafkaPublisherOptions{})
+	evs := kafkaEvents("batch", 12, 3)
+	kafkaPublishAll(t, p, evs)
+	s := kafkaSubscriber(t, cfg, "g")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	refuse := evs[5].ID
+	accept := func(d *Delivery) bool { return d.ID != refuse }
+
+	next := func(max int) []*Delivery {
+		t.Helper()
+		ds, err := s.NextBatch(ctx, max, accept)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+	// The first batch may be short if the first fetch was; everything
+	// comes in order, and the refused record alone.
+	var got []*Delivery
+	for len(got) < 5 {
+		ds := next(5 - len(got))
+		for _, d := range ds {
+			if err := <-s.AckAsync(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got = append(got, ds...)
+	}
+	for i, d := range got {
+		if d.ID != evs[i].ID {
+			t.Fatalf("delivery %d is %s, want %s", i, d.ID, evs[i].ID)
+		}
+	}
+	if ds := next(4); len(ds) != 1 || ds[0].ID != refuse {
+		t.Fatalf("after a refused record: got %d deliveries starting %s, want %s alone", len(ds), ds[0].ID, refuse)
+	} else {
+		kafkaAck(t, s, ds[0])
+	}
+
+	batch := next(3)
+	if len(batch) != 3 || batch[0].ID != evs[6].ID || batch[2].ID != evs[8].ID {
+		t.Fatalf("batch: %d deliveries from %s, want %s..%s", len(batch), batch[0].ID, evs[6].ID, evs[8].ID)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	if extra, err := s.Next(short); err == nil {
+		t.Fatalf("%s handed out while a batch of its partition is outstanding", extra.ID)
+	}
+	cancelShort()
+	if err := s.Ack(ctx, batch[1]); err == nil {
+		t.Fatal("ack of a batch's second delivery before its first succeeded")
+	}
+	if err := s.Retry(ctx, batch[0]); err != nil {
+		t.Fatal(err)
+	}
+	again := next(3)
+	if len(again) != 3 || again[0].ID != evs[6].ID || again[0].Attempt != 2 || again[1].Attempt != 1 || again[2].ID != evs[8].ID {
+		t.Fatalf("after Retry: %d deliveries %s attempt %d, want the batch back with its head at attempt 2", len(again), again[0].ID, again[0].Attempt)
+	}
+	var last <-chan error
+	for _, d := range again {
+		last = s.AckAsync(ctx, d)
+	}
+	if err := <-last; err != nil {
+		t.Fatal(err)
+	}
+	if got := kafkaCommitted(t, cfg, "g")[0]; got != again[2].Offset+1 {
+		t.Fatalf("committed %d, want %d", got, again[2].Offset+1)
+	}
+}

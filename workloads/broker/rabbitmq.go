@@ -672,7 +672,10 @@ type RabbitSubscriber struct {
 	sub string
 	log *slog.Logger
 
-	nextMu sync.Mutex // serializes Next
+	nextMu sync.Mutex // serializes Next; guards stash
+	// stash holds a delivery NextBatch received but did not accept into a
+	// batch; the next Next or NextBatch hands it out first.
+	stash *Delivery
 
 	mu     sync.Mutex // guards sess, gen, closed
 	sess   *subSession
@@ -724,6 +727,63 @@ func NewRabbitSubscriber(cfg RabbitConfig, sub string) (*RabbitSubscriber, error
 func (r *RabbitSubscriber) Next(ctx context.Context) (*Delivery, error) {
 	r.nextMu.Lock()
 	defer r.nextMu.Unlock()
+	return r.nextLocked(ctx)
+}
+
+// NextBatch implements [Batcher]: the next delivery (waiting for it as
+// Next does), then whatever more the broker has already sent, up to max
+// and while accept takes it. A delivery accept refuses is kept for the
+// next call, which hands it out alone. Deliveries of one batch are
+// settled separately (their tags are acked one by one), so competing
+// workers' batches never settle each other's.
+func (r *RabbitSubscriber) NextBatch(ctx context.Context, max int, accept func(*Delivery) bool) ([]*Delivery, error) {
+	r.nextMu.Lock()
+	defer r.nextMu.Unlock()
+	first, err := r.nextLocked(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ds := []*Delivery{first}
+	if accept != nil && !accept(first) {
+		return ds, nil
+	}
+	h := first.Handle().(*rabbitHandle)
+	// amqp091-go hands deliveries over one at a time through an
+	// unbuffered channel, so "what is already here" means what arrives
+	// within a short gather window.
+	gather := time.NewTimer(rabbitGather)
+	defer gather.Stop()
+	for len(ds) < max {
+		var d amqp.Delivery
+		var ok bool
+		select {
+		case d, ok = <-h.sess.deliveries:
+		case <-gather.C:
+		case <-ctx.Done():
+		}
+		if !ok {
+			break // window over, ctx ended, or the channel closed (Next sees to it)
+		}
+		next := r.delivery(h.sess, d)
+		if accept != nil && !accept(next) {
+			r.stash = next
+			break
+		}
+		ds = append(ds, next)
+	}
+	return ds, nil
+}
+
+// rabbitGather is how long NextBatch waits for more deliveries after the
+// first: enough for the client library's buffer to hand over what the
+// broker already sent, short next to a transaction.
+const rabbitGather = 2 * time.Millisecond
+
+func (r *RabbitSubscriber) nextLocked(ctx context.Context) (*Delivery, error) {
+	if d := r.stash; d != nil {
+		r.stash = nil
+		return d, nil
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(r.life, cancel)()

@@ -74,3 +74,24 @@ func FuzzBind(f *testing.F) {
 		}
 	})
 }
+
+// TestNewEventID: ids are UUIDv7 (version and variant bits set), unique,
+// and ordered by their millisecond.
+func TestNewEventID(t *testing.T) {
+	seen := map[string]bool{}
+	prev := ""
+	for i := range 1000 {
+		id := NewEventID()
+		if len(id) != 36 || id[14] != '7' || !strings.ContainsRune("89ab", rune(id[19])) {
+			t.Fatalf("%s is not a UUIDv7", id)
+		}
+		if seen[id] {
+			t.Fatalf("%s generated twice", id)
+		}
+		seen[id] = true
+		if i > 0 && id[:13] < prev[:13] {
+			t.Fatalf("%s's timestamp is before %s's", id, prev)
+		}
+		prev = id
+	}
+}

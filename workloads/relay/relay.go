@@ -1,14 +1,17 @@
-// Package relay moves committed outbox rows to the broker: poll, publish,
-// wait for the broker's confirmation, mark published, commit. A row is
-// marked only after its confirmation, so a crash anywhere leads to a
-// republish with the same event id (a duplicate the consumer's inbox must
-// absorb), never to a loss.
+// Package relay moves committed outbox rows to the broker: take a batch of
+// unpublished rows, publish, wait for the broker's confirmation, and
+// commit the rows' published mark. The mark commits only after the
+// confirmation, so a crash anywhere leads to a republish with the same
+// event id (a duplicate the consumer's inbox must absorb), never to a
+// loss.
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -150,15 +153,30 @@ type row struct {
 	ev  broker.Event
 }
 
+// claimSQL takes the next batch: it marks up to $1 unpublished rows, the
+// oldest first, skipping rows another relay holds, and returns them. The
+// mark is part of the relay's transaction, so nobody sees it before the
+// commit, which comes only after the broker confirmed: a crash anywhere
+// before leaves the rows unpublished. Marking while taking the rows costs
+// one write per row (a SELECT FOR UPDATE, then an UPDATE, wrote each row
+// twice) and one round trip.
+const claimSQL = `UPDATE outbox SET published_at = now() WHERE seq IN (
+	SELECT seq FROM outbox WHERE published_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING seq, id, source, aggregateid, version, type, payload`
+
 // Once relays one batch and returns how many rows it published.
 func (r *Relay) Once(ctx context.Context) (int, error) {
+	if r.cfg.Variant != HighWaterMark {
+		return r.claimAndPublish(ctx)
+	}
+	// The known-bad high-water-mark relay: rows after the highest seq it
+	// published, marked once confirmed.
 	tx, err := r.db.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("relay: begin: %w", err)
 	}
 	defer tx.Rollback(context.Background())
-	var rows pgx.Rows
-	if r.cfg.Variant == HighWaterMark && !r.hwmInit {
+	if !r.hwmInit {
 		// A restarted relay resumes from its persisted mark, as a real
 		// one would: the highest seq already published.
 		if err := tx.QueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM outbox WHERE published_at IS NOT NULL`).Scan(&r.lastSeen); err != nil {
@@ -166,13 +184,8 @@ func (r *Relay) Once(ctx context.Context) (int, error) {
 		}
 		r.hwmInit = true
 	}
-	if r.cfg.Variant == HighWaterMark {
-		rows, err = tx.Query(ctx, `SELECT seq, id, source, aggregateid, version, type, payload FROM outbox
-			WHERE seq > $1 ORDER BY seq LIMIT $2`, r.lastSeen, r.cfg.Batch)
-	} else {
-		rows, err = tx.Query(ctx, `SELECT seq, id, source, aggregateid, version, type, payload FROM outbox
-			WHERE published_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`, r.cfg.Batch)
-	}
+	rows, err := tx.Query(ctx, `SELECT seq, id, source, aggregateid, version, type, payload FROM outbox
+		WHERE seq > $1 ORDER BY seq LIMIT $2`, r.lastSeen, r.cfg.Batch)
 	if err != nil {
 		return 0, fmt.Errorf("relay: poll: %w", err)
 	}
@@ -194,14 +207,106 @@ func (r *Relay) Once(ctx context.Context) (int, error) {
 	if len(batch) == 0 {
 		return 0, r.noteIdle(ctx, tx)
 	}
+	confirmed, err := r.publish(ctx, batch)
+	if err != nil {
+		return 0, err
+	}
+	if len(confirmed) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE outbox SET published_at = now() WHERE seq = ANY($1)`, confirmed); err != nil {
+			return 0, fmt.Errorf("relay: mark published: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("relay: commit: %w", err)
+	}
+	if len(confirmed) < len(batch) {
+		return len(confirmed), fmt.Errorf("relay: %d of %d publishes not confirmed", len(batch)-len(confirmed), len(batch))
+	}
+	return len(batch), nil
+}
+
+// claimAndPublish is Once for every variant but high-water-mark: BEGIN
+// and [claimSQL] in one round trip, publish in seq order, then unmark
+// what the broker did not confirm and COMMIT in one more.
+func (r *Relay) claimAndPublish(ctx context.Context) (int, error) {
+	conn, err := r.db.Acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("relay: begin: %w", err)
+	}
+	// On an error the connection is still in its transaction, so the
+	// pool closes it, which rolls the marks back.
+	defer conn.Release()
+	var batch []row
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	b.Queue(claimSQL, r.cfg.Batch).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var x row
+			var payload string
+			if err := rows.Scan(&x.seq, &x.ev.ID, &x.ev.Source, &x.ev.Key, &x.ev.Version, &x.ev.Type, &payload); err != nil {
+				return err
+			}
+			x.ev.Payload = []byte(payload)
+			batch = append(batch, x)
+		}
+		return rows.Err()
+	})
+	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+		return 0, fmt.Errorf("relay: poll: %w", err)
+	}
+	if len(batch) == 0 {
+		if r.cfg.Name != "" && time.Since(r.lastIdle) >= 100*time.Millisecond {
+			if _, err := conn.Exec(ctx, `INSERT INTO relay_idle (process, polled_at) VALUES ($1, now())
+				ON CONFLICT (process) DO UPDATE SET polled_at = now()`, r.cfg.Name); err != nil {
+				return 0, fmt.Errorf("relay: note idle: %w", err)
+			}
+			r.lastIdle = time.Now()
+		}
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+			return 0, fmt.Errorf("relay: commit: %w", err)
+		}
+		return 0, nil
+	}
+	// RETURNING has no order; per-key order needs seq order.
+	slices.SortFunc(batch, func(a, b row) int { return cmp.Compare(a.seq, b.seq) })
+	confirmed, err := r.publish(ctx, batch)
+	if err != nil {
+		return 0, err
+	}
+	b = pgx.Batch{}
+	if len(confirmed) < len(batch) {
+		var unconfirmed []int64
+		for _, x := range batch {
+			if !slices.Contains(confirmed, x.seq) {
+				unconfirmed = append(unconfirmed, x.seq)
+			}
+		}
+		b.Queue(`UPDATE outbox SET published_at = NULL WHERE seq = ANY($1)`, unconfirmed)
+	}
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+		return 0, fmt.Errorf("relay: mark published: %w", err)
+	}
+	if len(confirmed) < len(batch) {
+		return len(confirmed), fmt.Errorf("relay: %d of %d publishes not confirmed", len(batch)-len(confirmed), len(batch))
+	}
+	return len(batch), nil
+}
+
+// publish hits the before-publish failpoint, publishes batch recording
+// each publish, hits the after-publish failpoint, and returns the seqs
+// the broker confirmed. Its error is only a failure to record.
+func (r *Relay) publish(ctx context.Context, batch []row) ([]int64, error) {
 	r.fp.Hit(failpoint.RelayBeforePublish, value(batch[0].ev, 0))
 	evs := make([]broker.Event, len(batch))
+	es := make([]history.Entry, len(batch))
 	for i, b := range batch {
 		evs[i] = b.ev
 		r.attempts[b.ev.ID]++
-		if _, err := r.rec.Record(history.Invoke, history.Publish, value(b.ev, r.attempts[b.ev.ID])); err != nil {
-			return 0, historyError{err}
-		}
+		es[i] = history.Entry{Type: history.Invoke, F: history.Publish, Value: value(b.ev, r.attempts[b.ev.ID])}
+	}
+	if err := r.rec.RecordAll(es); err != nil {
+		return nil, historyError{err}
 	}
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	results := r.pub.Publish(pctx, evs)
@@ -220,26 +325,16 @@ func (r *Relay) Once(ctx context.Context) (int, error) {
 			confirmed = append(confirmed, b.seq)
 			delete(r.attempts, b.ev.ID)
 		}
-		if _, err := r.rec.Record(t, history.Publish, v); err != nil {
-			return 0, historyError{err}
-		}
+		es[i] = history.Entry{Type: t, F: history.Publish, Value: v}
 		if r.cfg.Variant == HighWaterMark {
 			r.lastSeen = max(r.lastSeen, b.seq)
 		}
 	}
+	if err := r.rec.RecordAll(es); err != nil {
+		return nil, historyError{err}
+	}
 	r.fp.Hit(failpoint.RelayAfterPublishBeforeMark, value(batch[0].ev, 0))
-	if len(confirmed) > 0 {
-		if _, err := tx.Exec(ctx, `UPDATE outbox SET published_at = now() WHERE seq = ANY($1)`, confirmed); err != nil {
-			return 0, fmt.Errorf("relay: mark published: %w", err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("relay: commit: %w", err)
-	}
-	if len(confirmed) < len(batch) {
-		return len(confirmed), fmt.Errorf("relay: %d of %d publishes not confirmed", len(batch)-len(confirmed), len(batch))
-	}
-	return len(batch), nil
+	return confirmed, nil
 }
 
 // noteIdle records, at most every 100ms, that a poll found nothing.

@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -64,6 +65,12 @@ type Spec struct {
 // Run runs the worker described by spec until ctx ends, "stop" arrives on
 // control, or control closes.
 func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (err error) {
+	// Producers and relays do one thing at a time: a second P only adds
+	// scheduler threads competing for the machine's cores with the
+	// servers and every other worker.
+	if os.Getenv("GOMAXPROCS") == "" && (spec.Role == RoleProducer || spec.Role == RoleRelay) {
+		runtime.GOMAXPROCS(1)
+	}
 	base := time.Unix(0, spec.BaseUnixNano)
 	rec, err := history.NewRecorder(spec.History, spec.Process, base)
 	if err != nil {
@@ -103,7 +110,14 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 	if err != nil {
 		return fmt.Errorf("worker: postgres dsn: %w", err)
 	}
+	// Named in pg_stat_activity, so the database's view says which worker
+	// holds a connection.
+	poolCfg.ConnConfig.RuntimeParams["application_name"] = spec.Process
 	poolCfg.MaxConns = 4
+	if spec.Role == RoleConsumer {
+		// One connection per delivery in flight, one for dead letters.
+		poolCfg.MaxConns = max(poolCfg.MaxConns, int32(spec.Consumer.Workers)+1)
+	}
 	if spec.PoolSize > 0 {
 		poolCfg.MaxConns = spec.PoolSize
 	}
