@@ -697,3 +697,46 @@ func TestRabbitConfigValidation(t *testing.T) {
 		t.Error("unknown mode accepted")
 	}
 }
+
+// TestRabbitBatch: NextBatch gathers what the broker already sent, in
+// queue order, up to max; a delivery accept refuses ends the batch and
+// comes alone next; each delivery of a batch is acked on its own.
+func TestRabbitBatch(t *testing.T) {
+	rt := newRabbitTest(t, []string{"s"}, nil)
+	evs := events("batch", 12)
+	rt.publishOK(rt.publisher(RabbitConfirmed), evs)
+	s := rt.subscriber(rt.sub(0))
+	first := rt.next(s, 10*time.Second)
+	sameIdentity(t, first, evs[0])
+	// Prefetch (32) covers them all: once none is ready, the client holds
+	// the other 11.
+	waitFor(t, rt.ctx, 10*time.Second, func() error {
+		if n := rt.depth(rt.sub(0)); n > 0 {
+			return fmt.Errorf("%d still ready", n)
+		}
+		return nil
+	})
+	refuse := evs[7].ID
+	accept := func(d *Delivery) bool { return d.ID != refuse }
+	got := []*Delivery{first}
+	for _, want := range []struct{ from, n int }{{1, 5}, {6, 1}, {7, 1}, {8, 4}} {
+		ds, err := s.NextBatch(rt.ctx, 5, accept)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) != want.n {
+			t.Fatalf("batch from %s: %d deliveries, want %d", evs[want.from].ID, len(ds), want.n)
+		}
+		got = append(got, ds...)
+	}
+	for i, d := range got {
+		sameIdentity(t, d, evs[i])
+		if err := s.Ack(rt.ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	if n := rt.depth(rt.sub(0)); n != 0 {
+		t.Fatalf("%d messages back in the queue after acking every delivery", n)
+	}
+}
