@@ -70,24 +70,8 @@ func NewWriterRecorder(w io.Writer, process string, base time.Time) *Recorder {
 // since the run's base and the recorder's process, writes it as one line
 // and returns it. After a write error every later Record returns it too.
 func (r *Recorder) Record(t Type, f F, v Value) (Op, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.err != nil {
-		return Op{}, r.err
-	}
-	now := int64(time.Since(r.base))
-	if now < r.last {
-		now = r.last // a wall-clock base may step back; keep the file ordered
-	}
-	r.last = now
-	op := Op{Index: r.next, Time: now, Process: r.process, Type: t, F: f, Value: v}
-	r.buf = append(op.AppendJSON(r.buf[:0]), '\n')
-	if _, err := r.w.Write(r.buf); err != nil {
-		r.err = fmt.Errorf("history: record: %w", err)
-		return Op{}, r.err
-	}
-	r.next++
-	return op, nil
+	e := [1]Entry{{Type: t, F: f, Value: v}}
+	return r.record(e[:])
 }
 
 // Entry is one op for [Recorder.RecordAll]: what Record takes.
@@ -105,24 +89,35 @@ func (r *Recorder) RecordAll(es []Entry) error {
 	if len(es) == 0 {
 		return nil
 	}
+	_, err := r.record(es)
+	return err
+}
+
+// record stamps es (at least one) with consecutive indexes and one time,
+// writes them in one call, and returns the last.
+func (r *Recorder) record(es []Entry) (Op, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.err != nil {
-		return r.err
+		return Op{}, r.err
 	}
-	now := max(int64(time.Since(r.base)), r.last)
+	now := int64(time.Since(r.base))
+	if now < r.last {
+		now = r.last // a wall-clock base may step back; keep the file ordered
+	}
 	r.last = now
 	r.buf = r.buf[:0]
+	var op Op
 	for i, e := range es {
-		op := Op{Index: r.next + int64(i), Time: now, Process: r.process, Type: e.Type, F: e.F, Value: e.Value}
+		op = Op{Index: r.next + int64(i), Time: now, Process: r.process, Type: e.Type, F: e.F, Value: e.Value}
 		r.buf = append(op.AppendJSON(r.buf), '\n')
 	}
 	if _, err := r.w.Write(r.buf); err != nil {
 		r.err = fmt.Errorf("history: record: %w", err)
-		return r.err
+		return Op{}, r.err
 	}
 	r.next += int64(len(es))
-	return nil
+	return op, nil
 }
 
 // Close closes the file opened by [NewRecorder]. Later Records fail.

@@ -830,7 +830,8 @@ func (s *KafkaSubscriber) takeLocked(max int, accept func(*Delivery) bool) []*De
 			pd := st.queue[0]
 			h := &kafkaHandle{rec: pd.rec, attempt: pd.attempt, epoch: st.epoch}
 			d := s.delivery(h)
-			if accept != nil && !accept(d) && len(ds) > 0 {
+			ok := accept == nil || accept(d)
+			if !ok && len(ds) > 0 {
 				break
 			}
 			st.queue[0] = kafkaPending{}
@@ -838,8 +839,8 @@ func (s *KafkaSubscriber) takeLocked(max int, accept func(*Delivery) bool) []*De
 			s.queued--
 			st.out = append(st.out, h)
 			ds = append(ds, d)
-			if accept != nil && len(ds) == 1 && !accept(d) {
-				break
+			if !ok {
+				break // a refused first record comes alone
 			}
 		}
 		return ds

@@ -319,17 +319,7 @@ func (c *Consumer) HandleBatch(ctx context.Context, ds []*broker.Delivery) error
 	}
 	es = es[:0]
 	for i, v := range vs {
-		switch outs[i] {
-		case applied:
-			es = append(es, history.Entry{Type: history.OK, F: history.Apply, Value: v})
-		case duplicate:
-			v.Reason = "duplicate: already in the inbox"
-			es = append(es, history.Entry{Type: history.Fail, F: history.Apply, Value: v})
-		case stale:
-			v.Reason = "stale: a newer version is already applied"
-			es = append(es, history.Entry{Type: history.Fail, F: history.Apply, Value: v},
-				history.Entry{Type: history.OK, F: history.SkipStale, Value: v})
-		}
+		es = outcomeOps(es, outs[i], v)
 	}
 	if err := c.recordAll(es); err != nil {
 		return err
@@ -381,13 +371,17 @@ func (c *Consumer) ackAll(ctx context.Context, ds []*broker.Delivery, vs []histo
 			}
 			out[i] = history.Entry{Type: t, F: history.Ack, Value: v}
 		}
-		_ = c.recordAll(out) // a failure sticks in the recorder
+		// A failure to record sticks in the recorder: the worker's next
+		// record returns it and stops.
+		_ = c.recordAll(out)
 	}()
 	return nil
 }
 
-// txBatch applies a batch in one transaction: BEGIN and one [applySQL]
-// per delivery in a single round trip, then COMMIT. The statements run in
+// txBatch applies a batch (or a single delivery) in one transaction: BEGIN
+// and one [applySQL] per delivery in a single round trip, then COMMIT,
+// with the failpoint between them. On an error the connection is left
+// inside its transaction, so the pool closes it, which rolls back. The statements run in
 // aggregate order (stable, so one aggregate's events keep their order), so
 // two workers' batches lock projection rows in the same order and cannot
 // deadlock.
@@ -436,25 +430,12 @@ func (c *Consumer) txBatch(ctx context.Context, ds []*broker.Delivery, vs []hist
 }
 
 func (c *Consumer) ack(ctx context.Context, d *broker.Delivery, v history.Value) error {
+	// Ack-first must know its ack landed before it applies, so it waits.
+	if _, ok := c.sub.(broker.AsyncAcker); ok && c.cfg.Variant != AckFirst {
+		return c.ackAll(ctx, []*broker.Delivery{d}, []history.Value{v})
+	}
 	if err := c.record(history.Invoke, history.Ack, v); err != nil {
 		return err
-	}
-	// Ack-first must know its ack landed before it applies, so it waits.
-	if a, ok := c.sub.(broker.AsyncAcker); ok && c.cfg.Variant != AckFirst {
-		done := a.AckAsync(ctx, d)
-		c.acks.Add(1)
-		go func() {
-			defer c.acks.Done()
-			t := history.OK
-			if err := <-done; err != nil {
-				v.Error = err.Error()
-				t = history.Info
-			}
-			// A failure to record sticks in the recorder: the worker's
-			// next record returns it and stops.
-			_ = c.record(t, history.Ack, v)
-		}()
-		return nil
 	}
 	if err := c.sub.Ack(ctx, d); err != nil {
 		v.Error = err.Error()
@@ -484,19 +465,23 @@ func (c *Consumer) apply(ctx context.Context, d *broker.Delivery, v history.Valu
 		}
 		return false, err
 	}
-	switch outcome {
-	case applied:
-		err = c.record(history.OK, history.Apply, v)
+	err = c.recordAll(outcomeOps(nil, outcome, v))
+	return err == nil, err
+}
+
+// outcomeOps appends to es the ops that record a committed apply's
+// outcome for v.
+func outcomeOps(es []history.Entry, o outcome, v history.Value) []history.Entry {
+	switch o {
 	case duplicate:
 		v.Reason = "duplicate: already in the inbox"
-		err = c.record(history.Fail, history.Apply, v)
+		return append(es, history.Entry{Type: history.Fail, F: history.Apply, Value: v})
 	case stale:
 		v.Reason = "stale: a newer version is already applied"
-		if err = c.record(history.Fail, history.Apply, v); err == nil {
-			err = c.record(history.OK, history.SkipStale, v)
-		}
+		return append(es, history.Entry{Type: history.Fail, F: history.Apply, Value: v},
+			history.Entry{Type: history.OK, F: history.SkipStale, Value: v})
 	}
-	return err == nil, err
+	return append(es, history.Entry{Type: history.OK, F: history.Apply, Value: v})
 }
 
 type outcome int
@@ -550,7 +535,11 @@ func (c *Consumer) tx(ctx context.Context, d *broker.Delivery, v history.Value) 
 	if c.cfg.Variant == CheckThenAct {
 		return c.checkThenAct(ctx, d, v)
 	}
-	return c.txOne(ctx, d, v)
+	outs, err := c.txBatch(ctx, []*broker.Delivery{d}, []history.Value{v})
+	if err != nil {
+		return 0, err
+	}
+	return outs[0], nil
 }
 
 // checkThenAct is the check-then-act variant's transaction, statement by
@@ -608,7 +597,12 @@ func (c *Consumer) work(ctx context.Context) error {
 	if c.cfg.Work <= 0 {
 		return nil
 	}
-	t := time.NewTimer(c.cfg.Work)
+	return wait(ctx, c.cfg.Work)
+}
+
+// wait waits d, or until ctx ends, whose error it then returns.
+func wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -616,38 +610,6 @@ func (c *Consumer) work(ctx context.Context) error {
 	case <-t.C:
 		return nil
 	}
-}
-
-// txOne runs the transaction in two round trips: BEGIN with [applySQL],
-// then COMMIT, with the failpoint between them. On an error the
-// connection is left inside its transaction, so the pool closes it,
-// which rolls back.
-func (c *Consumer) txOne(ctx context.Context, d *broker.Delivery, v history.Value) (outcome, error) {
-	conn, err := c.db.Acquire(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("begin: %w", err)
-	}
-	defer conn.Release()
-	var inbox, effects int64
-	var b pgx.Batch
-	b.Queue("BEGIN")
-	b.Queue(c.applySQL, c.cfg.Subscription, d.Source, d.ID, d.Key, d.Version).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&inbox, &effects)
-	})
-	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
-		return 0, fmt.Errorf("apply: %w", err)
-	}
-	if err := c.work(ctx); err != nil {
-		return 0, err
-	}
-	switch {
-	case inbox == 0:
-		return duplicate, c.commitConn(ctx, conn)
-	case effects == 0:
-		return stale, c.commitConn(ctx, conn)
-	}
-	c.fp.Hit(failpoint.ConsumerAfterEffectBeforeCommit, v)
-	return applied, c.commitConn(ctx, conn)
 }
 
 func (c *Consumer) commitConn(ctx context.Context, conn *pgxpool.Conn) error {
@@ -752,10 +714,5 @@ func (c *Consumer) sleep(ctx context.Context, attempt int) {
 	c.mu.Lock()
 	d := time.Duration(c.rng.Int64N(int64(ceil) + 1))
 	c.mu.Unlock()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+	_ = wait(ctx, d)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deliverycheck/deliverycheck/failpoint"
@@ -205,7 +206,7 @@ func (r *Relay) Once(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("relay: poll: %w", err)
 	}
 	if len(batch) == 0 {
-		return 0, r.noteIdle(ctx, tx)
+		return 0, r.noteIdle(ctx, tx, tx.Commit)
 	}
 	confirmed, err := r.publish(ctx, batch)
 	if err != nil {
@@ -255,17 +256,10 @@ func (r *Relay) claimAndPublish(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("relay: poll: %w", err)
 	}
 	if len(batch) == 0 {
-		if r.cfg.Name != "" && time.Since(r.lastIdle) >= 100*time.Millisecond {
-			if _, err := conn.Exec(ctx, `INSERT INTO relay_idle (process, polled_at) VALUES ($1, now())
-				ON CONFLICT (process) DO UPDATE SET polled_at = now()`, r.cfg.Name); err != nil {
-				return 0, fmt.Errorf("relay: note idle: %w", err)
-			}
-			r.lastIdle = time.Now()
-		}
-		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-			return 0, fmt.Errorf("relay: commit: %w", err)
-		}
-		return 0, nil
+		return 0, r.noteIdle(ctx, conn, func(ctx context.Context) error {
+			_, err := conn.Exec(ctx, "COMMIT")
+			return err
+		})
 	}
 	// RETURNING has no order; per-key order needs seq order.
 	slices.SortFunc(batch, func(a, b row) int { return cmp.Compare(a.seq, b.seq) })
@@ -337,19 +331,24 @@ func (r *Relay) publish(ctx context.Context, batch []row) ([]int64, error) {
 	return confirmed, nil
 }
 
-// noteIdle records, at most every 100ms, that a poll found nothing.
-func (r *Relay) noteIdle(ctx context.Context, tx pgx.Tx) error {
-	if r.cfg.Name == "" || time.Since(r.lastIdle) < 100*time.Millisecond {
-		return nil
+// noteIdle ends the transaction of a poll that found nothing with commit,
+// recording in it first, at most every 100ms, that the relay was idle.
+func (r *Relay) noteIdle(ctx context.Context, ex interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, commit func(context.Context) error) error {
+	due := r.cfg.Name != "" && time.Since(r.lastIdle) >= 100*time.Millisecond
+	if due {
+		if _, err := ex.Exec(ctx, `INSERT INTO relay_idle (process, polled_at) VALUES ($1, now())
+			ON CONFLICT (process) DO UPDATE SET polled_at = now()`, r.cfg.Name); err != nil {
+			return fmt.Errorf("relay: note idle: %w", err)
+		}
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO relay_idle (process, polled_at) VALUES ($1, now())
-		ON CONFLICT (process) DO UPDATE SET polled_at = now()`, r.cfg.Name); err != nil {
+	if err := commit(ctx); err != nil {
 		return fmt.Errorf("relay: note idle: %w", err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("relay: note idle: %w", err)
+	if due {
+		r.lastIdle = time.Now()
 	}
-	r.lastIdle = time.Now()
 	return nil
 }
 
