@@ -39,16 +39,20 @@ func BenchmarkPipeline(b *testing.B) {
 			// Means over the iterations: one window is noisy on a
 			// shared two-core machine.
 			var rate, p50, p99, tps, share float64
+			cpu := map[string]float64{}
 			n := 0
 			// An unmeasured window first: a freshly started broker's
 			// JVM spends a core compiling its hot paths.
-			benchRun(b, br, 3*time.Second, nil)
+			benchRun(b, br, 3*time.Second)
 			for b.Loop() {
 				quiesce(b)
 				t := pgbench(b, servers.Get(b), 5*time.Second)
 				quiesce(b)
-				r, l50, l99, _ := benchRun(b, br, 5*time.Second, nil)
-				rate, p50, p99, tps, share = rate+r, p50+l50, p99+l99, tps+t, share+100*r/t
+				f := benchRun(b, br, 5*time.Second)
+				rate, p50, p99, tps, share = rate+f.rate, p50+f.p50, p99+f.p99, tps+t, share+100*f.rate/t
+				for k, v := range f.cpu {
+					cpu[k] += v
+				}
 				n++
 			}
 			f := float64(n)
@@ -57,6 +61,10 @@ func BenchmarkPipeline(b *testing.B) {
 			b.ReportMetric(p99/f, "p99-ms")
 			b.ReportMetric(tps/f, "pgbench-tps")
 			b.ReportMetric(share/f, "%-of-pgbench")
+			for k := range cpu {
+				cpu[k] /= f
+			}
+			reportCPU(b, cpu)
 		})
 	}
 }
@@ -131,9 +139,15 @@ func relayRun(b *testing.B, v relay.Variant, d time.Duration) relayFigures {
 	return relayFigures{relayed: float64(committed) / relayed, committed: float64(committed) / d.Seconds(), start: start}
 }
 
-// benchRun runs one measured window and returns events/s, commit→apply
-// latency percentiles and how long Start took (seconds).
-func benchRun(b *testing.B, br string, d time.Duration, tweak func(*Config)) (rate, p50, p99, startSecs float64) {
+// benchFigures are one window's: events/s, commit→apply latency
+// percentiles (ms) and CPU µs per event by who spent it (see cpuMeter).
+type benchFigures struct {
+	rate, p50, p99 float64
+	cpu            map[string]float64
+}
+
+// benchRun runs one measured window of d.
+func benchRun(b *testing.B, br string, d time.Duration) benchFigures {
 	cl := servers.Get(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -145,18 +159,15 @@ func benchRun(b *testing.B, br string, d time.Duration, tweak func(*Config)) (ra
 		// keeps order.
 		cfg.Consumers, cfg.ConsumerWorkers = 2, 4
 	}
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	dir := b.TempDir()
-	began := time.Now()
-	r, err := Start(ctx, cl, dir, cfg, workerCmd(), nil)
+	r, err := Start(ctx, cl, b.TempDir(), cfg, workerCmd(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	startSecs = time.Since(began).Seconds()
 	defer r.Close()
+	c0 := committed(ctx, b, r)
+	meter := startCPU(ctx, b, r)
 	time.Sleep(d) // the measured window: producers run flat out
+	cpu := meter.perEvent(ctx, b, r, committed(ctx, b, r)-c0)
 	if _, err := r.Finish(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -190,7 +201,17 @@ func benchRun(b *testing.B, br string, d time.Duration, tweak func(*Config)) (ra
 		b.Fatal("nothing applied")
 	}
 	slices.Sort(lat)
-	return float64(len(lat)) / (float64(last-first) / 1e9), lat[len(lat)/2], lat[len(lat)*99/100], startSecs
+	return benchFigures{rate: float64(len(lat)) / (float64(last-first) / 1e9), p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], cpu: cpu}
+}
+
+// committed counts the outbox rows so far.
+func committed(ctx context.Context, b *testing.B, r *Run) int64 {
+	b.Helper()
+	var n int64
+	if err := r.DB().QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
 
 // BenchmarkPgbenchInsert is the yardstick alone: pgbench with a one-row

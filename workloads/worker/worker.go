@@ -18,7 +18,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -212,11 +214,36 @@ func Main(specJSON string) int {
 		return 3
 	}
 	log = log.With("process", spec.Process)
+	if dir := os.Getenv(ProfileEnv); dir != "" {
+		stop, err := startProfile(dir, spec.Process)
+		if err != nil {
+			log.Error("cpu profile", "err", err)
+			return 3
+		}
+		defer stop()
+	}
 	if err := Run(context.Background(), spec, os.Stdin, log); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("worker failed", "err", err)
 		return 4
 	}
 	return 0
+}
+
+// ProfileEnv names a directory: when set, every worker writes a CPU profile
+// of its life there (<process>-<pid>.pprof), for `go tool pprof`. A worker
+// killed by a failpoint or SIGKILL leaves an empty or partial file.
+const ProfileEnv = "DELIVERYCHECK_WORKER_CPUPROFILE"
+
+func startProfile(dir, process string) (stop func(), err error) {
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", process, os.Getpid())))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // loadFailpoints reads the terms left armed by an earlier incarnation, or
