@@ -42,8 +42,15 @@ type Config struct {
 	// shared cluster, overriding the default (derived from the time).
 	Name string
 
-	Producers       int
-	ProducerVariant producer.Variant
+	Producers int
+	// ProducerProcesses is how many OS processes run the producers,
+	// overriding the default of one per producer. With fewer, each
+	// process runs a contiguous share of the producers as clients (see
+	// worker.Spec.Clients) and is named after its first one, e.g.
+	// producer-0 runs producer-0..3: failpoints and crashes act on the
+	// process, so on all its clients at once.
+	ProducerProcesses int
+	ProducerVariant   producer.Variant
 	// Rate is ops per second per producer; 0 is as fast as possible.
 	Rate        float64
 	Keys        int
@@ -137,6 +144,17 @@ func (c *Config) defaults() error {
 	}
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())
+	}
+	// Failpoints are armed in a process: a producer running as a client
+	// of another's process has none of its own.
+	var procs []string
+	for _, g := range producerGroups(*c) {
+		procs = append(procs, producerName(g[0]))
+	}
+	for name := range c.Failpoints {
+		if strings.HasPrefix(name, "producer-") && !slices.Contains(procs, name) {
+			return fmt.Errorf("pipeline: failpoints for %s: no producer process has that name (they are %s)", name, strings.Join(procs, ", "))
+		}
 	}
 	return nil
 }
@@ -312,12 +330,16 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		}
 		r.log.Info("debezium relay streaming", "took", time.Since(start).Round(time.Millisecond))
 	}
-	for i := range cfg.Producers {
-		spec := r.spec(worker.RoleProducer, fmt.Sprintf("producer-%d", i))
+	for _, group := range producerGroups(cfg) {
+		spec := r.spec(worker.RoleProducer, producerName(group[0]))
 		spec.Producer = producer.Config{
 			Variant: cfg.ProducerVariant, Keys: cfg.Keys, Rate: cfg.Rate,
-			PoisonRatio: cfg.PoisonRatio, AbortRatio: cfg.AbortRatio, Seed: cfg.Seed + uint64(i),
+			PoisonRatio: cfg.PoisonRatio, AbortRatio: cfg.AbortRatio, Seed: cfg.Seed + uint64(group[0]),
 			Transaction: cfg.System.Transaction,
+		}
+		for _, i := range group[1:] {
+			c := r.spec(worker.RoleProducer, producerName(i))
+			spec.Clients = append(spec.Clients, worker.Client{Process: c.Process, History: c.History, Seed: cfg.Seed + uint64(i)})
 		}
 		if err := r.start(ctx, spec); err != nil {
 			return nil, err
@@ -353,7 +375,8 @@ func (r *Run) waitQueuesDurable(ctx context.Context) error {
 }
 
 // WorkerNames lists the workers a run of cfg starts, in start order:
-// consumer-<subscription>-<i>, relay-<i>, producer-<i>.
+// consumer-<subscription>-<i>, relay-<i>, producer-<i> (with
+// ProducerProcesses, only the first producer of each process).
 func WorkerNames(cfg Config) ([]string, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -367,10 +390,37 @@ func WorkerNames(cfg Config) ([]string, error) {
 	for i := range cfg.Relays {
 		out = append(out, fmt.Sprintf("relay-%d", i))
 	}
-	for i := range cfg.Producers {
-		out = append(out, fmt.Sprintf("producer-%d", i))
+	for _, group := range producerGroups(cfg) {
+		out = append(out, producerName(group[0]))
 	}
 	return out, nil
+}
+
+func producerName(i int) string { return fmt.Sprintf("producer-%d", i) }
+
+// producerGroups splits the producers over cfg.ProducerProcesses
+// processes: contiguous, the first groups one larger when they do not
+// divide evenly.
+func producerGroups(cfg Config) [][]int {
+	n, procs := cfg.Producers, cfg.ProducerProcesses
+	if procs <= 0 || procs > n {
+		procs = n
+	}
+	out := make([][]int, 0, procs)
+	next := 0
+	for g := range procs {
+		size := n / procs
+		if g < n%procs {
+			size++
+		}
+		group := make([]int, size)
+		for j := range group {
+			group[j] = next + j
+		}
+		next += size
+		out = append(out, group)
+	}
+	return out
 }
 
 func (r *Run) spec(role, name string) worker.Spec {

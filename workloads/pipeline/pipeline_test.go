@@ -2,12 +2,16 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/history"
 )
 
 // runPipeline runs cfg for d on the shared cluster, finishes it and checks
@@ -115,5 +119,70 @@ func TestPoisonReachesDLQ(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Producers sharing processes: each is its own history process with its
+// own commits, a failpoint in a shared process crashes (and restarts) all
+// its clients together, and the pipeline stays valid.
+func TestProducerProcesses(t *testing.T) {
+	cfg := Config{Broker: "kafka", Producers: 4, ProducerProcesses: 2, Rate: 60, Subscriptions: []string{"inventory"},
+		Failpoints: map[string][]string{"producer-2": {"producer.after-commit=kill(1)"}}}
+	res, r := runPipelineWith(t, cfg, 3*time.Second, nil, effectivelyOnce())
+	if res.Valid != checker.Valid {
+		t.Fatalf("verdict %s: %v", res.Valid, res.Reasons)
+	}
+	if c, _ := r.Supervisor().Stats("producer-2"); c < 1 {
+		t.Errorf("producer-2 crashed %d times, want at least 1", c)
+	}
+	files, err := r.HistoryFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _, err := history.ReadFiles(files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commits := map[string]int{}
+	for _, op := range h {
+		if op.F == history.Commit && op.Type == history.OK {
+			commits[op.Process]++
+		}
+	}
+	for i := range 4 {
+		if p := fmt.Sprintf("producer-%d", i); commits[p] == 0 {
+			t.Errorf("%s committed nothing; commits by process: %v", p, commits)
+		}
+	}
+}
+
+func TestProducerGroups(t *testing.T) {
+	for _, tc := range []struct {
+		producers, procs int
+		want             [][]int
+	}{
+		{3, 0, [][]int{{0}, {1}, {2}}},
+		{3, 5, [][]int{{0}, {1}, {2}}},
+		{8, 2, [][]int{{0, 1, 2, 3}, {4, 5, 6, 7}}},
+		{5, 2, [][]int{{0, 1, 2}, {3, 4}}},
+		{4, 1, [][]int{{0, 1, 2, 3}}},
+	} {
+		got := producerGroups(Config{Producers: tc.producers, ProducerProcesses: tc.procs})
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("producerGroups(%d producers, %d processes) = %v, want %v", tc.producers, tc.procs, got, tc.want)
+		}
+	}
+	names, err := WorkerNames(Config{Broker: "kafka", Producers: 4, ProducerProcesses: 2, Subscriptions: []string{"inventory"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"consumer-inventory-0", "relay-0", "producer-0", "producer-2"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("WorkerNames = %v, want %v", names, want)
+	}
+	// A producer that is another's client has no process to arm.
+	_, err = WorkerNames(Config{Broker: "kafka", Producers: 4, ProducerProcesses: 2,
+		Failpoints: map[string][]string{"producer-1": {"producer.after-commit=kill(1)"}}})
+	if err == nil || !strings.Contains(err.Error(), "producer-1") {
+		t.Errorf("failpoints on producer-1, a client of producer-0's process: err = %v, want one naming producer-1", err)
 	}
 }

@@ -57,6 +57,13 @@ type Spec struct {
 	Broker   Broker `json:"broker"`
 
 	Producer producer.Config `json:"producer"`
+	// Clients are further producer clients this process runs next to its
+	// own (Process, History, Producer): each its own history process with
+	// its own connection, all sharing the process, so a crash takes them
+	// down together. One process driving several clients is how pgbench
+	// drives its clients; a Go process per client costs more CPU than the
+	// database work of its transaction on a small machine.
+	Clients  []Client        `json:"clients,omitempty"`
 	Relay    relay.Config    `json:"relay"`
 	Consumer consumer.Config `json:"consumer"`
 
@@ -64,12 +71,20 @@ type Spec struct {
 	Failpoints []string `json:"failpoints"`
 }
 
+// Client is one more producer client in a producer process: its name in
+// the history, its history file and its seed.
+type Client struct {
+	Process string `json:"process"`
+	History string `json:"history"`
+	Seed    uint64 `json:"seed"`
+}
+
 // Run runs the worker described by spec until ctx ends, "stop" arrives on
 // control, or control closes.
 func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (err error) {
-	// Producers and relays do one thing at a time: a second P only adds
-	// scheduler threads competing for the machine's cores with the
-	// servers and every other worker.
+	// Producers and relays wait on the network nearly all the time: a
+	// second P only adds scheduler threads competing for the machine's
+	// cores with the servers and every other worker.
 	if os.Getenv("GOMAXPROCS") == "" && (spec.Role == RoleProducer || spec.Role == RoleRelay) {
 		runtime.GOMAXPROCS(1)
 	}
@@ -116,7 +131,11 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 	// holds a connection.
 	poolCfg.ConnConfig.RuntimeParams["application_name"] = spec.Process
 	poolCfg.MaxConns = 4
-	if spec.Role == RoleConsumer {
+	switch spec.Role {
+	case RoleProducer:
+		// One connection per client.
+		poolCfg.MaxConns = max(poolCfg.MaxConns, int32(1+len(spec.Clients)))
+	case RoleConsumer:
 		// One connection per delivery in flight, one for dead letters.
 		poolCfg.MaxConns = max(poolCfg.MaxConns, int32(spec.Consumer.Workers)+1)
 	}
@@ -138,11 +157,7 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 			}
 			defer pub.Close()
 		}
-		p, err := producer.New(spec.Producer, db, rec, fp, pub)
-		if err != nil {
-			return err
-		}
-		return p.Run(ctx)
+		return runProducers(ctx, spec, base, db, rec, fp, pub)
 	case RoleRelay:
 		mode := "confirmed"
 		switch spec.Relay.Variant {
@@ -174,6 +189,47 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 		return c.Run(ctx)
 	}
 	return fmt.Errorf("worker: unknown role %q (valid: producer, relay, consumer)", spec.Role)
+}
+
+// runProducers runs the process's own producer client and every one of
+// spec.Clients, until ctx ends. The first error of any stops them all.
+func runProducers(ctx context.Context, spec Spec, base time.Time, db *pgxpool.Pool, rec *history.Recorder, fp *failpoint.Set, pub publisherCloser) error {
+	p, err := producer.New(spec.Producer, db, rec, fp, pub)
+	if err != nil {
+		return err
+	}
+	ps := []*producer.Producer{p}
+	for _, c := range spec.Clients {
+		crec, err := history.NewRecorder(c.History, c.Process, base)
+		if err != nil {
+			return err
+		}
+		defer crec.Close()
+		cfg := spec.Producer
+		cfg.Seed = c.Seed
+		p, err := producer.New(cfg, db, crec, fp, pub)
+		if err != nil {
+			return err
+		}
+		ps = append(ps, p)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(ps))
+	for _, p := range ps {
+		go func() {
+			err := p.Run(ctx)
+			if err != nil {
+				cancel()
+			}
+			errs <- err
+		}()
+	}
+	var all []error
+	for range ps {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
 }
 
 // readControl applies commands from the harness until "stop" or EOF, then
