@@ -158,7 +158,7 @@ func benchRun(b *testing.B, br string, d time.Duration) benchFigures {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cfg := Config{Broker: br, Name: "b_" + strconv.FormatInt(time.Now().UnixNano(), 36), Producers: benchClients, Rate: 0, Keys: 1000,
-		Subscriptions: []string{"inventory"}, Partitions: 8, RelayBatch: 500}
+		Subscriptions: []string{"inventory"}, Partitions: 8, RelayBatch: 500, ProducerProcesses: benchThreads}
 
 	if br == "rabbitmq" {
 		// Competing consumers: 2 processes × 4 deliveries in flight. On
