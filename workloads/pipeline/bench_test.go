@@ -159,7 +159,6 @@ func benchRun(b *testing.B, br string, d time.Duration) benchFigures {
 	defer cancel()
 	cfg := Config{Broker: br, Name: "b_" + strconv.FormatInt(time.Now().UnixNano(), 36), Producers: benchClients, Rate: 0, Keys: 1000,
 		Subscriptions: []string{"inventory"}, Partitions: 8, RelayBatch: 500, ProducerProcesses: benchThreads}
-
 	if br == "rabbitmq" {
 		// Competing consumers: 2 processes × 4 deliveries in flight. On
 		// Kafka one worker per partition (the default) is the most that
