@@ -1,7 +1,9 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -44,7 +47,7 @@ func BenchmarkPipeline(b *testing.B) {
 		b.Run(br, func(b *testing.B) {
 			// Means over the iterations: one window is noisy on a
 			// shared two-core machine.
-			var rate, p50, p99, tps, share float64
+			var rate, p50, p99, tps, share, pgbenchPG float64
 			cpu := map[string]float64{}
 			n := 0
 			// An unmeasured window first: a freshly started broker's
@@ -52,10 +55,11 @@ func BenchmarkPipeline(b *testing.B) {
 			benchRun(b, br, 3*time.Second)
 			for b.Loop() {
 				quiesce(b)
-				t := pgbench(b, servers.Get(b), 5*time.Second)
+				t, pgTxn := pgbench(b, servers.Get(b), 5*time.Second)
 				quiesce(b)
 				f := benchRun(b, br, 5*time.Second)
 				rate, p50, p99, tps, share = rate+f.rate, p50+f.p50, p99+f.p99, tps+t, share+100*f.rate/t
+				pgbenchPG += pgTxn
 				for k, v := range f.cpu {
 					cpu[k] += v
 				}
@@ -67,6 +71,10 @@ func BenchmarkPipeline(b *testing.B) {
 			b.ReportMetric(p99/f, "p99-ms")
 			b.ReportMetric(tps/f, "pgbench-tps")
 			b.ReportMetric(share/f, "%-of-pgbench")
+			// The database's work for one pgbench transaction, to hold
+			// pg-µs/ev against: how many single-row inserts' worth of
+			// database work one event costs.
+			b.ReportMetric(pgbenchPG/f, "pgbench-pg-µs/txn")
 			for k := range cpu {
 				cpu[k] /= f
 			}
@@ -225,17 +233,20 @@ func committed(ctx context.Context, b *testing.B, r *Run) int64 {
 // same PostgreSQL instance (through the same proxy).
 func BenchmarkPgbenchInsert(b *testing.B) {
 	cl := servers.Get(b)
-	var tps float64
+	var tps, pgTxn float64
 	for b.Loop() {
-		tps = pgbench(b, cl, 5*time.Second)
+		tps, pgTxn = pgbench(b, cl, 5*time.Second)
 	}
 	b.ReportMetric(tps, "tps")
+	b.ReportMetric(pgTxn, "pg-µs/txn")
 }
 
 // pgbench runs pgbench for d with benchClients clients, each transaction
-// one single-row insert, and returns its TPS. It skips b when PostgreSQL's
-// client tools are not installed.
-func pgbench(b *testing.B, cl *cluster.Cluster, d time.Duration) float64 {
+// one single-row insert, and returns its TPS and the CPU its database
+// backends spent per transaction (µs, over the middle of the run: they
+// exit with pgbench). It skips b when PostgreSQL's client tools are not
+// installed.
+func pgbench(b *testing.B, cl *cluster.Cluster, d time.Duration) (tps, pgPerTxn float64) {
 	b.Helper()
 	bin, err := local.PostgresBinDir("")
 	if err != nil {
@@ -246,22 +257,42 @@ func pgbench(b *testing.B, cl *cluster.Cluster, d time.Duration) float64 {
 	if err := os.WriteFile(script, []byte("INSERT INTO pgbench_one (v) VALUES (1);\n"), 0o644); err != nil {
 		b.Fatal(err)
 	}
+	ctx := context.Background()
 	dsn := cl.ClientURL(cluster.Postgres)
-	create := "CREATE TABLE IF NOT EXISTS pgbench_one (id bigserial PRIMARY KEY, v int)"
-	if out, err := exec.Command(filepath.Join(bin, "psql"), dsn, "-c", create).CombinedOutput(); err != nil {
-		b.Fatalf("psql: %v %s", err, out)
-	}
-	out, err := exec.Command(filepath.Join(bin, "pgbench"), "-n", "-c", strconv.Itoa(benchClients), "-j", strconv.Itoa(benchThreads),
-		"-T", strconv.Itoa(int(d.Seconds())), "-f", script, dsn).CombinedOutput()
+	db, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		b.Fatalf("pgbench: %v\n%s", err, out)
+		b.Fatal(err)
 	}
-	m := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(out)
+	defer db.Close(ctx)
+	if _, err := db.Exec(ctx, "CREATE TABLE IF NOT EXISTS pgbench_one (id bigserial PRIMARY KEY, v int)"); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "pgbench"), "-n", "-c", strconv.Itoa(benchClients), "-j", strconv.Itoa(benchThreads),
+		"-T", strconv.Itoa(int(d.Seconds())), "-f", script, dsn)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	t0, c0, err0 := pgbenchSample(ctx, db)
+	time.Sleep(d - 2*time.Second)
+	t1, c1, err1 := pgbenchSample(ctx, db)
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("pgbench: %v\n%s", err, out.Bytes())
+	}
+	if err := errors.Join(err0, err1); err != nil {
+		b.Fatal(err)
+	}
+	m := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(out.Bytes())
 	if m == nil {
-		b.Fatalf("no tps in pgbench output:\n%s", out)
+		b.Fatalf("no tps in pgbench output:\n%s", out.Bytes())
 	}
-	tps, _ := strconv.ParseFloat(string(m[1]), 64)
-	return tps
+	tps, _ = strconv.ParseFloat(string(m[1]), 64)
+	if c1 > c0 {
+		pgPerTxn = float64(t1-t0) * 1e6 / ticksPerSecond / float64(c1-c0)
+	}
+	return tps, pgPerTxn
 }
 
 // quiesce waits (up to 30s) until the machine is nearly idle, so one

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/deliverycheck/deliverycheck/cluster"
 )
 
@@ -56,16 +58,9 @@ func cpuSamples(ctx context.Context, b *testing.B, r *Run) map[int]cpuSample {
 	b.Helper()
 	out := map[int]cpuSample{}
 	add := func(pid int, group string) {
-		f, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			b.Log(err)
-			return // exited
+		if t, ok := procTicks(pid); ok {
+			out[pid] = cpuSample{group: group, ticks: t}
 		}
-		s := string(f)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		u, _ := strconv.ParseInt(fields[11], 10, 64)
-		k, _ := strconv.ParseInt(fields[12], 10, 64)
-		out[pid] = cpuSample{group: group, ticks: u + k}
 	}
 	add(os.Getpid(), "harness")
 	for _, pid := range r.Supervisor().PIDs() {
@@ -137,4 +132,37 @@ func reportCPU(b *testing.B, per map[string]float64) {
 	b.ReportMetric(total, "cpu-µs/ev")
 	b.ReportMetric(pg, "pg-µs/ev")
 	b.ReportMetric(workers, "workers-µs/ev")
+}
+
+// procTicks is the CPU time pid has spent (user + system, in clock ticks);
+// false if it is gone.
+func procTicks(pid int) (int64, bool) {
+	f, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	s := string(f)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	u, _ := strconv.ParseInt(fields[11], 10, 64)
+	k, _ := strconv.ParseInt(fields[12], 10, 64)
+	return u + k, true
+}
+
+// pgbenchSample is the CPU time of pgbench's backends and the
+// transactions committed in its database so far.
+func pgbenchSample(ctx context.Context, db *pgx.Conn) (ticks, commits int64, err error) {
+	rows, err := db.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench'`)
+	if err != nil {
+		return 0, 0, err
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, pid := range pids {
+		t, _ := procTicks(pid)
+		ticks += t
+	}
+	err = db.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&commits)
+	return ticks, commits, err
 }
