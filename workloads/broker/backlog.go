@@ -3,28 +3,68 @@ package broker
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// KafkaBacklog is how many records of cfg's events topic the consumer
-// group has not committed past yet (its lag, summed over partitions). A
-// group that never committed counts everything from the log start.
-func KafkaBacklog(ctx context.Context, cfg KafkaConfig, group string) (int64, error) {
-	cfg = cfg.withDefaults()
-	cl, err := kgo.NewClient(cfg.clientOpts("backlog")...)
-	if err != nil {
-		return 0, fmt.Errorf("kafka backlog: %w", err)
+// A KafkaBacklogReader tells how many records of an events topic a
+// consumer group has not committed past yet. It keeps one client between
+// calls: a drain asks several times a second, and a client per call was a
+// connection and a metadata round trip each time. It is safe for
+// concurrent use. The caller should call Close when finished.
+type KafkaBacklogReader struct {
+	cfg KafkaConfig
+
+	mu sync.Mutex
+	cl *kgo.Client // nil until the first call, and after an error
+}
+
+// NewKafkaBacklogReader returns a reader for cfg's events topic. It does
+// not dial until the first Backlog.
+func NewKafkaBacklogReader(cfg KafkaConfig) *KafkaBacklogReader {
+	return &KafkaBacklogReader{cfg: cfg.withDefaults()}
+}
+
+// Backlog is group's lag, summed over partitions; a group that never
+// committed counts everything from the log start. After an error the
+// client is dropped, and the next call dials afresh.
+func (r *KafkaBacklogReader) Backlog(ctx context.Context, group string) (int64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cl == nil {
+		cl, err := kgo.NewClient(r.cfg.clientOpts("backlog")...)
+		if err != nil {
+			return 0, fmt.Errorf("kafka backlog: %w", err)
+		}
+		r.cl = cl
 	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	ends, err := adm.ListEndOffsets(ctx, cfg.Topic)
+	n, err := kafkaLag(ctx, kadm.NewClient(r.cl), r.cfg.Topic, group)
+	if err != nil {
+		r.cl.Close()
+		r.cl = nil
+	}
+	return n, err
+}
+
+// Close closes the client, if one is open.
+func (r *KafkaBacklogReader) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cl != nil {
+		r.cl.Close()
+		r.cl = nil
+	}
+}
+
+func kafkaLag(ctx context.Context, adm *kadm.Client, topic, group string) (int64, error) {
+	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		return 0, fmt.Errorf("kafka backlog: end offsets: %w", err)
 	}
-	starts, err := adm.ListStartOffsets(ctx, cfg.Topic)
+	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err != nil {
 		return 0, fmt.Errorf("kafka backlog: start offsets: %w", err)
 	}
@@ -56,25 +96,66 @@ func KafkaBacklog(ctx context.Context, cfg KafkaConfig, group string) (int64, er
 	return total, nil
 }
 
-// RabbitBacklog is how many messages wait in the subscription's queue,
-// ready for delivery. Unacked deliveries are not counted (AMQP does not
-// expose them); a drain watches consumer progress for those.
-func RabbitBacklog(ctx context.Context, cfg RabbitConfig, queue string) (int64, error) {
-	cfg = cfg.withDefaults()
-	conn, err := dialRabbit(ctx, cfg, "backlog")
-	if err != nil {
-		return 0, fmt.Errorf("rabbitmq backlog: %w", err)
+// A RabbitBacklogReader tells how many messages wait in a queue, ready
+// for delivery. Unacked deliveries are not counted (AMQP does not expose
+// them); a drain watches consumer progress for those. It keeps one
+// connection between calls (see [KafkaBacklogReader] for why) and is safe
+// for concurrent use. The caller should call Close when finished.
+type RabbitBacklogReader struct {
+	cfg RabbitConfig
+
+	mu   sync.Mutex
+	conn *rabbitConn // nil until the first call, and after an error
+	ch   *amqp.Channel
+}
+
+// NewRabbitBacklogReader returns a reader for cfg's queues. It does not
+// dial until the first Backlog.
+func NewRabbitBacklogReader(cfg RabbitConfig) *RabbitBacklogReader {
+	return &RabbitBacklogReader{cfg: cfg.withDefaults()}
+}
+
+// Backlog is how many messages wait in queue. After an error (a missing queue
+// closes the channel, a broken connection everything) the connection is
+// dropped, and the next call dials afresh.
+func (r *RabbitBacklogReader) Backlog(ctx context.Context, queue string) (int64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn == nil {
+		conn, err := dialRabbit(ctx, r.cfg, "backlog")
+		if err != nil {
+			return 0, fmt.Errorf("rabbitmq backlog: %w", err)
+		}
+		ch, err := conn.conn.Channel()
+		if err != nil {
+			conn.close()
+			return 0, fmt.Errorf("rabbitmq backlog: %w", err)
+		}
+		r.conn, r.ch = conn, ch
 	}
-	defer conn.close()
-	stop := context.AfterFunc(ctx, conn.kill)
-	defer stop()
-	ch, err := conn.conn.Channel()
-	if err != nil {
-		return 0, fmt.Errorf("rabbitmq backlog: %w", err)
+	// The declare cannot take ctx; a ctx that ends kills the connection,
+	// which ends it.
+	stop := context.AfterFunc(ctx, r.conn.kill)
+	q, err := r.ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+	if !stop() || err != nil {
+		r.closeLocked() // killed by ctx, or the channel is gone
 	}
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
 	if err != nil {
 		return 0, fmt.Errorf("rabbitmq backlog: inspect %s: %w", queue, err)
 	}
 	return int64(q.Messages), nil
+}
+
+// Close closes the connection, if one is open.
+func (r *RabbitBacklogReader) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closeLocked()
+}
+
+func (r *RabbitBacklogReader) closeLocked() {
+	if r.conn != nil {
+		r.conn.close()
+		r.conn, r.ch = nil, nil
+	}
 }

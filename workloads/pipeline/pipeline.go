@@ -209,6 +209,9 @@ type Run struct {
 	log     *slog.Logger
 	workers []string
 	dbz     *debezium.Config // the debezium relay's, if it runs
+	// backlog asks the broker what it holds, for the drain; opened on
+	// first use.
+	backlog *worker.BacklogReader
 }
 
 // HistoryDir is where a run's history files go, under its run dir.
@@ -519,7 +522,12 @@ func (r *Run) progress(ctx context.Context, since time.Time) (progress, error) {
 		}
 		p.relayDown = !active
 	}
-	p.backlog, err = worker.Backlog(ctx, r.broker)
+	if r.backlog == nil {
+		if r.backlog, err = worker.NewBacklogReader(r.broker); err != nil {
+			return p, err
+		}
+	}
+	p.backlog, err = r.backlog.Backlog(ctx)
 	return p, err
 }
 
@@ -714,6 +722,9 @@ func (r *Run) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		errs = append(errs, debezium.Drop(ctx, r.db, *r.dbz))
 		cancel()
+	}
+	if r.backlog != nil {
+		r.backlog.Close()
 	}
 	if r.db != nil {
 		r.db.Close()

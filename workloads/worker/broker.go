@@ -65,19 +65,40 @@ func SetupBroker(ctx context.Context, b Broker) error {
 	return fmt.Errorf("worker: unknown broker %q (valid: kafka, rabbitmq)", b.Kind)
 }
 
-// Backlog sums, over every subscription, what the broker still holds for it.
-func Backlog(ctx context.Context, b Broker) (int64, error) {
+// A BacklogReader sums, over every subscription of a broker, what the
+// broker still holds for it, over one connection kept between reads. The
+// caller should call Close when finished.
+type BacklogReader struct {
+	b      Broker
+	kafka  *broker.KafkaBacklogReader
+	rabbit *broker.RabbitBacklogReader
+}
+
+// NewBacklogReader returns a reader for b. It does not dial until the
+// first Backlog.
+func NewBacklogReader(b Broker) (*BacklogReader, error) {
+	r := &BacklogReader{b: b}
+	switch b.Kind {
+	case "kafka":
+		r.kafka = broker.NewKafkaBacklogReader(b.kafka())
+	case "rabbitmq":
+		r.rabbit = broker.NewRabbitBacklogReader(b.rabbit())
+	default:
+		return nil, fmt.Errorf("worker: unknown broker %q (valid: kafka, rabbitmq)", b.Kind)
+	}
+	return r, nil
+}
+
+// Backlog is the total over every subscription.
+func (r *BacklogReader) Backlog(ctx context.Context) (int64, error) {
 	var total int64
-	for _, sub := range b.Subscriptions {
+	for _, sub := range r.b.Subscriptions {
 		var n int64
 		var err error
-		switch b.Kind {
-		case "kafka":
-			n, err = broker.KafkaBacklog(ctx, b.kafka(), b.Qualify(sub))
-		case "rabbitmq":
-			n, err = broker.RabbitBacklog(ctx, b.rabbit(), b.Qualify(sub))
-		default:
-			return 0, fmt.Errorf("worker: unknown broker %q", b.Kind)
+		if r.kafka != nil {
+			n, err = r.kafka.Backlog(ctx, r.b.Qualify(sub))
+		} else {
+			n, err = r.rabbit.Backlog(ctx, r.b.Qualify(sub))
 		}
 		if err != nil {
 			return 0, err
@@ -85,6 +106,16 @@ func Backlog(ctx context.Context, b Broker) (int64, error) {
 		total += n
 	}
 	return total, nil
+}
+
+// Close closes the reader's connection.
+func (r *BacklogReader) Close() {
+	if r.kafka != nil {
+		r.kafka.Close()
+	}
+	if r.rabbit != nil {
+		r.rabbit.Close()
+	}
 }
 
 type publisherCloser = broker.Publisher
