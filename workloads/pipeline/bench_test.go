@@ -110,8 +110,8 @@ func relayRun(b *testing.B, v relay.Variant, d time.Duration) relayFigures {
 	cl := servers.Get(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cfg := Config{Broker: "kafka", Name: "b_" + strconv.FormatInt(time.Now().UnixNano(), 36), Producers: benchClients, Rate: 0, Keys: 1000,
-		Subscriptions: []string{"inventory"}, Partitions: 8, RelayBatch: 500, RelayVariant: v, ProducerProcesses: benchThreads}
+	cfg := benchConfig("kafka")
+	cfg.RelayVariant = v
 	began := time.Now()
 	r, err := Start(ctx, cl, b.TempDir(), cfg, workerCmd(), nil)
 	if err != nil {
@@ -153,6 +153,21 @@ func relayRun(b *testing.B, v relay.Variant, d time.Duration) relayFigures {
 	return relayFigures{relayed: float64(committed) / relayed, committed: float64(committed) / d.Seconds(), start: start}
 }
 
+// benchConfig is every benchmark's pipeline on broker br: benchClients
+// producers flat out in benchThreads processes, one subscription.
+func benchConfig(br string) Config {
+	cfg := Config{Broker: br, Name: "b_" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		Producers: benchClients, ProducerProcesses: benchThreads, Rate: 0, Keys: 1000,
+		Subscriptions: []string{"inventory"}, Partitions: 8, RelayBatch: 500}
+	if br == "rabbitmq" {
+		// Competing consumers: 2 processes × 4 deliveries in flight. On
+		// Kafka one worker per partition (the default) is the most that
+		// keeps order.
+		cfg.Consumers, cfg.ConsumerWorkers = 2, 4
+	}
+	return cfg
+}
+
 // benchFigures are one window's: events/s, commit→apply latency
 // percentiles (ms) and CPU µs per event by who spent it (see cpuMeter).
 type benchFigures struct {
@@ -165,14 +180,7 @@ func benchRun(b *testing.B, br string, d time.Duration) benchFigures {
 	cl := servers.Get(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cfg := Config{Broker: br, Name: "b_" + strconv.FormatInt(time.Now().UnixNano(), 36), Producers: benchClients, Rate: 0, Keys: 1000,
-		Subscriptions: []string{"inventory"}, Partitions: 8, RelayBatch: 500, ProducerProcesses: benchThreads}
-	if br == "rabbitmq" {
-		// Competing consumers: 2 processes × 4 deliveries in flight. On
-		// Kafka one worker per partition (the default) is the most that
-		// keeps order.
-		cfg.Consumers, cfg.ConsumerWorkers = 2, 4
-	}
+	cfg := benchConfig(br)
 	r, err := Start(ctx, cl, b.TempDir(), cfg, workerCmd(), nil)
 	if err != nil {
 		b.Fatal(err)
