@@ -193,14 +193,7 @@ func benchRun(b *testing.B, br string, d time.Duration) benchFigures {
 	if _, err := r.Finish(ctx); err != nil {
 		b.Fatal(err)
 	}
-	files, err := r.HistoryFiles()
-	if err != nil {
-		b.Fatal(err)
-	}
-	h, _, err := history.ReadFiles(files...)
-	if err != nil {
-		b.Fatal(err)
-	}
+	h := runHistory(b, r)
 	commits := map[string]int64{}
 	var first, last int64 = -1, 0
 	var lat []float64

@@ -83,11 +83,7 @@ func cpuSamples(ctx context.Context, b *testing.B, r *Run) map[int]cpuSample {
 		if err := rows.Scan(&pid, &app); err != nil {
 			b.Fatal(err)
 		}
-		if i := strings.LastIndexByte(app, '-'); i > 0 {
-			if _, err := strconv.Atoi(app[i+1:]); err == nil {
-				app = app[:i]
-			}
-		}
+		// producer-3, relay-0, consumer-inventory-0: the role comes first.
 		if w, _, _ := strings.Cut(app, "-"); slices.Contains([]string{"producer", "relay", "consumer"}, w) {
 			add(pid, "pg/"+w)
 		} else {

@@ -51,14 +51,7 @@ func runSchedule(steps ...string) func(*testing.T, *Run) {
 // faultWindows pairs each fault start in the history with its heal.
 func faultWindows(t *testing.T, r *Run) (open, healed []string, schedule string) {
 	t.Helper()
-	files, err := r.HistoryFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, _, err := history.ReadFiles(files...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := runHistory(t, r)
 	started := map[string]int{}
 	for _, op := range h {
 		if op.F != history.Fault {

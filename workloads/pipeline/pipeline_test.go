@@ -135,14 +135,7 @@ func TestProducerProcesses(t *testing.T) {
 	if c, _ := r.Supervisor().Stats("producer-2"); c < 1 {
 		t.Errorf("producer-2 crashed %d times, want at least 1", c)
 	}
-	files, err := r.HistoryFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, _, err := history.ReadFiles(files...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := runHistory(t, r)
 	commits := map[string]int{}
 	for _, op := range h {
 		if op.F == history.Commit && op.Type == history.OK {
@@ -185,4 +178,18 @@ func TestProducerGroups(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "producer-1") {
 		t.Errorf("failpoints on producer-1, a client of producer-0's process: err = %v, want one naming producer-1", err)
 	}
+}
+
+// runHistory reads every history file of a finished run.
+func runHistory(tb testing.TB, r *Run) history.History {
+	tb.Helper()
+	files, err := r.HistoryFiles()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h, _, err := history.ReadFiles(files...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return h
 }
