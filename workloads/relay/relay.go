@@ -70,8 +70,17 @@ type Config struct {
 	// Batch is the most rows published per transaction, overriding the
 	// default 100.
 	Batch int `json:"batch"`
-	// Poll is how long to wait when no row is pending, overriding the
-	// default 5ms.
+	// Poll is the time from the start of one poll to the start of the
+	// next unless the last batch was full, overriding the default 50ms.
+	// A full batch means rows are waiting, so the relay polls again at
+	// once. Waiting out the interval otherwise lets the rows of many
+	// commits go out together: polling again the moment a batch was
+	// confirmed made batches of a few rows under load, and every batch
+	// costs a claim, a broker request and a commit. Measured on a
+	// two-core machine under the benchmark's load, 50ms instead of
+	// back-to-back polls saved about a twentieth of the CPU per event
+	// (most of it the broker's) for about 20ms more commit→apply
+	// latency; 100ms saved no more.
 	Poll time.Duration `json:"poll"`
 	// PublishTimeout bounds one batch's wait for confirmations,
 	// overriding the default 10s.
@@ -103,7 +112,7 @@ func New(cfg Config, db *pgxpool.Pool, pub broker.Publisher, rec *history.Record
 		cfg.Batch = 100
 	}
 	if cfg.Poll <= 0 {
-		cfg.Poll = 5 * time.Millisecond
+		cfg.Poll = 50 * time.Millisecond
 	}
 	if cfg.PublishTimeout <= 0 {
 		cfg.PublishTimeout = 10 * time.Second
@@ -117,6 +126,7 @@ func New(cfg Config, db *pgxpool.Pool, pub broker.Publisher, rec *history.Record
 func (r *Relay) Run(ctx context.Context) error {
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
+		began := time.Now()
 		n, err := r.Once(ctx)
 		var herr historyError
 		switch {
@@ -125,17 +135,20 @@ func (r *Relay) Run(ctx context.Context) error {
 		case err != nil:
 			backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
 			sleep(ctx, backoff)
-		case n == 0:
-			backoff = 0
-			sleep(ctx, r.cfg.Poll)
+		case n >= r.cfg.Batch:
+			backoff = 0 // more rows are waiting
 		default:
 			backoff = 0
+			sleep(ctx, r.cfg.Poll-time.Since(began))
 		}
 	}
 	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
