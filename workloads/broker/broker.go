@@ -127,16 +127,20 @@ type Subscriber interface {
 	Close() error
 }
 
-// AsyncAcker is a Subscriber whose ack is a round trip worth not waiting
-// for (a Kafka offset commit). AckAsync settles d at once, so the next
-// delivery of its stream may be handed out while the ack travels, and the
-// channel receives the ack's outcome once it is durable or has failed.
+// AsyncAcker is a Subscriber whose ack is worth not waiting for: a Kafka
+// offset commit is a round trip, and RabbitMQ acks held back a little go
+// out together as one multiple ack. AckAsync settles the deliveries at
+// once, so the next delivery of their stream may be handed out while the
+// acks travel, and each channel receives its ack's outcome once it is
+// durable (for RabbitMQ: written) or has failed.
 // Acks still take effect in order: one that lands covers every earlier
 // ack of its stream. A consumer that acks only after its effect is
 // durable loses nothing by not waiting: a crash before the ack lands
 // means a redelivery, which its inbox absorbs.
 type AsyncAcker interface {
-	AckAsync(ctx context.Context, d *Delivery) <-chan error
+	// AckAsync acks a batch: the i-th channel receives ds[i]'s outcome.
+	// Taking the batch at once lets its acks travel together.
+	AckAsync(ctx context.Context, ds []*Delivery) []<-chan error
 }
 
 // Batcher is a Subscriber that can hand out several deliveries at once,

@@ -940,27 +940,46 @@ func (s *KafkaSubscriber) Ack(ctx context.Context, d *Delivery) error {
 	return nil
 }
 
-// AckAsync implements [AsyncAcker]: like Ack, but d's partition is
-// released at once, so its next record can be processed while the commit
-// travels. The channel receives the commit's outcome. Offsets only ever
-// move forward and a commit covers every ack taken before it, so a later
-// record's commit can never land without an earlier one's.
-func (s *KafkaSubscriber) AckAsync(ctx context.Context, d *Delivery) <-chan error {
-	out := make(chan error, 1)
-	h, done, err := s.enqueueAck(d, false)
-	if err != nil {
-		out <- fmt.Errorf("kafka ack: %w", err)
-		return out
+// AckAsync implements [AsyncAcker]: like Ack, but each delivery's
+// partition is released at once, so its next record can be processed
+// while the commit travels. The channels receive the commits' outcomes.
+// Offsets only ever move forward and a commit covers every ack taken
+// before it, so a later record's commit can never land without an
+// earlier one's.
+func (s *KafkaSubscriber) AckAsync(ctx context.Context, ds []*Delivery) []<-chan error {
+	type wait struct {
+		h    *kafkaHandle
+		done <-chan error
+		out  chan<- error
 	}
-	s.release(h, false)
-	go func() {
-		if err := <-done; err != nil {
-			out <- fmt.Errorf("kafka ack: partition %d offset %d: %w", h.rec.Partition, h.rec.Offset, err)
-			return
+	outs := make([]<-chan error, len(ds))
+	var waits []wait
+	for i, d := range ds {
+		out := make(chan error, 1)
+		outs[i] = out
+		h, done, err := s.enqueueAck(d, false)
+		if err != nil {
+			out <- fmt.Errorf("kafka ack: %w", err)
+			continue
 		}
-		out <- nil
+		s.release(h, false)
+		waits = append(waits, wait{h, done, out})
+	}
+	if len(waits) == 0 {
+		return outs
+	}
+	// One goroutine per batch relays the outcomes; each commit is bounded
+	// by CommitTimeout, so it ends.
+	go func() {
+		for _, w := range waits {
+			err := <-w.done
+			if err != nil {
+				err = fmt.Errorf("kafka ack: partition %d offset %d: %w", w.h.rec.Partition, w.h.rec.Offset, err)
+			}
+			w.out <- err
+		}
 	}()
-	return out
+	return outs
 }
 
 // enqueueAck checks that d is outstanding on a partition this member

@@ -879,7 +879,7 @@ func TestKafkaBatch(t *testing.T) {
 	for len(got) < 5 {
 		ds := next(5 - len(got))
 		for _, d := range ds {
-			if err := <-s.AckAsync(ctx, d); err != nil {
+			if err := <-s.AckAsync(ctx, []*Delivery{d})[0]; err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -917,7 +917,7 @@ func TestKafkaBatch(t *testing.T) {
 	}
 	var last <-chan error
 	for _, d := range again {
-		last = s.AckAsync(ctx, d)
+		last = s.AckAsync(ctx, []*Delivery{d})[0]
 	}
 	if err := <-last; err != nil {
 		t.Fatal(err)

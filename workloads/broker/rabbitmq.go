@@ -693,6 +693,7 @@ type subSession struct {
 	gen        uint64
 	ch         *amqp.Channel
 	deliveries <-chan amqp.Delivery
+	acks       *rabbitAcks
 }
 
 // rabbitHandle is a Delivery's handle: the channel generation and tag it
@@ -733,9 +734,9 @@ func (r *RabbitSubscriber) Next(ctx context.Context) (*Delivery, error) {
 // NextBatch implements [Batcher]: the next delivery (waiting for it as
 // Next does), then whatever more the broker has already sent, up to max
 // and while accept takes it. A delivery accept refuses is kept for the
-// next call, which hands it out alone. Deliveries of one batch are
-// settled separately (their tags are acked one by one), so competing
-// workers' batches never settle each other's.
+// next call, which hands it out alone. Competing workers' batches never
+// settle each other's: an ack covers other deliveries only once they are
+// settled themselves (see [rabbitAcks]).
 func (r *RabbitSubscriber) NextBatch(ctx context.Context, max int, accept func(*Delivery) bool) ([]*Delivery, error) {
 	r.nextMu.Lock()
 	defer r.nextMu.Unlock()
@@ -949,6 +950,7 @@ func (r *RabbitSubscriber) connect(ctx context.Context) (*subSession, error) {
 	}
 	r.gen++
 	s.gen = r.gen
+	s.acks = newRabbitAcks(s.ch, s.gen, s.kill)
 	r.sess = s
 	if s.gen > 1 {
 		r.log.Info("reconnected", "gen", s.gen)
@@ -962,58 +964,112 @@ func (r *RabbitSubscriber) drop(s *subSession) {
 		r.sess = nil
 	}
 	r.mu.Unlock()
-	s.close()
+	s.end()
 }
 
-// settle sends one ack or nack for d, at most once per delivery, and only
-// on the channel d came from while that channel is still the current one.
+// end closes the session, then fails the acks it was holding.
+func (s *subSession) end() {
+	s.close()
+	s.acks.close()
+}
+
+// settle settles d with op on its session's acks (see [rabbitAcks]), at
+// most once per delivery, and only on the channel d came from while that
+// channel is still the current one.
 //
-// AMQP acks have no reply: nil means the frame was written, not that the
-// broker processed it. If the connection drops right after, the broker
-// redelivers, which the consumer's inbox dedupes.
+// AMQP acks have no reply: success means the frame was written, not that
+// the broker processed it. If the connection drops right after, the
+// broker redelivers, which the consumer's inbox dedupes.
 //
 // The frame is small and normally written at once; only a broker that
 // stopped reading can block it, and then ctx ending closes the connection
-// (the message is redelivered).
-func (r *RabbitSubscriber) settle(ctx context.Context, what string, d *Delivery, send func(ch *amqp.Channel, tag uint64) error) error {
+// (the message is redelivered). A frame that cannot be written means the
+// socket is gone (the library may not have noticed yet): the broker will
+// redeliver everything unsettled on this channel, so this delivery and its
+// siblings are stale, and the session is killed so that later settles of
+// the siblings say so at once.
+func (r *RabbitSubscriber) settle(ctx context.Context, what string, d *Delivery, op func(a *rabbitAcks, tag uint64) error) error {
+	h, err := r.claim(ctx, what, d)
+	if err != nil {
+		return err
+	}
+	// The acks are this generation's own: if its channel died since the
+	// claim, the frame fails instead of reaching a newer channel.
+	stop := context.AfterFunc(ctx, h.sess.kill)
+	defer stop()
+	if err := op(h.sess.acks, h.tag); err != nil {
+		return fmt.Errorf("rabbitmq %s %s: %w", what, d.ID, err)
+	}
+	return nil
+}
+
+// claim checks that d can be settled, on the current channel, and marks
+// it settled so that it never is twice: a second ack of one tag makes
+// RabbitMQ close the channel (PRECONDITION_FAILED), which would strand
+// every other delivery on it.
+func (r *RabbitSubscriber) claim(ctx context.Context, what string, d *Delivery) (*rabbitHandle, error) {
 	h, ok := d.Handle().(*rabbitHandle)
 	if !ok || h.owner != r {
-		return fmt.Errorf("rabbitmq %s: delivery of %q is not from this subscriber (%s)", what, d.ID, r.sub)
+		return nil, fmt.Errorf("rabbitmq %s: delivery of %q is not from this subscriber (%s)", what, d.ID, r.sub)
 	}
 	r.mu.Lock()
 	cur := r.sess
 	r.mu.Unlock()
 	if cur != h.sess || h.sess.broken(h.sess.ch) {
-		return fmt.Errorf("rabbitmq %s %s tag %d (gen %d): %w", what, d.ID, h.tag, h.sess.gen, ErrStaleDelivery)
+		return nil, fmt.Errorf("rabbitmq %s %s tag %d (gen %d): %w", what, d.ID, h.tag, h.sess.gen, ErrStaleDelivery)
 	}
-	// A second ack of one tag makes RabbitMQ close the channel
-	// (PRECONDITION_FAILED), which would strand every other delivery on it.
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("rabbitmq %s %s tag %d: %w", what, d.ID, h.tag, err)
+		return nil, fmt.Errorf("rabbitmq %s %s tag %d: %w", what, d.ID, h.tag, err)
 	}
 	if !h.settled.CompareAndSwap(false, true) {
-		return fmt.Errorf("rabbitmq %s %s tag %d: already acked, retried or dead-lettered", what, d.ID, h.tag)
+		return nil, fmt.Errorf("rabbitmq %s %s tag %d: already acked, retried or dead-lettered", what, d.ID, h.tag)
 	}
-	// The *amqp.Channel is this generation's own: if it died since the
-	// check above, the send fails with ErrClosed instead of reaching a
-	// newer channel.
-	stop := context.AfterFunc(ctx, h.sess.kill)
-	defer stop()
-	if err := send(h.sess.ch, h.tag); err != nil {
-		// A frame that cannot be written means the socket is gone (the
-		// library may not have noticed yet): the broker will redeliver
-		// everything unacked on this channel, so this delivery and its
-		// siblings are stale. Killing the session makes later settles of
-		// the siblings say so at once.
-		h.sess.kill()
-		return fmt.Errorf("rabbitmq %s %s tag %d (gen %d): %w: %w", what, d.ID, h.tag, h.sess.gen, ErrStaleDelivery, err)
-	}
-	return nil
+	return h, nil
 }
 
-// Ack implements [Subscriber]: basic.ack of d's tag.
+// Ack implements [Subscriber]: d's tag is acked at once, covering the
+// acks held below it if it is the lowest outstanding one.
 func (r *RabbitSubscriber) Ack(ctx context.Context, d *Delivery) error {
-	return r.settle(ctx, "ack", d, func(ch *amqp.Channel, tag uint64) error { return ch.Ack(tag, false) })
+	return r.settle(ctx, "ack", d, (*rabbitAcks).now)
+}
+
+// AckAsync implements [AsyncAcker]: the batch's acks are held together
+// until every delivery before them on the channel is settled (at most
+// rabbitAckHold), then go out with the acks they cover as one multiple
+// ack. A channel receives nil once the frame covering its delivery is
+// written.
+func (r *RabbitSubscriber) AckAsync(ctx context.Context, ds []*Delivery) []<-chan error {
+	outs := make([]<-chan error, len(ds))
+	var sess *subSession
+	var tags []uint64
+	var at []int
+	flush := func() {
+		if len(tags) == 0 {
+			return
+		}
+		stop := context.AfterFunc(ctx, sess.kill)
+		for i, c := range sess.acks.later(tags...) {
+			outs[at[i]] = c
+		}
+		stop()
+		tags, at = tags[:0], at[:0]
+	}
+	for i, d := range ds {
+		h, err := r.claim(ctx, "ack", d)
+		if err != nil {
+			c := make(chan error, 1)
+			c <- err
+			outs[i] = c
+			continue
+		}
+		if h.sess != sess {
+			flush()
+			sess = h.sess
+		}
+		tags, at = append(tags, h.tag), append(at, i)
+	}
+	flush()
+	return outs
 }
 
 // Retry implements [Subscriber]: basic.nack with requeue. The quorum queue
@@ -1021,7 +1077,7 @@ func (r *RabbitSubscriber) Ack(ctx context.Context, d *Delivery) error {
 // dead-letters the message to the DLQ itself (x-death reason
 // "delivery_limit") instead of delivering it again.
 func (r *RabbitSubscriber) Retry(ctx context.Context, d *Delivery) error {
-	return r.settle(ctx, "retry", d, func(ch *amqp.Channel, tag uint64) error { return ch.Nack(tag, false, true) })
+	return r.settle(ctx, "retry", d, func(a *rabbitAcks, tag uint64) error { return a.nack(tag, true) })
 }
 
 // DeadLetter implements [Subscriber]: basic.nack without requeue, which
@@ -1033,7 +1089,7 @@ func (r *RabbitSubscriber) Retry(ctx context.Context, d *Delivery) error {
 // here it is only logged. The DLQ copy carries the original headers and
 // x-death (queue, reason, count, time).
 func (r *RabbitSubscriber) DeadLetter(ctx context.Context, d *Delivery, reason string) error {
-	err := r.settle(ctx, "dead-letter", d, func(ch *amqp.Channel, tag uint64) error { return ch.Nack(tag, false, false) })
+	err := r.settle(ctx, "dead-letter", d, func(a *rabbitAcks, tag uint64) error { return a.nack(tag, false) })
 	if err == nil {
 		r.log.Debug("dead-lettered", "event", d.ID, "attempt", d.Attempt, "reason", reason)
 	}
@@ -1049,7 +1105,7 @@ func (r *RabbitSubscriber) Close() error {
 	r.mu.Unlock()
 	r.end()
 	if s != nil {
-		s.close()
+		s.end()
 	}
 	return nil
 }
@@ -1057,4 +1113,5 @@ func (r *RabbitSubscriber) Close() error {
 var (
 	_ Publisher  = (*RabbitPublisher)(nil)
 	_ Subscriber = (*RabbitSubscriber)(nil)
+	_ AsyncAcker = (*RabbitSubscriber)(nil)
 )

@@ -740,3 +740,52 @@ func TestRabbitBatch(t *testing.T) {
 		t.Fatalf("%d messages back in the queue after acking every delivery", n)
 	}
 }
+
+// TestRabbitAckAsync acks deliveries out of order while the first stays
+// unsettled: the acks above it are held, then sent on their own once held
+// too long (the first could be a slow transaction), and every one lands.
+// Closing the subscriber returns only the unsettled first delivery.
+func TestRabbitAckAsync(t *testing.T) {
+	rt := newRabbitTest(t, []string{"s"}, nil)
+	evs := events("async", 6)
+	rt.publishOK(rt.publisher(RabbitConfirmed), evs)
+	s1 := rt.subscriber(rt.sub(0))
+	ds := make([]*Delivery, len(evs))
+	for i := range ds {
+		ds[i] = rt.next(s1, 10*time.Second)
+		sameIdentity(t, ds[i], evs[i])
+	}
+	var waits []<-chan error
+	for _, i := range []int{2, 1, 5, 4, 3} {
+		waits = append(waits, s1.AckAsync(rt.ctx, []*Delivery{ds[i]})...)
+	}
+	for _, w := range waits {
+		select {
+		case err := <-w:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("an ack held behind the unsettled first delivery never went out")
+		}
+	}
+	s1.Close()
+	sentinel := events("sentinel", 1)
+	rt.publishOK(rt.publisher(RabbitConfirmed), sentinel)
+	s2 := rt.subscriber(rt.sub(0))
+	d := rt.next(s2, 10*time.Second)
+	sameIdentity(t, d, evs[0])
+	if d.Attempt != 2 {
+		t.Errorf("unsettled delivery came back with attempt %d, want 2", d.Attempt)
+	}
+	if err := <-s2.AckAsync(rt.ctx, []*Delivery{d})[0]; err != nil {
+		t.Fatal(err)
+	}
+	d = rt.next(s2, 10*time.Second)
+	if d.ID != sentinel[0].ID {
+		t.Fatalf("after the unsettled delivery got %s, want the sentinel: an acked delivery came back", d.ID)
+	}
+	if err := s2.Ack(rt.ctx, d); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -347,12 +347,11 @@ func (c *Consumer) ackAll(ctx context.Context, ds []*broker.Delivery, vs []histo
 	if err := c.recordAll(es); err != nil {
 		return err
 	}
-	results := make([]<-chan error, len(ds))
+	var results []<-chan error
 	if a, ok := c.sub.(broker.AsyncAcker); ok {
-		for i, d := range ds {
-			results[i] = a.AckAsync(ctx, d)
-		}
+		results = a.AckAsync(ctx, ds)
 	} else {
+		results = make([]<-chan error, len(ds))
 		for i, d := range ds {
 			ch := make(chan error, 1)
 			ch <- c.sub.Ack(ctx, d)
