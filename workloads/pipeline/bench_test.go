@@ -28,10 +28,13 @@ import (
 // pgbench, so the two figures compare.
 const benchClients = 8
 
-// benchThreads is how many threads pgbench drives its clients from (-j),
-// and how many processes the pipeline's producers share: a process per
-// client would weigh the pipeline with seven more Go runtimes that
-// pgbench does not pay for.
+// benchThreads is how many threads pgbench drives its clients from (-j):
+// one process with two threads, one per core. The pipeline's producers
+// match it: all of them are clients of one process, whose Go runtime runs
+// them on as many threads as there are cores. A process per client would
+// weigh the pipeline with seven more Go runtimes that pgbench does not pay
+// for, and even two processes cost about 20µs more CPU per event than
+// one (each runtime's scheduler and monitor wake on their own).
 const benchThreads = 2
 
 // BenchmarkPipeline measures end-to-end events per second with no faults:
@@ -51,8 +54,10 @@ func BenchmarkPipeline(b *testing.B) {
 			cpu := map[string]float64{}
 			n := 0
 			// An unmeasured window first: a freshly started broker's
-			// JVM spends a core compiling its hot paths.
-			benchRun(b, br, 3*time.Second)
+			// JVM spends a core compiling its hot paths, and it still
+			// compiled through the next windows after 3s of warm-up
+			// (Kafka's CPU per event halved over the first minute).
+			benchRun(b, br, 15*time.Second)
 			for b.Loop() {
 				quiesce(b)
 				t, pgTxn := pgbench(b, servers.Get(b), 5*time.Second)
@@ -154,10 +159,10 @@ func relayRun(b *testing.B, v relay.Variant, d time.Duration) relayFigures {
 }
 
 // benchConfig is every benchmark's pipeline on broker br: benchClients
-// producers flat out in benchThreads processes, one subscription.
+// producers flat out as clients of one process, one subscription.
 func benchConfig(br string) Config {
 	cfg := Config{Broker: br, Name: "b_" + strconv.FormatInt(time.Now().UnixNano(), 36),
-		Producers: benchClients, ProducerProcesses: benchThreads, Rate: 0, Keys: 1000,
+		Producers: benchClients, ProducerProcesses: 1, Rate: 0, Keys: 1000,
 		Subscriptions: []string{"inventory"}, Partitions: 8, RelayBatch: 500}
 	if br == "rabbitmq" {
 		// Competing consumers: 2 processes × 4 deliveries in flight. On
