@@ -141,15 +141,28 @@ func openPublisher(ctx context.Context, b Broker, mode string) (broker.Publisher
 	return nil, fmt.Errorf("worker: unknown broker %q", b.Kind)
 }
 
-// openSubscriber opens the subscriber of one subscription.
-func openSubscriber(ctx context.Context, b Broker, sub string) (broker.Subscriber, error) {
+// openSubscriber opens the subscriber of one subscription for a consumer
+// process running workers deliveries (or batches) at a time.
+func openSubscriber(ctx context.Context, b Broker, sub string, workers int) (broker.Subscriber, error) {
 	switch b.Kind {
 	case "kafka":
 		// A short session, so a crashed consumer's partitions move on
 		// quickly (the local broker allows sessions down to 1s).
 		return broker.NewKafkaSubscriber(b.kafka(), b.Qualify(sub), broker.KafkaSubscriberOptions{SessionTimeout: 2 * time.Second})
 	case "rabbitmq":
-		return broker.NewRabbitSubscriber(b.rabbit(), b.Qualify(sub))
+		cfg := b.rabbit()
+		// The workers share the channel's prefetch window, so it grows
+		// with them: each can then take a batch while the others'
+		// transactions run, instead of many workers splitting the
+		// default 32 into batches of a few deliveries.
+		if p := rabbitPrefetchPerWorker * workers; p > 32 { // RabbitConfig's default
+			cfg.Prefetch = min(p, 65535)
+		}
+		return broker.NewRabbitSubscriber(cfg, b.Qualify(sub))
 	}
 	return nil, fmt.Errorf("worker: unknown broker %q", b.Kind)
 }
+
+// rabbitPrefetchPerWorker is a consumer worker's share of its channel's
+// prefetch window, where that is more than RabbitConfig's default.
+const rabbitPrefetchPerWorker = 16
