@@ -839,6 +839,7 @@ func workloadFields() []field {
 	return []field{
 		durationField("duration", func(s *Scenario) *time.Duration { return &s.Workload.Duration }, true),
 		intField("producers", func(s *Scenario) *int { return &s.Workload.Producers }, 1),
+		intField("producer_processes", func(s *Scenario) *int { return &s.Workload.ProducerProcesses }, 0),
 		floatField("rate", func(s *Scenario) *float64 { return &s.Workload.Rate }, 0, 0),
 		intField("keys", func(s *Scenario) *int { return &s.Workload.Keys }, 1),
 		floatField("poison_ratio", func(s *Scenario) *float64 { return &s.Workload.PoisonRatio }, 0, 1),

@@ -46,6 +46,7 @@ type fileVariants struct {
 type fileWorkload struct {
 	Duration        string   `yaml:"duration"`
 	Producers       int      `yaml:"producers"`
+	ProducerProcs   int      `yaml:"producer_processes,omitempty"`
 	Rate            float64  `yaml:"rate"`
 	Keys            int      `yaml:"keys"`
 	PoisonRatio     float64  `yaml:"poison_ratio"`
@@ -100,7 +101,7 @@ func (s Scenario) MarshalYAML() (any, error) {
 		Broker:      fileBroker{Kind: s.Broker.Kind, Partitions: s.Broker.Partitions, MaxAttempts: s.Broker.MaxAttempts, Unbound: s.Broker.Unbound},
 		Variants:    fileVariants{Producer: string(s.Variants.Producer), Relay: string(s.Variants.Relay), Consumer: string(s.Variants.Consumer)},
 		Workload: fileWorkload{
-			Duration: s.Workload.Duration.String(), Producers: s.Workload.Producers, Rate: s.Workload.Rate,
+			Duration: s.Workload.Duration.String(), Producers: s.Workload.Producers, ProducerProcs: s.Workload.ProducerProcesses, Rate: s.Workload.Rate,
 			Keys: s.Workload.Keys, PoisonRatio: s.Workload.PoisonRatio, AbortRatio: s.Workload.AbortRatio,
 			Subscriptions: s.Workload.Subscriptions, Consumers: s.Workload.Consumers,
 			ConsumerWorkers: s.Workload.ConsumerWorkers, Relays: s.Workload.Relays, RelayBatch: s.Workload.RelayBatch,

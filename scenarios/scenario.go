@@ -199,9 +199,14 @@ type Workload struct {
 	// Duration is how long producers run before the nemesis heals and the
 	// run drains, overriding the default 30s.
 	Duration time.Duration
-	// Producers is the number of producer processes, overriding the
-	// default 2.
+	// Producers is the number of producers, overriding the default 2.
 	Producers int
+	// ProducerProcesses is how many OS processes run the producers; 0
+	// is one per producer. With fewer, each process runs a contiguous
+	// share of them as clients (a heavier load for less CPU) and is named
+	// after its first one: failpoints are armed in, and crashes take
+	// down, a whole process.
+	ProducerProcesses int
 	// Rate is ops per second per producer, overriding the default 50; 0
 	// is as fast as possible.
 	Rate float64
@@ -340,30 +345,31 @@ func (s Scenario) PipelineConfig() pipeline.Config {
 		}
 	}
 	return pipeline.Config{
-		Broker:          s.Broker.Kind,
-		Producers:       s.Workload.Producers,
-		ProducerVariant: s.Variants.Producer,
-		Rate:            s.Workload.Rate,
-		Keys:            s.Workload.Keys,
-		PoisonRatio:     s.Workload.PoisonRatio,
-		AbortRatio:      s.Workload.AbortRatio,
-		Relays:          s.Workload.Relays,
-		RelayVariant:    s.Variants.Relay,
-		RelayBatch:      s.Workload.RelayBatch,
-		Subscriptions:   slices.Clone(s.Workload.Subscriptions),
-		Consumers:       s.Workload.Consumers,
-		ConsumerVariant: s.Variants.Consumer,
-		ConsumerWorkers: s.Workload.ConsumerWorkers,
-		ConsumerWork:    s.Workload.ConsumerWork,
-		MaxAttempts:     s.Broker.MaxAttempts,
-		Partitions:      s.Broker.Partitions,
-		Unbound:         slices.Clone(s.Broker.Unbound),
-		Failpoints:      fps,
-		RestartDelay:    s.Nemesis.RestartDelay,
-		DrainTimeout:    s.Drain.Timeout,
-		Quiet:           s.Drain.Quiet,
-		Seed:            s.Seed,
-		System:          s.pipelineSystem(),
+		Broker:            s.Broker.Kind,
+		Producers:         s.Workload.Producers,
+		ProducerProcesses: s.Workload.ProducerProcesses,
+		ProducerVariant:   s.Variants.Producer,
+		Rate:              s.Workload.Rate,
+		Keys:              s.Workload.Keys,
+		PoisonRatio:       s.Workload.PoisonRatio,
+		AbortRatio:        s.Workload.AbortRatio,
+		Relays:            s.Workload.Relays,
+		RelayVariant:      s.Variants.Relay,
+		RelayBatch:        s.Workload.RelayBatch,
+		Subscriptions:     slices.Clone(s.Workload.Subscriptions),
+		Consumers:         s.Workload.Consumers,
+		ConsumerVariant:   s.Variants.Consumer,
+		ConsumerWorkers:   s.Workload.ConsumerWorkers,
+		ConsumerWork:      s.Workload.ConsumerWork,
+		MaxAttempts:       s.Broker.MaxAttempts,
+		Partitions:        s.Broker.Partitions,
+		Unbound:           slices.Clone(s.Broker.Unbound),
+		Failpoints:        fps,
+		RestartDelay:      s.Nemesis.RestartDelay,
+		DrainTimeout:      s.Drain.Timeout,
+		Quiet:             s.Drain.Quiet,
+		Seed:              s.Seed,
+		System:            s.pipelineSystem(),
 	}
 }
 

@@ -81,6 +81,7 @@ variants:
 workload:
   duration: 12s
   producers: 3
+  producer_processes: 1
   rate: 0
   keys: 7
   poison_ratio: 0.05
@@ -127,7 +128,7 @@ seed: 42
 		Name: "full", Description: "every field set", Source: "full.yaml",
 		Broker:   Broker{Kind: "rabbitmq", Partitions: 6, MaxAttempts: 3, Unbound: []string{"email"}},
 		Variants: Variants{Producer: producer.Outbox, Relay: relay.Unroutable, Consumer: consumer.Inbox},
-		Workload: Workload{Duration: 12 * time.Second, Producers: 3, Rate: 0, Keys: 7, PoisonRatio: 0.05,
+		Workload: Workload{Duration: 12 * time.Second, Producers: 3, ProducerProcesses: 1, Rate: 0, Keys: 7, PoisonRatio: 0.05,
 			Subscriptions: []string{"inventory", "email"}, Consumers: 2, ConsumerWorkers: 4, ConsumerWork: 5 * time.Millisecond, Relays: 2, RelayBatch: 10},
 		Nemesis: Nemesis{
 			Timeline: []nemesis.Step{
@@ -221,7 +222,7 @@ func TestParseErrors(t *testing.T) {
 		{"range", "broker: kafka\nworkload:\n  rate: -5\n",
 			[]string{"my.yaml:3: workload.rate: must be ≥ 0, got -5"}},
 		{"unknown key with suggestion", "broker: kafka\nworkload:\n  rat: 5\n",
-			[]string{"my.yaml:3: workload.rat: unknown field; did you mean rate? (valid: duration, producers, rate, keys, poison_ratio, abort_ratio, subscriptions, consumers, consumer_workers, consumer_work, relays, relay_batch)"}},
+			[]string{"my.yaml:3: workload.rat: unknown field; did you mean rate? (valid: duration, producers, producer_processes, rate, keys, poison_ratio, abort_ratio, subscriptions, consumers, consumer_workers, consumer_work, relays, relay_batch)"}},
 		{"unknown top-level key", "broker: kafka\nworkloads: {}\n",
 			[]string{"my.yaml:2: workloads: unknown field; did you mean workload? (valid: name, description, broker, variants, workload, system, nemesis, guarantees, drain, expect, images, seed)"}},
 		{"wrong variant lists valid ones", "broker: kafka\nvariants:\n  consumer: inbx\n",
@@ -298,6 +299,10 @@ func TestParseErrors(t *testing.T) {
 			[]string{"my.yaml:4: nemesis.timeline[0]: relay-0 is a worker; network faults act on a service's link (valid: postgres, broker, kafka)"}},
 		{"failpoint in the wrong worker", "broker: kafka\nnemesis:\n  failpoints:\n    producer-0: relay.before-publish\n",
 			[]string{"my.yaml:4: nemesis.failpoints.producer-0: relay.before-publish is a relay failpoint; producer-0 is not a relay"}},
+		{"more producer processes than producers", "broker: kafka\nworkload:\n  producers: 2\n  producer_processes: 3\n",
+			[]string{"my.yaml:4: workload.producer_processes: must be ≤ workload.producers (2), got 3"}},
+		{"failpoint in a producer that is another's client", "broker: kafka\nworkload: {producers: 4, producer_processes: 2}\nnemesis:\n  failpoints:\n    producer-1: producer.after-commit\n",
+			[]string{`my.yaml:5: nemesis.failpoints.producer-1: no worker "producer-1" in this scenario; did you mean producer-0? (workers: producer-0, producer-2, relay-0, consumer-inventory-0, consumer-email-0)`}},
 		{"failpoint in a worker that does not exist", "broker: kafka\nnemesis:\n  failpoints:\n    consumer-billing-0: consumer.after-commit-before-ack\n",
 			[]string{`my.yaml:4: nemesis.failpoints.consumer-billing-0: no worker "consumer-billing-0" in this scenario (workers: producer-0, producer-1, relay-0, consumer-inventory-0, consumer-email-0)`}},
 		{"ack-first failpoint without ack-first", "broker: kafka\nnemesis:\n  failpoints:\n    consumer-email-0: consumer.after-ack-before-commit\n",
@@ -380,7 +385,7 @@ func TestSetErrors(t *testing.T) {
 		{"workload.rate", "-5", "--set: workload.rate: must be ≥ 0, got -5"},
 		{"workload.rate", "fast", `--set: workload.rate: want a number, got "fast"`},
 		{"variants.relay", "polling2", `--set: variants.relay: unknown relay variant "polling2"; did you mean polling? (valid: polling, high-water-mark, unconfirmed, unroutable, debezium)`},
-		{"workload", "5", "--set: workload: is a section; set one of its fields: workload.duration, workload.producers, workload.rate, workload.keys, workload.poison_ratio, workload.abort_ratio, workload.subscriptions, workload.consumers, workload.consumer_workers, workload.consumer_work, workload.relays, workload.relay_batch"},
+		{"workload", "5", "--set: workload: is a section; set one of its fields: workload.duration, workload.producers, workload.producer_processes, workload.rate, workload.keys, workload.poison_ratio, workload.abort_ratio, workload.subscriptions, workload.consumers, workload.consumer_workers, workload.consumer_work, workload.relays, workload.relay_batch"},
 		// A value that breaks a rule tying fields together.
 		{"variants.relay", "unroutable", "--set: variants.relay: unroutable only exists on rabbitmq (Kafka has no routing to get wrong)"},
 		{"workload.duration", "1s", `base.yaml: nemesis.timeline[0]: "at 2s: kill relay-0" starts at or after the workload ends (1s); faults only run while it does`},

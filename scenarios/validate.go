@@ -12,6 +12,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/workloads/consumer"
+	"github.com/deliverycheck/deliverycheck/workloads/pipeline"
 	"github.com/deliverycheck/deliverycheck/workloads/producer"
 	"github.com/deliverycheck/deliverycheck/workloads/relay"
 )
@@ -50,6 +51,7 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 		{"broker.partitions", int64(s.Broker.Partitions), 1},
 		{"broker.max_attempts", s.Broker.MaxAttempts, 1},
 		{"workload.producers", int64(w.Producers), 1},
+		{"workload.producer_processes", int64(w.ProducerProcesses), 0},
 		{"workload.keys", int64(w.Keys), 1},
 		{"workload.consumers", int64(w.Consumers), 1},
 		{"workload.consumer_workers", int64(w.ConsumerWorkers), 0},
@@ -60,6 +62,9 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 		if p.v < p.lo {
 			fail(p.path, "must be ≥ %d, got %d", p.lo, p.v)
 		}
+	}
+	if w.ProducerProcesses > w.Producers {
+		fail("workload.producer_processes", "must be ≤ workload.producers (%d), got %d", w.Producers, w.ProducerProcesses)
 	}
 	if w.Duration <= 0 {
 		fail("workload.duration", "must be > 0, got %s", w.Duration)
@@ -270,10 +275,7 @@ func fatalHint(k checker.Kind) string {
 // workers lists the worker processes the scenario starts, named as the
 // pipeline names them.
 func (s Scenario) workers() []string {
-	var out []string
-	for i := range s.Workload.Producers {
-		out = append(out, "producer-"+strconv.Itoa(i))
-	}
+	out := pipeline.ProducerProcessNames(s.Workload.Producers, s.Workload.ProducerProcesses)
 	relays := s.Workload.Relays
 	if relays == 0 && s.Variants.Producer == producer.Outbox {
 		relays = 1

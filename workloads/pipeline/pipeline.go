@@ -147,10 +147,7 @@ func (c *Config) defaults() error {
 	}
 	// Failpoints are armed in a process: a producer running as a client
 	// of another's process has none of its own.
-	var procs []string
-	for _, g := range producerGroups(*c) {
-		procs = append(procs, producerName(g[0]))
-	}
+	procs := ProducerProcessNames(c.Producers, c.ProducerProcesses)
 	for name := range c.Failpoints {
 		if strings.HasPrefix(name, "producer-") && !slices.Contains(procs, name) {
 			return fmt.Errorf("pipeline: failpoints for %s: no producer process has that name (they are %s)", name, strings.Join(procs, ", "))
@@ -333,7 +330,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		}
 		r.log.Info("debezium relay streaming", "took", time.Since(start).Round(time.Millisecond))
 	}
-	for _, group := range producerGroups(cfg) {
+	for _, group := range producerGroups(cfg.Producers, cfg.ProducerProcesses) {
 		spec := r.spec(worker.RoleProducer, producerName(group[0]))
 		spec.Producer = producer.Config{
 			Variant: cfg.ProducerVariant, Keys: cfg.Keys, Rate: cfg.Rate,
@@ -393,19 +390,26 @@ func WorkerNames(cfg Config) ([]string, error) {
 	for i := range cfg.Relays {
 		out = append(out, fmt.Sprintf("relay-%d", i))
 	}
-	for _, group := range producerGroups(cfg) {
+	return append(out, ProducerProcessNames(cfg.Producers, cfg.ProducerProcesses)...), nil
+}
+
+// ProducerProcessNames names the processes that run n producers in procs
+// processes (0: one each; see Config.ProducerProcesses): each is named
+// after its first producer, and only those names take failpoints.
+func ProducerProcessNames(n, procs int) []string {
+	var out []string
+	for _, group := range producerGroups(n, procs) {
 		out = append(out, producerName(group[0]))
 	}
-	return out, nil
+	return out
 }
 
 func producerName(i int) string { return fmt.Sprintf("producer-%d", i) }
 
-// producerGroups splits the producers over cfg.ProducerProcesses
-// processes: contiguous, the first groups one larger when they do not
+// producerGroups splits n producers over procs processes (0: one each):
+// contiguous, the first groups one larger when they do not
 // divide evenly.
-func producerGroups(cfg Config) [][]int {
-	n, procs := cfg.Producers, cfg.ProducerProcesses
+func producerGroups(n, procs int) [][]int {
 	if procs <= 0 || procs > n {
 		procs = n
 	}

@@ -160,7 +160,7 @@ func TestProducerGroups(t *testing.T) {
 		{5, 2, [][]int{{0, 1, 2}, {3, 4}}},
 		{4, 1, [][]int{{0, 1, 2, 3}}},
 	} {
-		got := producerGroups(Config{Producers: tc.producers, ProducerProcesses: tc.procs})
+		got := producerGroups(tc.producers, tc.procs)
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("producerGroups(%d producers, %d processes) = %v, want %v", tc.producers, tc.procs, got, tc.want)
 		}
