@@ -65,6 +65,13 @@ type Config struct {
 	Consumers       int // per subscription
 	ConsumerVariant consumer.Variant
 	ConsumerWorkers int // deliveries in flight per consumer process
+	// Prefetch is the RabbitMQ prefetch window of each consumer process,
+	// overriding the default 32. Many workers in one process share it:
+	// a larger window lets each take a batch while the others' run. It
+	// also decides how deliveries spread over competing consumers (a
+	// paused consumer holds a full window), which some scenarios' races
+	// depend on, so it is not raised with the workers by default.
+	Prefetch int
 	// ConsumerWork is how long each effect takes inside the consumer's
 	// transaction (default none).
 	ConsumerWork time.Duration
@@ -259,6 +266,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		Subscriptions: cfg.Subscriptions,
 		Unbound:       cfg.Unbound,
 		DeliveryLimit: int(cfg.MaxAttempts),
+		Prefetch:      cfg.Prefetch,
 	}
 	if err := worker.SetupBroker(ctx, r.broker); err != nil {
 		return nil, err

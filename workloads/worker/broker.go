@@ -21,6 +21,9 @@ type Broker struct {
 	Subscriptions []string `json:"subscriptions"`
 	Unbound       []string `json:"unbound"`
 	DeliveryLimit int      `json:"delivery_limit"`
+	// Prefetch is a RabbitMQ consumer's prefetch window; 0 keeps
+	// RabbitConfig's default.
+	Prefetch int `json:"prefetch,omitempty"`
 }
 
 // Qualify names a subscription's consumer group (Kafka) or queue
@@ -50,7 +53,7 @@ func (b Broker) rabbit() broker.RabbitConfig {
 	return broker.RabbitConfig{
 		URL: b.URL, Exchange: b.Events(),
 		Subscriptions: b.qualifyAll(b.Subscriptions), Unbound: b.qualifyAll(b.Unbound),
-		DeliveryLimit: b.DeliveryLimit,
+		DeliveryLimit: b.DeliveryLimit, Prefetch: b.Prefetch,
 	}
 }
 
@@ -141,28 +144,15 @@ func openPublisher(ctx context.Context, b Broker, mode string) (broker.Publisher
 	return nil, fmt.Errorf("worker: unknown broker %q", b.Kind)
 }
 
-// openSubscriber opens the subscriber of one subscription for a consumer
-// process running workers deliveries (or batches) at a time.
-func openSubscriber(ctx context.Context, b Broker, sub string, workers int) (broker.Subscriber, error) {
+// openSubscriber opens the subscriber of one subscription.
+func openSubscriber(ctx context.Context, b Broker, sub string) (broker.Subscriber, error) {
 	switch b.Kind {
 	case "kafka":
 		// A short session, so a crashed consumer's partitions move on
 		// quickly (the local broker allows sessions down to 1s).
 		return broker.NewKafkaSubscriber(b.kafka(), b.Qualify(sub), broker.KafkaSubscriberOptions{SessionTimeout: 2 * time.Second})
 	case "rabbitmq":
-		cfg := b.rabbit()
-		// The workers share the channel's prefetch window, so it grows
-		// with them: each can then take a batch while the others'
-		// transactions run, instead of many workers splitting the
-		// default 32 into batches of a few deliveries.
-		if p := rabbitPrefetchPerWorker * workers; p > 32 { // RabbitConfig's default
-			cfg.Prefetch = min(p, 65535)
-		}
-		return broker.NewRabbitSubscriber(cfg, b.Qualify(sub))
+		return broker.NewRabbitSubscriber(b.rabbit(), b.Qualify(sub))
 	}
 	return nil, fmt.Errorf("worker: unknown broker %q", b.Kind)
 }
-
-// rabbitPrefetchPerWorker is a consumer worker's share of its channel's
-// prefetch window, where that is more than RabbitConfig's default.
-const rabbitPrefetchPerWorker = 16

@@ -177,7 +177,7 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 		}
 		return r.Run(ctx)
 	case RoleConsumer:
-		sub, err := openSubscriber(ctx, spec.Broker, spec.Consumer.Subscription, spec.Consumer.Workers)
+		sub, err := openSubscriber(ctx, spec.Broker, spec.Consumer.Subscription)
 		if err != nil {
 			return err
 		}
