@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -82,6 +83,16 @@ func (m *channelModel) Nack(tag uint64, multiple, requeue bool) error {
 	}
 	m.settle("nack", tag)
 	return nil
+}
+
+// wantFrames checks the frames sent so far, in order.
+func (m *channelModel) wantFrames(t *testing.T, want ...string) {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !slices.Equal(m.frames, want) {
+		t.Errorf("frames %v, want %v", m.frames, want)
+	}
 }
 
 func (m *channelModel) handle(tag uint64) {
@@ -185,9 +196,7 @@ func TestRabbitAcks(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if want := []string{"ack 5 multiple=true"}; fmt.Sprint(m.frames) != fmt.Sprint(want) {
-			t.Errorf("frames %v, want %v", m.frames, want)
-		}
+		m.wantFrames(t, "ack 5 multiple=true")
 	})
 	t.Run("a nack releases the acks above it", func(t *testing.T) {
 		m := newChannelModel(3)
@@ -203,9 +212,7 @@ func TestRabbitAcks(t *testing.T) {
 		if err := errors.Join(<-w2, <-w3); err != nil {
 			t.Fatal(err)
 		}
-		if want := []string{"nack 1", "ack 3 multiple=true"}; fmt.Sprint(m.frames) != fmt.Sprint(want) {
-			t.Errorf("frames %v, want %v", m.frames, want)
-		}
+		m.wantFrames(t, "nack 1", "ack 3 multiple=true")
 	})
 	t.Run("an ack held past its time goes out alone", func(t *testing.T) {
 		m := newChannelModel(2)
@@ -224,9 +231,7 @@ func TestRabbitAcks(t *testing.T) {
 		if err := a.now(1); err != nil {
 			t.Fatal(err)
 		}
-		if want := []string{"ack 2 multiple=false", "ack 1 multiple=true"}; fmt.Sprint(m.frames) != fmt.Sprint(want) {
-			t.Errorf("frames %v, want %v", m.frames, want)
-		}
+		m.wantFrames(t, "ack 2 multiple=false", "ack 1 multiple=true")
 		if m.err != nil {
 			t.Fatal(m.err)
 		}
