@@ -204,7 +204,7 @@ func (a *rabbitAcks) close() {
 }
 
 func (a *rabbitAcks) stale(tag uint64, err error) error {
-	return fmt.Errorf("rabbitmq ack tag %d (gen %d): %w: %w", tag, a.gen, ErrStaleDelivery, err)
+	return fmt.Errorf("rabbitmq settle tag %d (gen %d): %w: %w", tag, a.gen, ErrStaleDelivery, err)
 }
 
 var errSessionEnded = fmt.Errorf("the connection was closed")
