@@ -166,8 +166,8 @@ func benchConfig(br string) Config {
 		Subscriptions: []string{"inventory"}, Partitions: 8, RelayBatch: 500}
 	if br == "rabbitmq" {
 		// Competing consumers: one process with 8 batches in flight,
-		// room for 16 deliveries each (two processes of 4 sharing 32
-		// cost about 100µs more CPU per event, most of it in the second
+		// room for 16 deliveries each (two processes of 4, each with
+		// the default window of 32, cost about 100µs more CPU per event, most of it in the second
 		// Go runtime and the broker). On Kafka one worker per partition
 		// (the default) is the most that keeps order.
 		cfg.ConsumerWorkers, cfg.Prefetch = 8, 128
