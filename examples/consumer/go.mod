@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/deliverycheck/deliverycheck v0.0.0 // failpoint.Inject marks the crash windows
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/twmb/franz-go v1.22.3
 )
 

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/deliverycheck/deliverycheck/failpoint"
+	"github.com/deliverycheck/deliverycheck/history"
+)
+
+// consumeKafka handles the topic's records in order, committing each
+// record's offset after its transaction.
+func consumeKafka(ctx context.Context, log *slog.Logger, cfg config, db *pgxpool.Pool, record func(history.F, history.Value)) error {
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(cfg.brokers),
+		kgo.ConsumerGroup(cfg.group),
+		kgo.ConsumeTopics(cfg.topic),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// A crashed member keeps its partitions until its session times
+		// out; the default 45s would stall every restart that long.
+		kgo.SessionTimeout(6*time.Second),
+		kgo.HeartbeatInterval(time.Second),
+	)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	defer cl.Close()
+	log.Info("consuming", "topic", cfg.topic, "group", cfg.group)
+	for {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			// Polls block rebalances until allowed again, and leaving
+			// the group on Close is one.
+			cl.AllowRebalance()
+			return ctx.Err()
+		}
+		if errs := fetches.Errors(); len(errs) > 0 {
+			log.Warn("fetch", "err", errs[0].Err)
+		}
+		var failed error
+		fetches.EachRecord(func(r *kgo.Record) {
+			if failed != nil {
+				return
+			}
+			v := history.Value{Event: header(r, "event-id"), Partition: int64(r.Partition), Offset: r.Offset}
+			record(history.Deliver, v)
+			ev, err := parseEvent(header(r, "event-id"), string(r.Key), header(r, "version"))
+			if err == nil {
+				err = handle(ctx, db, cfg.subscription, ev)
+			}
+			if err != nil {
+				failed = fmt.Errorf("record at offset %d: %w", r.Offset, err)
+				return
+			}
+			failpoint.InjectEvent("after-commit-before-ack", ev.id)
+			if err := cl.CommitRecords(ctx, r); err != nil {
+				failed = fmt.Errorf("commit offset: %w", err)
+				return
+			}
+			record(history.Ack, v)
+		})
+		cl.AllowRebalance()
+		if failed != nil {
+			// Unsafe to go on from a record we could not finish: exit
+			// and let the supervisor start us again from the last
+			// committed offset.
+			return failed
+		}
+	}
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/deliverycheck/deliverycheck/failpoint"
+	"github.com/deliverycheck/deliverycheck/history"
+)
+
+// consumeRabbitMQ handles the queue's deliveries one at a time, acking
+// each after its transaction. Anything unacked when the process dies (or
+// its connection drops) goes back to the queue, so it exits on any broker
+// error and lets the supervisor start it again: a delivery tag belongs to
+// its channel, and acking an old tag on a new one could ack another
+// message.
+func consumeRabbitMQ(ctx context.Context, log *slog.Logger, cfg config, db *pgxpool.Pool, record func(history.F, history.Value)) error {
+	conn, err := amqp.DialConfig(cfg.amqpURL, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		return fmt.Errorf("rabbitmq: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("rabbitmq channel: %w", err)
+	}
+	if err := ch.Qos(16, 0, false); err != nil {
+		return fmt.Errorf("rabbitmq qos: %w", err)
+	}
+	deliveries, err := ch.ConsumeWithContext(ctx, cfg.queue, "", false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("rabbitmq consume %s: %w", cfg.queue, err)
+	}
+	log.Info("consuming", "queue", cfg.queue)
+	for {
+		var d amqp.Delivery
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case d, ok = <-deliveries:
+		}
+		if !ok {
+			return errors.New("rabbitmq: deliveries stopped (channel or connection closed)")
+		}
+		v := history.Value{Event: d.MessageId, Tag: int64(d.DeliveryTag)}
+		record(history.Deliver, v)
+		order, _ := d.Headers["aggregate-id"].(string)
+		version, _ := d.Headers["version"].(string)
+		ev, err := parseEvent(d.MessageId, order, version)
+		if err == nil {
+			err = handle(ctx, db, cfg.subscription, ev)
+		}
+		if err != nil {
+			// Unacked, it is redelivered to the next process (and
+			// dead-lettered by the queue's delivery limit if it never
+			// goes through).
+			return fmt.Errorf("delivery %d (%s): %w", d.DeliveryTag, d.MessageId, err)
+		}
+		failpoint.InjectEvent("after-commit-before-ack", ev.id)
+		if err := d.Ack(false); err != nil {
+			return fmt.Errorf("rabbitmq ack %d: %w", d.DeliveryTag, err)
+		}
+		record(history.Ack, v)
+	}
+}
