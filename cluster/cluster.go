@@ -68,8 +68,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if cfg.Runtime == "" {
 		cfg.Runtime = Local
 	}
+	var eng *containers.Engine // found while resolving "auto"
 	if cfg.Runtime == Auto {
-		cfg.Runtime, _ = ResolveRuntime(ctx, Auto, images(cfg, names))
+		cfg.Runtime, _, eng = resolveAuto(ctx, images(cfg, names))
 	}
 	if cfg.Runtime != Local && cfg.Runtime != Containers {
 		return nil, fmt.Errorf("cluster: unknown runtime %q (want %s, %s or %s)", cfg.Runtime, Local, Containers, Auto)
@@ -96,7 +97,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 	}()
 	if cfg.Runtime == Containers {
-		if c.ctr, err = containers.New(ctx, containers.Options{Keep: cfg.Keep, TempRoot: cfg.TempRoot, Logger: cfg.Logger}); err != nil {
+		if c.ctr, err = containers.New(ctx, containers.Options{Engine: eng, Keep: cfg.Keep, TempRoot: cfg.TempRoot, Logger: cfg.Logger}); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}

@@ -46,14 +46,21 @@ func ResolveRuntime(ctx context.Context, runtime string, imgs []string) (string,
 	if runtime != Auto {
 		return runtime, "chosen explicitly"
 	}
+	rt, why, _ := resolveAuto(ctx, imgs)
+	return rt, why
+}
+
+// resolveAuto is "auto" resolved, with the engine it found when that is
+// the containers runtime, so starting the runtime need not look again.
+func resolveAuto(ctx context.Context, imgs []string) (string, string, *containers.Engine) {
 	eng, err := containers.Detect(ctx)
 	if err != nil {
-		return Local, err.Error()
+		return Local, err.Error(), nil
 	}
 	if err := containers.CanProvide(ctx, eng, imgs); err != nil {
-		return Local, fmt.Sprintf("%s is healthy, but %v", eng, err)
+		return Local, fmt.Sprintf("%s is healthy, but %v", eng, err), nil
 	}
-	return Containers, fmt.Sprintf("%s is healthy and has every image", eng)
+	return Containers, fmt.Sprintf("%s is healthy and has every image", eng), &eng
 }
 
 // ImageList is the image of each named service on the containers

@@ -20,6 +20,8 @@ import (
 	"github.com/docker/go-connections/nat"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/deliverycheck/deliverycheck/cluster/probe"
 )
 
 // spec is what differs between the three services.
@@ -206,11 +208,11 @@ func (s *Service) waitReady(ctx context.Context) error {
 		}
 		last = err
 		if st, ierr := s.state(ctx); ierr == nil && !st.Running {
-			return fmt.Errorf("container exited (code %d) before it was ready: %v\n%s", st.ExitCode, err, s.tail(20))
+			return fmt.Errorf("container exited (code %d) before it was ready: %v\n%s", st.ExitCode, err, probe.LogTail(s.Logs(), 20))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not ready: %w (last probe: %v)\n%s", ctx.Err(), last, s.tail(20))
+			return fmt.Errorf("not ready: %w (last probe: %v)\n%s", ctx.Err(), last, probe.LogTail(s.Logs(), 20))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -379,19 +381,6 @@ func (s *Service) saveLogs(ctx context.Context, path string) error {
 		return err
 	}
 	return f.Close()
-}
-
-// tail is the last n lines of the container's output, for errors.
-func (s *Service) tail(n int) string {
-	b, err := os.ReadFile(s.Logs())
-	if err != nil {
-		return ""
-	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
 }
 
 // Close implements cluster.Service: the container and its anonymous

@@ -1,7 +1,6 @@
 package local
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/cluster/guard"
+	"github.com/deliverycheck/deliverycheck/cluster/probe"
 )
 
 // Options are common to every local service.
@@ -103,23 +103,23 @@ func (b *base) launch(spec procSpec) (*proc, error) {
 	return p, nil
 }
 
-// waitReady polls probe until it succeeds, the server exits, or ctx ends.
+// waitReady polls ready until it succeeds, the server exits, or ctx ends.
 // The error carries the tail of logPath so a failed start explains itself.
-func (b *base) waitReady(ctx context.Context, p *proc, logPath string, probe func(context.Context) error) error {
+func (b *base) waitReady(ctx context.Context, p *proc, logPath string, ready func(context.Context) error) error {
 	delay := 20 * time.Millisecond
 	var last error
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		last = probe(pctx)
+		last = ready(pctx)
 		cancel()
 		if last == nil {
 			return nil
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s exited during start (%v): %w\n%s", b.name, p.err, last, tail(logPath, 20))
+			return fmt.Errorf("%s exited during start (%v): %w\n%s", b.name, p.err, last, probe.LogTail(logPath, 20))
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready: %w (last probe: %v)\n%s", b.name, ctx.Err(), last, tail(logPath, 20))
+			return fmt.Errorf("%s not ready: %w (last probe: %v)\n%s", b.name, ctx.Err(), last, probe.LogTail(logPath, 20))
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 250*time.Millisecond)
@@ -224,17 +224,4 @@ func (b *base) closeBase(extra func() error) error {
 		return fmt.Errorf("close %s: %w", b.name, err)
 	}
 	return nil
-}
-
-// tail returns the last n lines of a file, for error messages.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
 }

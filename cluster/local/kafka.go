@@ -768,7 +768,7 @@ func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard.Guar
 		return fmt.Errorf("format: %w", ctx.Err())
 	}
 	if fp.err != nil {
-		return fmt.Errorf("format: %w\n%s", fp.err, tail(logPath, 20))
+		return fmt.Errorf("format: %w\n%s", fp.err, probe.LogTail(logPath, 20))
 	}
 	if err := copyFile(filepath.Join(data, "bootstrap.checkpoint"), filepath.Join(tmp, "bootstrap.checkpoint")); err != nil {
 		return fmt.Errorf("format: %w", err)
@@ -801,9 +801,9 @@ func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard.Guar
 		}
 		select {
 		case <-bp.done:
-			return fmt.Errorf("training broker exited (%v)\n%s", bp.err, tail(logPath, 20))
+			return fmt.Errorf("training broker exited (%v)\n%s", bp.err, probe.LogTail(logPath, 20))
 		case <-ctx.Done():
-			return fmt.Errorf("training broker: %w\n%s", ctx.Err(), tail(logPath, 20))
+			return fmt.Errorf("training broker: %w\n%s", ctx.Err(), probe.LogTail(logPath, 20))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

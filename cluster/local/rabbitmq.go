@@ -435,7 +435,7 @@ func (r *RabbitMQ) startEPMD(ctx context.Context) error {
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("epmd exited (%v)\n%s", p.err, tail(filepath.Join(r.dir, "epmd.log"), 10))
+			return fmt.Errorf("epmd exited (%v)\n%s", p.err, probe.LogTail(filepath.Join(r.dir, "epmd.log"), 10))
 		case <-ctx.Done():
 			return fmt.Errorf("epmd not listening on %s: %w", addr, ctx.Err())
 		case <-time.After(10 * time.Millisecond):

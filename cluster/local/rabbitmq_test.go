@@ -202,7 +202,7 @@ func TestRabbitMQ(t *testing.T) {
 	closed := false
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("tail of %s:\n%s", r.Logs(), tail(r.Logs(), 80))
+			t.Logf("tail of %s:\n%s", r.Logs(), probe.LogTail(r.Logs(), 80))
 		}
 		if !closed {
 			_ = r.Close()
@@ -381,7 +381,7 @@ func TestRabbitMQ(t *testing.T) {
 		}
 		t.Logf("restart from paused took %v", time.Since(start))
 		if sigterms() != before+1 {
-			t.Errorf("node log shows no clean SIGTERM shutdown:\n%s", tail(r.Logs(), 120))
+			t.Errorf("node log shows no clean SIGTERM shutdown:\n%s", probe.LogTail(r.Logs(), 120))
 		}
 		rec.record(r)
 		got := getAll(t, ctx, r, "dc.graceful", 1)
