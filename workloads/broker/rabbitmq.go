@@ -998,7 +998,9 @@ func (r *RabbitSubscriber) settle(ctx context.Context, what string, d *Delivery,
 	stop := context.AfterFunc(ctx, h.sess.kill)
 	defer stop()
 	if err := op(h.sess.acks, h.tag); err != nil {
-		return fmt.Errorf("rabbitmq %s %s: %w", what, d.ID, err)
+		// The tracker's error already starts "rabbitmq settle tag N",
+		// as held acks report it with no caller to add context.
+		return fmt.Errorf("%s %s: %w", what, d.ID, err)
 	}
 	return nil
 }
