@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -270,6 +271,9 @@ func Main(specJSON string) int {
 		return 3
 	}
 	log = log.With("process", spec.Process)
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(workerGCPercent)
+	}
 	if dir := os.Getenv(ProfileEnv); dir != "" {
 		stop, err := startProfile(dir, spec.Process)
 		if err != nil {
@@ -284,6 +288,14 @@ func Main(specJSON string) int {
 	}
 	return 0
 }
+
+// workerGCPercent is a worker's GOGC unless the environment sets one. A
+// worker's live heap is a few MB and it allocates per event (deliveries,
+// history lines, SQL arguments), so at the default of 100 it collects
+// many times a second; at 400 its heap grows to a few tens of MB and it
+// spends about 20µs less CPU per event across the three roles (measured
+// with BenchmarkPipeline's CPU split on RabbitMQ).
+const workerGCPercent = 400
 
 // ProfileEnv names a directory: when set, every worker writes a CPU profile
 // of its life there (<process>-<pid>.pprof), for `go tool pprof`. A worker
