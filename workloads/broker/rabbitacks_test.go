@@ -219,14 +219,7 @@ func TestRabbitAcks(t *testing.T) {
 		a := newRabbitAcks(m, 1, func() {})
 		a.hold = time.Millisecond
 		m.handle(2)
-		select {
-		case err := <-a.later(2)[0]:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the held ack never went out while tag 1 stayed outstanding")
-		}
+		recvOK(t, a.later(2)[0], 10*time.Second, "the held ack never went out while tag 1 stayed outstanding")
 		m.handle(1)
 		if err := a.now(1); err != nil {
 			t.Fatal(err)

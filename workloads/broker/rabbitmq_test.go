@@ -153,6 +153,20 @@ func waitFor(tb testing.TB, ctx context.Context, d time.Duration, cond func() er
 	}
 }
 
+// recvOK waits up to d for c's error and fails the test with it, or with
+// timeout if none came.
+func recvOK(tb testing.TB, c <-chan error, d time.Duration, timeout string) {
+	tb.Helper()
+	select {
+	case err := <-c:
+		if err != nil {
+			tb.Fatal(err)
+		}
+	case <-time.After(d):
+		tb.Fatal(timeout)
+	}
+}
+
 // breakConn drops s's connection under it, as a network failure would
 // (the broker sees the socket close and requeues what was unacked).
 func breakConn(s *RabbitSubscriber) int {
@@ -518,14 +532,7 @@ func TestRabbitKill(t *testing.T) {
 	if err := node.Kill(rt.ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-pubDone:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("publisher did not notice the kill within 30s")
-	}
+	recvOK(t, pubDone, 30*time.Second, "publisher did not notice the kill within 30s")
 
 	// Node down: a bounded Publish fails (nothing was sent).
 	down := events("kill-down", 3)
@@ -760,14 +767,7 @@ func TestRabbitAckAsync(t *testing.T) {
 		waits = append(waits, s1.AckAsync(rt.ctx, []*Delivery{ds[i]})...)
 	}
 	for _, w := range waits {
-		select {
-		case err := <-w:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("an ack held behind the unsettled first delivery never went out")
-		}
+		recvOK(t, w, 10*time.Second, "an ack held behind the unsettled first delivery never went out")
 	}
 	s1.Close()
 	sentinel := events("sentinel", 1)
