@@ -49,9 +49,10 @@ func consumeKafka(ctx context.Context, log *slog.Logger, cfg config, db *pgxpool
 			if failed != nil {
 				return
 			}
-			v := history.Value{Event: header(r, "event-id"), Partition: int64(r.Partition), Offset: r.Offset}
+			id := header(r, "event-id")
+			v := history.Value{Event: id, Partition: int64(r.Partition), Offset: r.Offset}
 			record(history.Deliver, v)
-			ev, err := parseEvent(header(r, "event-id"), string(r.Key), header(r, "version"))
+			ev, err := parseEvent(id, string(r.Key), header(r, "version"))
 			if err == nil {
 				err = handle(ctx, db, cfg.subscription, ev)
 			}
