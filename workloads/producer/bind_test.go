@@ -95,3 +95,10 @@ func TestNewEventID(t *testing.T) {
 		prev = id
 	}
 }
+
+// BenchmarkNewEventID: an id is made per event, on the producer's path.
+func BenchmarkNewEventID(b *testing.B) {
+	for b.Loop() {
+		_ = NewEventID()
+	}
+}
