@@ -289,7 +289,7 @@ func SetupRabbitMQ(ctx context.Context, cfg RabbitConfig) error {
 // rabbitConn is one AMQP connection and the socket under it.
 type rabbitConn struct {
 	conn *amqp.Connection
-	raw  net.Conn
+	raw  *corkConn
 	// dead is set by kill, before the library notices the socket is
 	// gone: from then on nothing may be settled on this connection.
 	dead atomic.Bool
@@ -320,7 +320,7 @@ func (c *rabbitConn) close() {
 func dialRabbit(ctx context.Context, cfg RabbitConfig, name string) (*rabbitConn, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
-	var raw net.Conn
+	var raw *corkConn
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName("deliverycheck-" + name)
 	acfg := amqp.Config{
@@ -336,8 +336,8 @@ func dialRabbit(ctx context.Context, cfg RabbitConfig, name string) (*rabbitConn
 				// amqp091-go clears it once the handshake is done.
 				_ = c.SetDeadline(dl)
 			}
-			raw = c
-			return c, nil
+			raw = &corkConn{Conn: c}
+			return raw, nil
 		},
 		// Recovery stays nil: see the file comment.
 	}
@@ -546,6 +546,8 @@ func (p *RabbitPublisher) Publish(ctx context.Context, evs []Event) []error {
 	drainReturns(s.returns, returned)
 	dcs := make([]*amqp.DeferredConfirmation, len(evs))
 	ids := make([]string, len(evs))
+	// The batch leaves in one write (see corkConn).
+	s.raw.Cork()
 	for i, ev := range evs {
 		if err := ctx.Err(); err != nil {
 			res[i] = fmt.Errorf("rabbitmq publish %s: not sent: %w", ev.ID, err)
@@ -585,6 +587,16 @@ func (p *RabbitPublisher) Publish(ctx context.Context, evs []Event) []error {
 			continue
 		}
 		dcs[i] = dc // nil in unconfirmed mode: written is all it promises
+	}
+	if err := s.raw.Uncork(); err != nil {
+		// Some of the batch may have reached the broker: unknown. The
+		// confirms still awaited fail as the connection goes.
+		for i, ev := range evs {
+			if res[i] == nil && dcs[i] == nil {
+				res[i] = fmt.Errorf("rabbitmq publish %s (gen %d): %w: %w", ev.ID, s.gen, ErrUnconfirmed, err)
+			}
+		}
+		s.kill()
 	}
 	writing.Store(false)
 	for i, dc := range dcs {
