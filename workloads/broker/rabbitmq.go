@@ -142,10 +142,12 @@ func RabbitDeadLetterQueue(sub string) string { return sub + ".dlq" }
 // rabbitDLX is the dead-letter exchange of exchange.
 func rabbitDLX(exchange string) string { return exchange + ".dlx" }
 
-// rabbitPublishIDHeader carries a per-publisher sequence number on every
-// message, so a basic.return can be matched to the exact publish it
-// answers (two publishes of one event id must not be confused).
-const rabbitPublishIDHeader = "x-publish-id"
+// A message's correlation_id property carries its publisher's sequence
+// number, so a basic.return can be matched to the exact publish it
+// answers (two publishes of one event id must not be confused). A
+// property rather than a header: every header is one more table entry
+// the broker and each consumer decode per message, and nobody but the
+// publisher reads this one.
 
 func (c RabbitConfig) withDefaults() RabbitConfig {
 	if c.Exchange == "" {
@@ -567,18 +569,20 @@ func (p *RabbitPublisher) Publish(ctx context.Context, evs []Event) []error {
 		}
 		p.seq++
 		ids[i] = strconv.FormatUint(p.seq, 10)
-		h := amqp.Table{rabbitPublishIDHeader: ids[i]}
-		for k, v := range ev.Headers() {
+		hs := ev.Headers()
+		h := make(amqp.Table, len(hs))
+		for k, v := range hs {
 			h[k] = v
 		}
 		dc, err := s.ch.PublishWithDeferredConfirm(p.cfg.Exchange, key, p.mode == RabbitConfirmed, false, amqp.Publishing{
-			Headers:      h,
-			DeliveryMode: amqp.Persistent,
-			MessageId:    ev.ID,
-			Type:         ev.Type,
-			AppId:        "deliverycheck",
-			Timestamp:    time.Now(),
-			Body:         ev.Payload,
+			Headers:       h,
+			DeliveryMode:  amqp.Persistent,
+			MessageId:     ev.ID,
+			CorrelationId: ids[i],
+			Type:          ev.Type,
+			AppId:         "deliverycheck",
+			Timestamp:     time.Now(),
+			Body:          ev.Payload,
 		})
 		if err != nil {
 			// Frames may have reached the socket before the error: unknown.
@@ -624,7 +628,7 @@ func (p *RabbitPublisher) await(ctx context.Context, s *pubSession, dc *amqp.Def
 			if !ok {
 				rets = nil // the channel shut down; dc completes with it
 			} else {
-				returned[rabbitPublishID(r.Headers)] = r
+				returned[r.CorrelationId] = r
 			}
 			continue
 		case <-dc.Done():
@@ -656,16 +660,11 @@ func drainReturns(c chan amqp.Return, m map[string]amqp.Return) {
 			if !ok {
 				return
 			}
-			m[rabbitPublishID(r.Headers)] = r
+			m[r.CorrelationId] = r
 		default:
 			return
 		}
 	}
-}
-
-func rabbitPublishID(h amqp.Table) string {
-	s, _ := h[rabbitPublishIDHeader].(string)
-	return s
 }
 
 // Close implements [Publisher]. A Publish in flight returns with its
