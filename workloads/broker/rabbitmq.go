@@ -7,14 +7,14 @@ package broker
 // One durable fanout exchange (RabbitConfig.Exchange) receives every event.
 // Each subscription is a durable quorum queue of the same name, bound to
 // the exchange, so each gets every event. Fanout because every
-// subscription wants every event, and because RabbitMQ 3.10 routes through
-// a topic exchange's trie at about 30µs of broker CPU per message (bound
-// with "#", against a fanout's lookup; the topic exchange was a fifth of
-// the broker's cost per event). The routing key stays the aggregate id, for
-// whoever reads it. A quorum queue because it is the
-// queue type that fsyncs a message on a majority before the publisher
-// confirm, counts redeliveries (x-delivery-count) and enforces a delivery
-// limit, which is what the checker's lost/duplicate/dlq verdicts rest on.
+// subscription wants every event, and because RabbitMQ 3.10's topic
+// exchange, bound with "#", cost the broker about 30µs more CPU per
+// message than a fanout (a fifth of its cost per event). The routing key
+// stays the aggregate id, for whoever reads it. A quorum queue because it
+// is the queue type that fsyncs a message on a majority before the
+// publisher confirm, counts redeliveries (x-delivery-count) and enforces a
+// delivery limit, which is what the checker's lost/duplicate/dlq verdicts
+// rest on.
 // Dead letters go through "<exchange>.dlx" (direct) to "<subscription>.dlq",
 // also a quorum queue, with at-least-once dead-lettering so a poison event
 // is not dropped if the DLQ is briefly unavailable.
@@ -141,13 +141,6 @@ func RabbitDeadLetterQueue(sub string) string { return sub + ".dlq" }
 
 // rabbitDLX is the dead-letter exchange of exchange.
 func rabbitDLX(exchange string) string { return exchange + ".dlx" }
-
-// A message's correlation_id property carries its publisher's sequence
-// number, so a basic.return can be matched to the exact publish it
-// answers (two publishes of one event id must not be confused). A
-// property rather than a header: every header is one more table entry
-// the broker and each consumer decode per message, and nobody but the
-// publisher reads this one.
 
 func (c RabbitConfig) withDefaults() RabbitConfig {
 	if c.Exchange == "" {
@@ -567,6 +560,12 @@ func (p *RabbitPublisher) Publish(ctx context.Context, evs []Event) []error {
 			res[i] = fmt.Errorf("rabbitmq publish %s: not sent: connection closed (gen %d)", ev.ID, s.gen)
 			continue
 		}
+		// correlation_id carries the publisher's sequence number, so a
+		// basic.return is matched to the exact publish it answers (two
+		// publishes of one event id must not be confused). A property
+		// rather than a header: every header is one more table entry the
+		// broker and each consumer decode per message, and only the
+		// publisher reads this one.
 		p.seq++
 		ids[i] = strconv.FormatUint(p.seq, 10)
 		hs := ev.Headers()
