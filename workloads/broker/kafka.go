@@ -710,8 +710,10 @@ func (s *KafkaSubscriber) Next(ctx context.Context) (*Delivery, error) {
 	return ds[0], nil
 }
 
-// NextBatch implements [Batcher]: up to max consecutive records of one
-// partition, outstanding together until each is settled, oldest first.
+// NextBatch implements [Batcher]: up to max records, consecutive within
+// each partition and taken from as many partitions as it takes to fill
+// the batch (see takeLocked), outstanding together until each is settled,
+// oldest first per partition.
 // accept runs with the subscriber's lock held and must not call it.
 func (s *KafkaSubscriber) NextBatch(ctx context.Context, max int, accept func(*Delivery) bool) ([]*Delivery, error) {
 	max = cmp.Or(max, 1)
@@ -813,26 +815,44 @@ func (s *KafkaSubscriber) partLocked(p int32) *kafkaPartition {
 	return st
 }
 
-// takeLocked hands out the front records of the next partition, in
-// round-robin order, that has some and nothing outstanding: the first
-// one, then up to max in all while accept (if not nil) takes them. If
-// accept refuses the first, it is handed out alone.
+// takeLocked hands out the front records of the partitions, in
+// round-robin order, that have some and nothing outstanding: the first
+// one, then up to max in all while accept (if not nil) takes them,
+// emptying one partition's queue before moving to the next. If accept
+// refuses the first, it is handed out alone; a later refusal ends the
+// batch, and the refused record comes alone next time.
+//
+// A batch spans partitions because records arrive spread over all of
+// them (the relay's batch lands on every partition at once): one
+// partition's share was ~20 records with 8 partitions, and the
+// consumer's transaction and round trips per batch cost about 25 µs of
+// CPU per event more than with batches of the ~70 that 2 partitions gave.
+// Each partition's records in a batch are still consecutive and
+// outstanding together, so per-partition order and oldest-first settling
+// hold as before.
 func (s *KafkaSubscriber) takeLocked(max int, accept func(*Delivery) bool) []*Delivery {
+	var ds []*Delivery
+	start := s.cursor
 	for k := range s.ids {
-		i := (s.cursor + k) % len(s.ids)
+		if len(ds) == max {
+			break
+		}
+		i := (start + k) % len(s.ids)
 		st := s.parts[s.ids[i]]
 		if len(st.out) > 0 || len(st.queue) == 0 {
 			continue
 		}
 		s.cursor = i + 1
-		var ds []*Delivery
-		for len(ds) < max && len(st.queue) > 0 {
+		for len(st.queue) > 0 {
+			if len(ds) == max {
+				return ds
+			}
 			pd := st.queue[0]
 			h := &kafkaHandle{rec: pd.rec, attempt: pd.attempt, epoch: st.epoch}
 			d := s.delivery(h)
 			ok := accept == nil || accept(d)
 			if !ok && len(ds) > 0 {
-				break
+				return ds
 			}
 			st.queue[0] = kafkaPending{}
 			st.queue = st.queue[1:]
@@ -840,12 +860,11 @@ func (s *KafkaSubscriber) takeLocked(max int, accept func(*Delivery) bool) []*De
 			st.out = append(st.out, h)
 			ds = append(ds, d)
 			if !ok {
-				break // a refused first record comes alone
+				return ds // a refused first record comes alone
 			}
 		}
-		return ds
 	}
-	return nil
+	return ds
 }
 
 func (s *KafkaSubscriber) delivery(h *kafkaHandle) *Delivery {

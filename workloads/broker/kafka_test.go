@@ -849,6 +849,85 @@ func TestKafkaLostConfirmIsUnknown(t *testing.T) {
 	}
 }
 
+// TestKafkaBatchPartitions: a batch fills up from several partitions,
+// each partition's records in it consecutive and in order; a partition
+// with records outstanding is not handed out again; a refused record
+// (the last of its partition) ends its batch and comes alone once the
+// records before it are settled; acking the batches commits every
+// partition to its end.
+func TestKafkaBatchPartitions(t *testing.T) {
+	cfg := kafkaTopic(t, 4)
+	p := kafkaPublisher(t, cfg, KafkaPublisherOptions{})
+	evs := kafkaEvents("parts", 40, 8)
+	kafkaPublishAll(t, p, evs)
+	s := kafkaSubscriber(t, cfg, "g")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	refuse := map[string]bool{evs[39].ID: true}
+	accept := func(d *Delivery) bool { return !refuse[d.ID] }
+
+	var batches [][]*Delivery
+	n := 0
+	for n < len(evs)-1 {
+		ds, err := s.NextBatch(ctx, 100, accept)
+		if err != nil {
+			t.Fatalf("after %d of %d deliveries: %v", n, len(evs), err)
+		}
+		batches = append(batches, ds)
+		n += len(ds)
+	}
+	spans := false
+	next := map[int64]int64{} // partition → next offset expected
+	for _, ds := range batches {
+		seen := map[int64]bool{}
+		for _, d := range ds {
+			if refuse[d.ID] && len(ds) > 1 {
+				t.Fatalf("refused %s came in a batch of %d", d.ID, len(ds))
+			}
+			if d.Offset != next[d.Partition] {
+				t.Fatalf("partition %d: offset %d, want %d (out of order or a gap)", d.Partition, d.Offset, next[d.Partition])
+			}
+			next[d.Partition]++
+			seen[d.Partition] = true
+		}
+		spans = spans || len(seen) > 1
+	}
+	if !spans {
+		t.Fatalf("no batch spans partitions: %d batches over %d partitions", len(batches), len(next))
+	}
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	if extra, err := s.Next(short); err == nil {
+		t.Fatalf("%s handed out while its partition's records are outstanding", extra.ID)
+	}
+	cancelShort()
+	ack := func(ds []*Delivery) {
+		t.Helper()
+		for _, ch := range s.AckAsync(ctx, ds) {
+			if err := <-ch; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, ds := range batches {
+		ack(ds)
+	}
+	ds, err := s.NextBatch(ctx, 100, accept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 1 || !refuse[ds[0].ID] || ds[0].Offset != next[ds[0].Partition] {
+		t.Fatalf("got %d deliveries starting %s@%d, want the refused %s alone", len(ds), ds[0].ID, ds[0].Offset, evs[39].ID)
+	}
+	next[ds[0].Partition]++
+	ack(ds)
+	got := kafkaCommitted(t, cfg, "g")
+	for part, end := range next {
+		if got[int32(part)] != end {
+			t.Fatalf("partition %d committed at %d, want %d", part, got[int32(part)], end)
+		}
+	}
+}
+
 // TestKafkaBatch: NextBatch hands out consecutive records of one
 // partition, stops before a record accept refuses (which then comes
 // alone), keeps the partition busy until the batch is settled oldest
