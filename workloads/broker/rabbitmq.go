@@ -765,22 +765,20 @@ func (r *RabbitSubscriber) NextBatch(ctx context.Context, max int, accept func(*
 	}
 	h := first.Handle().(*rabbitHandle)
 	// amqp091-go hands deliveries over one at a time through an
-	// unbuffered channel, so "what is already here" means what keeps
-	// arriving: the batch grows while deliveries come less than
-	// rabbitQuiet apart, for at most rabbitGather in all.
-	end := time.Now().Add(rabbitGather)
-	wait := time.NewTimer(rabbitQuiet)
-	defer wait.Stop()
+	// unbuffered channel, so "what is already here" means what arrives
+	// within a short gather window.
+	gather := time.NewTimer(rabbitGather)
+	defer gather.Stop()
 	for len(ds) < max {
 		var d amqp.Delivery
 		var ok bool
 		select {
 		case d, ok = <-h.sess.deliveries:
-		case <-wait.C:
+		case <-gather.C:
 		case <-ctx.Done():
 		}
 		if !ok {
-			break // quiet, ctx ended, or the channel closed (Next sees to it)
+			break // window over, ctx ended, or the channel closed (Next sees to it)
 		}
 		next := r.delivery(h.sess, d)
 		if accept != nil && !accept(next) {
@@ -788,27 +786,14 @@ func (r *RabbitSubscriber) NextBatch(ctx context.Context, max int, accept func(*
 			break
 		}
 		ds = append(ds, next)
-		left := time.Until(end)
-		if left <= 0 {
-			break
-		}
-		wait.Reset(min(rabbitQuiet, left))
 	}
 	return ds, nil
 }
 
-// rabbitQuiet and rabbitGather bound how long NextBatch gathers after the
-// first delivery: until none came for rabbitQuiet, and rabbitGather at
-// most. The relay publishes a batch at a time, which the broker hands on
-// over several milliseconds, with gaps of more than a millisecond on a
-// busy machine; a fixed 2 ms window cut that burst into batches of ~25,
-// each one more transaction, round trip and ack. Gathering until 2 ms of
-// quiet took about 20 µs of CPU off each event (consumer, its database
-// backend, broker, proxy) without moving commit→apply latency.
-const (
-	rabbitQuiet  = 2 * time.Millisecond
-	rabbitGather = 20 * time.Millisecond
-)
+// rabbitGather is how long NextBatch waits for more deliveries after the
+// first: enough for the client library's buffer to hand over what the
+// broker already sent, short next to a transaction.
+const rabbitGather = 2 * time.Millisecond
 
 func (r *RabbitSubscriber) nextLocked(ctx context.Context) (*Delivery, error) {
 	if d := r.stash; d != nil {
