@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/deliverycheck/deliverycheck/cluster/containers"
+	"github.com/deliverycheck/deliverycheck/cluster/freeport"
 	"github.com/deliverycheck/deliverycheck/cluster/link"
 	"github.com/deliverycheck/deliverycheck/cluster/local"
 )
@@ -119,7 +121,13 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 
 // provision creates one service (not started) and the link in front of it.
 func (c *Cluster) provision(name string, opts local.Options, cfg Config) error {
-	l, err := c.links.Add(name, "127.0.0.1:0", "127.0.0.1:1")
+	// A link keeps its port across Refuse and Accept, so it takes one no
+	// outgoing connection can hold when it listens again.
+	port, err := freeport.Take(1)
+	if err != nil {
+		return fmt.Errorf("cluster: link %s: %w", name, err)
+	}
+	l, err := c.links.Add(name, "127.0.0.1:"+strconv.Itoa(port[0]), "127.0.0.1:1")
 	if err != nil {
 		return err
 	}

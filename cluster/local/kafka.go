@@ -23,9 +23,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/deliverycheck/deliverycheck/cluster/probe"
-
+	"github.com/deliverycheck/deliverycheck/cluster/freeport"
 	"github.com/deliverycheck/deliverycheck/cluster/guard"
+	"github.com/deliverycheck/deliverycheck/cluster/probe"
 )
 
 // DefaultKafkaVersion is the Apache Kafka release run when none is asked for.
@@ -104,7 +104,7 @@ func NewKafka(o KafkaOptions) (*Kafka, error) {
 	if o.HeapMB <= 0 {
 		o.HeapMB = 512
 	}
-	ports, err := freePorts(3)
+	ports, err := freeport.Take(3)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
@@ -738,7 +738,7 @@ func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard.Guar
 	if err := os.Mkdir(run, 0o755); err != nil {
 		return err
 	}
-	ports, err := freePorts(3)
+	ports, err := freeport.Take(3)
 	if err != nil {
 		return err
 	}

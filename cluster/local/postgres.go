@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/deliverycheck/deliverycheck/cluster/freeport"
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
 )
 
@@ -51,7 +52,7 @@ func NewPostgres(o PostgresOptions) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(1)
+	ports, err := freeport.Take(1)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/deliverycheck/deliverycheck/cluster/freeport"
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
 )
 
@@ -97,7 +98,7 @@ func NewRabbitMQ(o Options) (*RabbitMQ, error) {
 }
 
 func newRabbitMQ(b *base, server, epmdBin string) (*RabbitMQ, error) {
-	ports, err := freePorts(3)
+	ports, err := freeport.Take(3)
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: %w", err)
 	}
