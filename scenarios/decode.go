@@ -832,6 +832,7 @@ func brokerFields() []field {
 		intField("partitions", func(s *Scenario) *int32 { return &s.Broker.Partitions }, 1),
 		intField("max_attempts", func(s *Scenario) *int64 { return &s.Broker.MaxAttempts }, 1),
 		namesField("unbound", func(s *Scenario) *[]string { return &s.Broker.Unbound }, checkName),
+		intField("prefetch", func(s *Scenario) *int { return &s.Broker.Prefetch }, 1),
 	}
 }
 

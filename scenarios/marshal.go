@@ -35,6 +35,7 @@ type fileBroker struct {
 	Partitions  int32    `yaml:"partitions"`
 	MaxAttempts int64    `yaml:"max_attempts"`
 	Unbound     []string `yaml:"unbound,omitempty"`
+	Prefetch    int      `yaml:"prefetch,omitempty"`
 }
 
 type fileVariants struct {
@@ -98,7 +99,7 @@ func (s Scenario) MarshalYAML() (any, error) {
 	f := fileScenario{
 		Name:        s.Name,
 		Description: s.Description,
-		Broker:      fileBroker{Kind: s.Broker.Kind, Partitions: s.Broker.Partitions, MaxAttempts: s.Broker.MaxAttempts, Unbound: s.Broker.Unbound},
+		Broker:      fileBroker{Kind: s.Broker.Kind, Partitions: s.Broker.Partitions, MaxAttempts: s.Broker.MaxAttempts, Unbound: s.Broker.Unbound, Prefetch: s.Broker.Prefetch},
 		Variants:    fileVariants{Producer: string(s.Variants.Producer), Relay: string(s.Variants.Relay), Consumer: string(s.Variants.Consumer)},
 		Workload: fileWorkload{
 			Duration: s.Workload.Duration.String(), Producers: s.Workload.Producers, ProducerProcs: s.Workload.ProducerProcesses, Rate: s.Workload.Rate,

@@ -184,6 +184,12 @@ type Broker struct {
 	// Unbound lists subscriptions whose RabbitMQ binding is left out on
 	// purpose: what exposes the unroutable relay.
 	Unbound []string
+	// Prefetch is each RabbitMQ consumer process's prefetch window (how
+	// many deliveries it may hold unacknowledged); 0 keeps the pipeline's
+	// default (32). Ignored on Kafka. A larger window lets a process's
+	// workers each take a batch; it also decides how deliveries spread
+	// over competing consumers (a paused one holds a full window).
+	Prefetch int
 }
 
 // Variants picks the implementation of each component; the defaults are
@@ -360,6 +366,7 @@ func (s Scenario) PipelineConfig() pipeline.Config {
 		Consumers:         s.Workload.Consumers,
 		ConsumerVariant:   s.Variants.Consumer,
 		ConsumerWorkers:   s.Workload.ConsumerWorkers,
+		Prefetch:          s.Broker.Prefetch,
 		ConsumerWork:      s.Workload.ConsumerWork,
 		MaxAttempts:       s.Broker.MaxAttempts,
 		Partitions:        s.Broker.Partitions,

@@ -73,6 +73,7 @@ broker:
   kind: rabbitmq
   partitions: 6
   max_attempts: 3
+  prefetch: 64
   unbound: [email]
 variants:
   producer: outbox
@@ -126,7 +127,7 @@ seed: 42
 	}
 	want := Scenario{
 		Name: "full", Description: "every field set", Source: "full.yaml",
-		Broker:   Broker{Kind: "rabbitmq", Partitions: 6, MaxAttempts: 3, Unbound: []string{"email"}},
+		Broker:   Broker{Kind: "rabbitmq", Partitions: 6, MaxAttempts: 3, Unbound: []string{"email"}, Prefetch: 64},
 		Variants: Variants{Producer: producer.Outbox, Relay: relay.Unroutable, Consumer: consumer.Inbox},
 		Workload: Workload{Duration: 12 * time.Second, Producers: 3, ProducerProcesses: 1, Rate: 0, Keys: 7, PoisonRatio: 0.05,
 			Subscriptions: []string{"inventory", "email"}, Consumers: 2, ConsumerWorkers: 4, ConsumerWork: 5 * time.Millisecond, Relays: 2, RelayBatch: 10},
@@ -161,6 +162,9 @@ seed: 42
 		t.Fatal(err)
 	}
 	back, err := Parse("full.yaml", out)
+	if err == nil && back.Broker.Prefetch != 64 {
+		t.Fatalf("prefetch lost in a marshal round trip: %d\n%s", back.Broker.Prefetch, out)
+	}
 	if err != nil || back.Images != s.Images {
 		t.Fatalf("images lost in a marshal round trip: %+v, %v\n%s", back.Images, err, out)
 	}
@@ -171,7 +175,7 @@ seed: 42
 		t.Fatalf("CheckGuarantees subscriptions %v", got)
 	}
 	cfg := s.PipelineConfig()
-	if cfg.Failpoints["relay-1"][0] != "relay.before-publish=kill(2)" || cfg.RestartDelay != time.Second || cfg.Seed != 42 || cfg.Unbound[0] != "email" {
+	if cfg.Failpoints["relay-1"][0] != "relay.before-publish=kill(2)" || cfg.RestartDelay != time.Second || cfg.Seed != 42 || cfg.Unbound[0] != "email" || cfg.Prefetch != 64 {
 		t.Fatalf("PipelineConfig %+v", cfg)
 	}
 	// The config is a copy: changing it leaves the scenario alone.
@@ -221,6 +225,8 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"range", "broker: kafka\nworkload:\n  rate: -5\n",
 			[]string{"my.yaml:3: workload.rate: must be ≥ 0, got -5"}},
+		{"prefetch range", "broker:\n  kind: rabbitmq\n  prefetch: 0\n",
+			[]string{"my.yaml:3: broker.prefetch: must be ≥ 1, got 0"}},
 		{"unknown key with suggestion", "broker: kafka\nworkload:\n  rat: 5\n",
 			[]string{"my.yaml:3: workload.rat: unknown field; did you mean rate? (valid: duration, producers, producer_processes, rate, keys, poison_ratio, abort_ratio, subscriptions, consumers, consumer_workers, consumer_work, relays, relay_batch)"}},
 		{"unknown top-level key", "broker: kafka\nworkloads: {}\n",

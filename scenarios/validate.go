@@ -50,6 +50,7 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	}{
 		{"broker.partitions", int64(s.Broker.Partitions), 1},
 		{"broker.max_attempts", s.Broker.MaxAttempts, 1},
+		{"broker.prefetch", int64(s.Broker.Prefetch), 0},
 		{"workload.producers", int64(w.Producers), 1},
 		{"workload.producer_processes", int64(w.ProducerProcesses), 0},
 		{"workload.keys", int64(w.Keys), 1},
