@@ -843,10 +843,7 @@ func (s *KafkaSubscriber) takeLocked(max int, accept func(*Delivery) bool) []*De
 			continue
 		}
 		s.cursor = i + 1
-		for len(st.queue) > 0 {
-			if len(ds) == max {
-				return ds
-			}
+		for len(ds) < max && len(st.queue) > 0 {
 			pd := st.queue[0]
 			h := &kafkaHandle{rec: pd.rec, attempt: pd.attempt, epoch: st.epoch}
 			d := s.delivery(h)
