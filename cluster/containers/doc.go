@@ -11,6 +11,8 @@
 //   - Host ports are chosen up front and pinned in the container's port
 //     bindings: a restarted container keeps them, so clients, toxiproxy
 //     links and Kafka's advertised listener never point at a stale address.
+//     They come from below the kernel's ephemeral range (cluster/freeport),
+//     so no outgoing connection takes one while its container is down.
 //   - Kill, pause and unpause go through the engine's API (testcontainers
 //     has no such calls), so a crash is a real SIGKILL of the container.
 //   - Ryuk is not used (its image may not be pullable, and Podman does not

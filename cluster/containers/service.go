@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
 
+	"github.com/deliverycheck/deliverycheck/cluster/freeport"
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
 )
 
@@ -57,10 +57,14 @@ type Service struct {
 }
 
 func (r *Runtime) newService(s spec) (*Service, error) {
-	port, err := freePort()
+	// The host port is pinned for the container's life, across restarts;
+	// freeport keeps it below the ephemeral range, where no outgoing
+	// connection can take it while the container is down.
+	ports, err := freeport.Take(1)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.name, err)
 	}
+	port := ports[0]
 	dir, err := os.MkdirTemp(r.tmp, "deliverycheck-"+s.name+"-")
 	if err != nil {
 		return nil, fmt.Errorf("%s: temp dir: %w", s.name, err)
@@ -73,16 +77,6 @@ func (r *Runtime) newService(s spec) (*Service, error) {
 	}
 	return &Service{spec: s, rt: r, hostPort: port, dir: dir,
 		log: r.log.With("service", s.name, "image", s.image)}, nil
-}
-
-// freePort returns a TCP port that was free on 127.0.0.1 a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Name implements cluster.Service.
