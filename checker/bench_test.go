@@ -20,7 +20,8 @@ func BenchmarkCheckFiles(b *testing.B) {
 	path, events := historytest.File(b, historytest.BenchOps(b))
 	st, _ := os.Stat(path)
 	b.SetBytes(st.Size())
-	opts := checker.Options{Guarantees: checker.Presets["effectively-once"]}
+	g, _ := checker.Preset("effectively-once")
+	opts := checker.Options{Guarantees: g}
 	var ops int64
 	peak := watchHeap()
 	cpu := historytest.CPUTime()

@@ -340,6 +340,29 @@ func TestParseGuarantees(t *testing.T) {
 	}
 }
 
+func TestPresets(t *testing.T) {
+	names := PresetNames()
+	if len(names) == 0 || !slices.IsSorted(names) {
+		t.Fatalf("PresetNames() = %v, want a sorted, non-empty list", names)
+	}
+	for _, name := range names {
+		g, ok := Preset(name)
+		if !ok {
+			t.Errorf("Preset(%q) not found, though PresetNames lists it", name)
+			continue
+		}
+		if err := g.Validate(); err != nil {
+			t.Errorf("Preset(%q): %v", name, err)
+		}
+	}
+	if eo, _ := Preset("effectively-once"); eo.Loss != None || eo.DuplicateEffects != None {
+		t.Errorf("effectively-once = %+v, want no loss and no duplicate effects", eo)
+	}
+	if _, ok := Preset("exactly-twice"); ok {
+		t.Error("Preset found an unknown name")
+	}
+}
+
 func TestCheckFilesUnorderedFallsBack(t *testing.T) {
 	// A file whose times go backwards is read whole and sorted.
 	b := new(builder).commit("e1", "k", 1, history.OK).consume("e1", "inv").drain().finalRead()

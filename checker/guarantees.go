@@ -2,6 +2,7 @@ package checker
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -42,12 +43,27 @@ type Guarantees struct {
 	Subscriptions []string `json:"subscriptions,omitempty" yaml:"subscriptions,omitempty"`
 }
 
-// Presets name common guarantee sets for [ParseGuarantees].
-var Presets = map[string]Guarantees{
-	"at-least-once":            {Loss: None, DuplicateEffects: Allowed, Order: Unordered, Gaps: Allowed},
-	"effectively-once":         {Loss: None, DuplicateEffects: None, Order: Unordered, Gaps: Allowed},
-	"ordered-effectively-once": {Loss: None, DuplicateEffects: None, Order: PerKey, Gaps: None},
-	"at-most-once":             {Loss: Allowed, DuplicateEffects: None, Order: Unordered, Gaps: Allowed},
+// presets are the common guarantee sets, by name. A function rather than
+// a package map, so no caller can change what a name means for another.
+func presets() map[string]Guarantees {
+	return map[string]Guarantees{
+		"at-least-once":            {Loss: None, DuplicateEffects: Allowed, Order: Unordered, Gaps: Allowed},
+		"effectively-once":         {Loss: None, DuplicateEffects: None, Order: Unordered, Gaps: Allowed},
+		"ordered-effectively-once": {Loss: None, DuplicateEffects: None, Order: PerKey, Gaps: None},
+		"at-most-once":             {Loss: Allowed, DuplicateEffects: None, Order: Unordered, Gaps: Allowed},
+	}
+}
+
+// Preset returns the common guarantee set called name (see [PresetNames]),
+// as scenarios and [ParseGuarantees] name them, and whether there is one.
+func Preset(name string) (Guarantees, bool) {
+	g, ok := presets()[name]
+	return g, ok
+}
+
+// PresetNames lists the names [Preset] knows, sorted.
+func PresetNames() []string {
+	return slices.Sorted(maps.Keys(presets()))
 }
 
 // Normalize fills in defaults and sorts and dedupes Subscriptions.
@@ -115,9 +131,9 @@ func ParseGuarantees(s string) (Guarantees, error) {
 		}
 		k, v, ok := strings.Cut(item, "=")
 		if !ok {
-			p, ok := Presets[item]
+			p, ok := Preset(item)
 			if !ok {
-				return Guarantees{}, fmt.Errorf("checker: unknown guarantee preset %q (have %s)", item, strings.Join(slices.Sorted(mapKeys(Presets)), ", "))
+				return Guarantees{}, fmt.Errorf("checker: unknown guarantee preset %q (have %s)", item, strings.Join(PresetNames(), ", "))
 			}
 			subs := g.Subscriptions
 			g = p
@@ -147,14 +163,4 @@ func ParseGuarantees(s string) (Guarantees, error) {
 		return Guarantees{}, err
 	}
 	return g.Normalize(), nil
-}
-
-func mapKeys[M ~map[K]V, K comparable, V any](m M) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }

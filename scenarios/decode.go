@@ -913,14 +913,14 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 func guaranteeFields() []field {
-	presets := sortedKeys(checker.Presets)
+	presets := checker.PresetNames()
 	return []field{
 		{key: "preset", scalar: func(d *decoder, s *Scenario, n *yaml.Node, path string) {
 			v, ok := d.scalarValue(n, path, "a preset name")
 			if !ok {
 				return
 			}
-			p, found := checker.Presets[v]
+			p, found := checker.Preset(v)
 			if !found {
 				d.fail(n, path, "%s", unknownName("guarantee preset", v, presets))
 				return

@@ -318,6 +318,7 @@ const (
 // pipeline, effectively-once, no faults. Broker is left empty: a scenario
 // must name one.
 func Default() Scenario {
+	g, _ := checker.Preset(DefaultGuarantees) // TestDefaultGuarantees checks the name
 	return Scenario{
 		Broker:   Broker{Partitions: DefaultPartitions, MaxAttempts: DefaultMaxAttempts},
 		Variants: Variants{Producer: producer.Outbox, Relay: relay.Polling, Consumer: consumer.Inbox},
@@ -329,7 +330,7 @@ func Default() Scenario {
 			Subscriptions: []string{"inventory", "email"},
 			Consumers:     DefaultConsumers,
 		},
-		Guarantees: checker.Presets[DefaultGuarantees],
+		Guarantees: g,
 		Drain:      Drain{Timeout: DefaultDrainTimeout, Quiet: DefaultQuiet},
 	}
 }

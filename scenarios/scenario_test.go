@@ -614,3 +614,13 @@ func TestDocExample(t *testing.T) {
 		t.Fatalf("%+v", s)
 	}
 }
+
+func TestDefaultGuarantees(t *testing.T) {
+	want, ok := checker.Preset(DefaultGuarantees)
+	if !ok {
+		t.Fatalf("DefaultGuarantees %q is not a checker preset", DefaultGuarantees)
+	}
+	if got := Default().Guarantees; !reflect.DeepEqual(got, want) {
+		t.Errorf("Default().Guarantees = %+v, want preset %s %+v", got, DefaultGuarantees, want)
+	}
+}
