@@ -1010,11 +1010,8 @@ func (v *view) judge(st *SubscriptionStats, ei int32, e *event, si int32, se *su
 
 var kindRank = func() map[Kind]int {
 	m := map[Kind]int{}
-	for i, k := range AnomalyKinds {
+	for i, k := range append(AnomalyKinds(), ShownKinds()...) {
 		m[k] = i
-	}
-	for i, k := range ShownKinds {
-		m[k] = len(AnomalyKinds) + i
 	}
 	return m
 }()
@@ -1062,7 +1059,7 @@ func (v *view) group(r *Result, opts Options) {
 				}
 			}
 		}
-		if slices.Contains(AnomalyKinds, f0.kind) {
+		if slices.Contains(AnomalyKinds(), f0.kind) {
 			an.Fatal = r.Guarantees.Fatal(f0.kind)
 			for _, f := range fs[:min(len(fs), opts.MaxExamples)] {
 				e := &v.events[f.event]

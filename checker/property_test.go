@@ -502,7 +502,7 @@ var plants = map[Kind]plant{
 }
 
 func TestPropertyPlantedAnomalyIsFoundAlone(t *testing.T) {
-	for _, kind := range AnomalyKinds {
+	for _, kind := range AnomalyKinds() {
 		t.Run(string(kind), func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
 				g := genCorrect(t)
@@ -530,7 +530,7 @@ func TestPropertyDeterministic(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		g := genCorrect(t)
 		h := g.h
-		kind := rapid.SampledFrom(append([]Kind{""}, AnomalyKinds...)).Draw(t, "plant")
+		kind := rapid.SampledFrom(append([]Kind{""}, AnomalyKinds()...)).Draw(t, "plant")
 		if kind != "" {
 			if ph, _, ok := plants[kind](t, g); ok {
 				h = ph

@@ -67,10 +67,15 @@ const (
 )
 
 // AnomalyKinds lists the anomaly kinds in the order results show them.
-var AnomalyKinds = []Kind{Lost, DuplicateEffect, Unexpected, OrderRegression, Gap, DLQUnaccounted, WronglyDeadLettered}
+// Each call returns a new slice, so no caller can reorder another's.
+func AnomalyKinds() []Kind {
+	return []Kind{Lost, DuplicateEffect, Unexpected, OrderRegression, Gap, DLQUnaccounted, WronglyDeadLettered}
+}
 
 // ShownKinds lists the non-anomaly kinds in the order results show them.
-var ShownKinds = []Kind{Recovered, InDoubt, Redelivered, StaleSkipped, Unseen}
+func ShownKinds() []Kind {
+	return []Kind{Recovered, InDoubt, Redelivered, StaleSkipped, Unseen}
+}
 
 // Boundary is how far along the pipeline an event is known to have got,
 // from the ops each component recorded.
@@ -97,9 +102,9 @@ type Result struct {
 	Counts        Counts              `json:"counts"`
 	Subscriptions []SubscriptionStats `json:"subscriptions"`
 	// Anomalies has one entry per kind and subscription found, fatal or not,
-	// in the order of AnomalyKinds then subscription name.
+	// in the order of [AnomalyKinds] then subscription name.
 	Anomalies []Anomaly `json:"anomalies"`
-	// Shown has the non-anomaly kinds, in the order of ShownKinds.
+	// Shown has the non-anomaly kinds, in the order of [ShownKinds].
 	Shown  []Anomaly `json:"shown"`
 	Series Series    `json:"series"`
 }

@@ -697,7 +697,7 @@ func topFields() []field {
 		{key: "expect", fields: func() []field {
 			return []field{
 				enumField("verdict", "verdict", func(s *Scenario) *checker.Validity { return &s.Expect.Verdict }, []checker.Validity{checker.Valid, checker.Invalid}),
-				enumField("anomaly", "anomaly", func(s *Scenario) *checker.Kind { return &s.Expect.Anomaly }, checker.AnomalyKinds),
+				enumField("anomaly", "anomaly", func(s *Scenario) *checker.Kind { return &s.Expect.Anomaly }, checker.AnomalyKinds()),
 			}
 		}},
 		{key: "images", fields: func() []field {

@@ -164,8 +164,8 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	}
 	if s.Expect.Anomaly != "" {
 		switch {
-		case !slices.Contains(checker.AnomalyKinds, s.Expect.Anomaly):
-			fail("expect.anomaly", "%s", unknownName("anomaly", string(s.Expect.Anomaly), strs(checker.AnomalyKinds)))
+		case !slices.Contains(checker.AnomalyKinds(), s.Expect.Anomaly):
+			fail("expect.anomaly", "%s", unknownName("anomaly", string(s.Expect.Anomaly), strs(checker.AnomalyKinds())))
 		case s.Expect.Verdict == checker.Valid:
 			fail("expect.anomaly", "a valid run has no fatal anomaly; drop it or expect verdict: invalid")
 		case !s.CheckGuarantees().Fatal(s.Expect.Anomaly):
@@ -173,7 +173,7 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 		}
 	}
 	if s.Expect.Verdict == checker.Invalid && s.Expect.Anomaly == "" {
-		fail("expect.anomaly", "name the anomaly an invalid run must show (valid: %s)", strings.Join(strs(checker.AnomalyKinds), ", "))
+		fail("expect.anomaly", "name the anomaly an invalid run must show (valid: %s)", strings.Join(strs(checker.AnomalyKinds()), ", "))
 	}
 
 	// A team's own components.

@@ -48,15 +48,15 @@ const (
 // any worker runs: bad input, not a harness failure.
 var ErrContract = errors.New("system under test")
 
-// EffectColumns are the columns an effects query may return; the first two
+// effectColumns are the columns an effects query may return; the first two
 // are required. aggregate_id and version default to the committed event's,
 // source to the producer's; applied_at (a timestamp), when given, orders
 // the effects instead of the query's row order.
-var EffectColumns = []string{"event_id", "consumer", "aggregate_id", "version", "source", "applied_at"}
+var effectColumns = []string{"event_id", "consumer", "aggregate_id", "version", "source", "applied_at"}
 
-// DeadLetterColumns are the columns a dead-letters query may return; the
+// deadLetterColumns are the columns a dead-letters query may return; the
 // first two are required.
-var DeadLetterColumns = []string{"event_id", "consumer", "reason"}
+var deadLetterColumns = []string{"event_id", "consumer", "reason"}
 
 // contractEnv is the environment of external worker name.
 func (r *Run) contractEnv(name, role, sub string) []string {
@@ -160,10 +160,10 @@ func checkSystemSQL(ctx context.Context, db *pgxpool.Pool, sys System) error {
 			return fmt.Errorf("pipeline: system transaction statement %d: %w", i+1, err)
 		}
 	}
-	if err := checkColumns(ctx, conn.Conn(), "effects query", sys.EffectsQuery, EffectColumns); err != nil {
+	if err := checkColumns(ctx, conn.Conn(), "effects query", sys.EffectsQuery, effectColumns); err != nil {
 		return err
 	}
-	return checkColumns(ctx, conn.Conn(), "dead-letters query", sys.DeadLettersQuery, DeadLetterColumns)
+	return checkColumns(ctx, conn.Conn(), "dead-letters query", sys.DeadLettersQuery, deadLetterColumns)
 }
 
 // checkColumns runs query with no rows and checks its column names: the

@@ -180,7 +180,7 @@ type System struct {
 	Consumers map[string]External
 	// EffectsQuery returns one row per effect the team's consumers
 	// applied: columns event_id and consumer, and optionally
-	// aggregate_id, version, source and applied_at (see EffectColumns),
+	// aggregate_id, version, source and applied_at,
 	// in applied order unless applied_at says it. Required with Consumers.
 	EffectsQuery string
 	// DeadLettersQuery returns one row per event the team's consumers

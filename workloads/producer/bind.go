@@ -7,9 +7,9 @@ import (
 	"strings"
 )
 
-// Placeholders are the values a team's own transaction (Config.Transaction)
+// placeholders are the values a team's own transaction (Config.Transaction)
 // can use, written :name in its SQL.
-var Placeholders = []string{"event_id", "aggregate_id", "version", "payload", "type", "source"}
+var placeholders = []string{"event_id", "aggregate_id", "version", "payload", "type", "source"}
 
 // Statement is one statement of a team's business transaction, its :name
 // placeholders turned into $1, $2... (Args names the value of each).
@@ -18,7 +18,8 @@ type Statement struct {
 	Args []string `json:"args"`
 }
 
-// Bind turns :name placeholders into positional parameters. It leaves
+// Bind turns :name placeholders (:event_id, :aggregate_id, :version,
+// :payload, :type and :source) into positional parameters. It leaves
 // string literals, quoted identifiers, dollar-quoted bodies, comments and
 // :: casts alone, and rejects unknown placeholders and $n parameters, so a
 // mistake shows when the scenario is read, not mid-run.
@@ -77,7 +78,7 @@ func Bind(sql string) (Statement, error) {
 				j++
 			}
 			name := sql[i+1 : j]
-			if !slices.Contains(Placeholders, name) {
+			if !slices.Contains(placeholders, name) {
 				return Statement{}, fmt.Errorf("unknown placeholder :%s (valid: %s)", name, strings.Join(prefixed(), ", "))
 			}
 			n := slices.Index(args, name)
@@ -100,8 +101,8 @@ func Bind(sql string) (Statement, error) {
 }
 
 func prefixed() []string {
-	out := make([]string, len(Placeholders))
-	for i, p := range Placeholders {
+	out := make([]string, len(placeholders))
+	for i, p := range placeholders {
 		out[i] = ":" + p
 	}
 	return out

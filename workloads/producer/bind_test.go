@@ -59,7 +59,7 @@ func FuzzBind(f *testing.F) {
 			return
 		}
 		for _, a := range st.Args {
-			if !slices.Contains(Placeholders, a) {
+			if !slices.Contains(placeholders, a) {
 				t.Fatalf("arg %q is not a placeholder", a)
 			}
 		}
