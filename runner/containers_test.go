@@ -15,18 +15,7 @@ import (
 // shared local servers) and on the local runtime: both must reach the
 // verdict the scenario expects, so the runtimes are interchangeable.
 func TestContainersRuntimeSameVerdict(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real servers")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	rt, why := cluster.ResolveRuntime(ctx, cluster.Auto, cluster.ImageList(nil, []string{cluster.Postgres, cluster.Kafka}))
-	cancel()
-	if rt != cluster.Containers {
-		if os.Getenv("DELIVERYCHECK_REQUIRE_CONTAINERS") != "" {
-			t.Fatalf("containers runtime required but unavailable: %s", why)
-		}
-		t.Skipf("containers runtime unavailable: %s", why)
-	}
+	requireContainers(t)
 	s, err := scenarios.Load("kafka-kill-broker")
 	if err != nil {
 		t.Fatal(err)
@@ -37,11 +26,75 @@ func TestContainersRuntimeSameVerdict(t *testing.T) {
 	s.Seed = 7
 	s.Workload.Duration = matrixDuration
 	s.Drain.Quiet = time.Second
+	o := runOnContainers(t, s, out)
+	t.Logf("local: %s %v (committed %d, faults %d); containers: %s %v (committed %d, faults %d)",
+		local.Result.Valid, local.Result.Reasons, local.Result.Counts.Committed, local.Result.Counts.Faults,
+		o.Result.Valid, o.Result.Reasons, o.Result.Counts.Committed, o.Result.Counts.Faults)
+	for rt, r := range map[string]*Outcome{"local": local, "containers": o} {
+		if ok, why := met(s, r.Result); !ok {
+			t.Errorf("%s runtime: %s", rt, why)
+		}
+		if r.Result.Counts.Faults == 0 {
+			t.Errorf("%s runtime: no fault in the history", rt)
+		}
+	}
+	if local.Result.Valid != o.Result.Valid {
+		t.Errorf("verdicts differ: local %s, containers %s", local.Result.Valid, o.Result.Valid)
+	}
+}
+
+// TestContainersRuntimeDebezium runs Debezium as the relay against the
+// containers runtime's PostgreSQL (logical replication from the image's
+// server, not the local one) and Kafka, with the relay killed mid-run:
+// the scenario must come out as it promises, as it does locally in the
+// detection matrix.
+func TestContainersRuntimeDebezium(t *testing.T) {
+	requireContainers(t)
+	s, err := scenarios.Load("debezium-relay-crash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Seed = 7
+	s.Workload.Duration = 5 * time.Second // long enough for "at 3s: kill relay-0"
+	s.Drain.Quiet = time.Second
+	o := runOnContainers(t, s, t.TempDir())
+	t.Logf("containers: %s %v (committed %d, faults %d)", o.Result.Valid, o.Result.Reasons, o.Result.Counts.Committed, o.Result.Counts.Faults)
+	if ok, why := met(s, o.Result); !ok {
+		t.Error(why)
+	}
+	if o.Result.Counts.Faults == 0 {
+		t.Error("no fault in the history")
+	}
+}
+
+// requireContainers skips t unless the containers runtime can run
+// PostgreSQL and Kafka here (and fails it when
+// DELIVERYCHECK_REQUIRE_CONTAINERS says the runtime must be there).
+func requireContainers(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts real servers")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rt, why := cluster.ResolveRuntime(ctx, cluster.Auto, cluster.ImageList(nil, []string{cluster.Postgres, cluster.Kafka}))
+	if rt != cluster.Containers {
+		if os.Getenv("DELIVERYCHECK_REQUIRE_CONTAINERS") != "" {
+			t.Fatalf("containers runtime required but unavailable: %s", why)
+		}
+		t.Skipf("containers runtime unavailable: %s", why)
+	}
+}
+
+// runOnContainers runs s on the containers runtime (its own containers)
+// and checks the run recorded that runtime and its images.
+func runOnContainers(t *testing.T, s scenarios.Scenario, out string) *Outcome {
+	t.Helper()
 	spec, err := FromScenario(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	o, err := Run(ctx, spec, Options{Out: out, Runtime: cluster.Containers, WorkerCmd: workerCmd(), Command: "test"})
 	if err != nil {
@@ -58,18 +111,5 @@ func TestContainersRuntimeSameVerdict(t *testing.T) {
 			t.Errorf("no image recorded for %s: %v", name, o.Run.Environment.Images)
 		}
 	}
-	t.Logf("local: %s %v (committed %d, faults %d); containers: %s %v (committed %d, faults %d)",
-		local.Result.Valid, local.Result.Reasons, local.Result.Counts.Committed, local.Result.Counts.Faults,
-		o.Result.Valid, o.Result.Reasons, o.Result.Counts.Committed, o.Result.Counts.Faults)
-	for rt, r := range map[string]*Outcome{"local": local, "containers": o} {
-		if ok, why := met(s, r.Result); !ok {
-			t.Errorf("%s runtime: %s", rt, why)
-		}
-		if r.Result.Counts.Faults == 0 {
-			t.Errorf("%s runtime: no fault in the history", rt)
-		}
-	}
-	if local.Result.Valid != o.Result.Valid {
-		t.Errorf("verdicts differ: local %s, containers %s", local.Result.Valid, o.Result.Valid)
-	}
+	return o
 }
