@@ -52,7 +52,7 @@ func BenchmarkPipeline(b *testing.B) {
 			alone(b, br)
 			// Means over the iterations: one window is noisy on a
 			// shared two-core machine.
-			var rate, p50, p99, tps, share, pgbenchPG float64
+			var rate, p50, p99, tps, share, pgbenchPG, pgbenchCPU, cpuShare float64
 			cpu := map[string]float64{}
 			n := 0
 			// An unmeasured window first: a freshly started broker's
@@ -62,14 +62,18 @@ func BenchmarkPipeline(b *testing.B) {
 			benchRun(b, br, 15*time.Second)
 			for b.Loop() {
 				quiesce(b)
-				t, pgTxn := pgbench(b, servers.Get(b), 5*time.Second)
+				y := pgbench(b, servers.Get(b), 5*time.Second)
 				quiesce(b)
 				f := benchRun(b, br, 5*time.Second)
-				rate, p50, p99, tps, share = rate+f.rate, p50+f.p50, p99+f.p99, tps+t, share+100*f.rate/t
-				pgbenchPG += pgTxn
+				rate, p50, p99, tps, share = rate+f.rate, p50+f.p50, p99+f.p99, tps+y.tps, share+100*f.rate/y.tps
+				pgbenchPG += y.pgPerTxn
+				pgbenchCPU += y.cpuPerTxn
+				var perEvent float64
 				for k, v := range f.cpu {
 					cpu[k] += v
+					perEvent += v
 				}
+				cpuShare += 100 * y.cpuPerTxn / perEvent
 				n++
 			}
 			f := float64(n)
@@ -82,6 +86,15 @@ func BenchmarkPipeline(b *testing.B) {
 			// pg-µs/ev against: how many single-row inserts' worth of
 			// database work one event costs.
 			b.ReportMetric(pgbenchPG/f, "pgbench-pg-µs/txn")
+			// The same processes' count for a pgbench transaction
+			// (its backends, pgbench itself, the harness's proxy) as
+			// cpu-µs/ev counts for an event. When both saturate the
+			// machine, the share is about their ratio: cpu-share is
+			// that ratio, the goal in CPU terms (an event may cost at
+			// most two pgbench transactions), and steadier than the
+			// share of throughput, which moves with the machine's minute.
+			b.ReportMetric(pgbenchCPU/f, "pgbench-cpu-µs/txn")
+			b.ReportMetric(cpuShare/f, "%-cpu-share")
 			for k := range cpu {
 				cpu[k] /= f
 			}
@@ -302,20 +315,27 @@ func committed(ctx context.Context, b *testing.B, r *Run) int64 {
 // same PostgreSQL instance (through the same proxy).
 func BenchmarkPgbenchInsert(b *testing.B) {
 	cl := servers.Get(b)
-	var tps, pgTxn float64
+	var y pgbenchFigures
 	for b.Loop() {
-		tps, pgTxn = pgbench(b, cl, 5*time.Second)
+		y = pgbench(b, cl, 5*time.Second)
 	}
-	b.ReportMetric(tps, "tps")
-	b.ReportMetric(pgTxn, "pg-µs/txn")
+	b.ReportMetric(y.tps, "tps")
+	b.ReportMetric(y.pgPerTxn, "pg-µs/txn")
+	b.ReportMetric(y.cpuPerTxn, "cpu-µs/txn")
+}
+
+// pgbenchFigures are one pgbench run's: its TPS, and the CPU µs per
+// transaction of its database backends, and of those, pgbench itself and
+// the harness (whose proxy its connections go through) together.
+type pgbenchFigures struct {
+	tps, pgPerTxn, cpuPerTxn float64
 }
 
 // pgbench runs pgbench for d with benchClients clients, each transaction
-// one single-row insert, and returns its TPS and the CPU its database
-// backends spent per transaction (µs, over the middle of the run: they
-// exit with pgbench). It skips b when PostgreSQL's client tools are not
-// installed.
-func pgbench(b *testing.B, cl *cluster.Cluster, d time.Duration) (tps, pgPerTxn float64) {
+// one single-row insert, and returns its figures; CPU is measured over the
+// middle of the run (the backends exit with pgbench). It skips b when
+// PostgreSQL's client tools are not installed.
+func pgbench(b *testing.B, cl *cluster.Cluster, d time.Duration) pgbenchFigures {
 	b.Helper()
 	bin, err := local.PostgresBinDir("")
 	if err != nil {
@@ -343,9 +363,19 @@ func pgbench(b *testing.B, cl *cluster.Cluster, d time.Duration) (tps, pgPerTxn 
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
+	// pgbench and the harness, counted as cpu-µs/ev counts them.
+	others := func() (ticks int64) {
+		for _, pid := range []int{cmd.Process.Pid, os.Getpid()} {
+			t, _ := procTicks(pid)
+			ticks += t
+		}
+		return ticks
+	}
 	time.Sleep(time.Second)
+	o0 := others()
 	t0, c0, err0 := pgbenchSample(ctx, db)
 	time.Sleep(d - 2*time.Second)
+	o1 := others()
 	t1, c1, err1 := pgbenchSample(ctx, db)
 	if err := cmd.Wait(); err != nil {
 		b.Fatalf("pgbench: %v\n%s", err, out.Bytes())
@@ -357,11 +387,13 @@ func pgbench(b *testing.B, cl *cluster.Cluster, d time.Duration) (tps, pgPerTxn 
 	if m == nil {
 		b.Fatalf("no tps in pgbench output:\n%s", out.Bytes())
 	}
-	tps, _ = strconv.ParseFloat(string(m[1]), 64)
+	var y pgbenchFigures
+	y.tps, _ = strconv.ParseFloat(string(m[1]), 64)
 	if c1 > c0 {
-		pgPerTxn = float64(t1-t0) * 1e6 / ticksPerSecond / float64(c1-c0)
+		y.pgPerTxn = float64(t1-t0) * 1e6 / ticksPerSecond / float64(c1-c0)
+		y.cpuPerTxn = y.pgPerTxn + float64(o1-o0)*1e6/ticksPerSecond/float64(c1-c0)
 	}
-	return tps, pgPerTxn
+	return y
 }
 
 // quiesce waits (up to 30s) until the machine is nearly idle, so one
