@@ -324,11 +324,14 @@ func BenchmarkPgbenchInsert(b *testing.B) {
 	b.ReportMetric(y.cpuPerTxn, "cpu-µs/txn")
 }
 
-// pgbenchFigures are one pgbench run's: its TPS, and the CPU µs per
-// transaction of its database backends, and of those, pgbench itself and
-// the harness (whose proxy its connections go through) together.
+// pgbenchFigures are one pgbench run's figures.
 type pgbenchFigures struct {
-	tps, pgPerTxn, cpuPerTxn float64
+	tps float64
+	// pgPerTxn is its database backends' CPU µs per transaction.
+	pgPerTxn float64
+	// cpuPerTxn adds pgbench's own and the harness's (whose proxy its
+	// connections go through): what cpu-µs/ev counts for an event.
+	cpuPerTxn float64
 }
 
 // pgbench runs pgbench for d with benchClients clients, each transaction
