@@ -365,6 +365,8 @@ func (d *decoder) value(v *Value) error {
 			v.Target, err = d.str(true)
 		case "detail":
 			v.Detail, err = d.str(true)
+		case "evidence":
+			v.Evidence, err = d.str(true)
 		case "subscriptions":
 			v.Subscriptions, err = d.strings()
 		default:

@@ -126,6 +126,9 @@ type Value struct {
 	Fault     string `json:"fault,omitempty"`  // nemesis: fault name, e.g. "kill", "partition"
 	Target    string `json:"target,omitempty"` // nemesis: process or link hit
 	Detail    string `json:"detail,omitempty"`
+	// Evidence says, on a fault's healing ok, what showed the fault took
+	// effect ("relay-0 exited: signal: killed").
+	Evidence string `json:"evidence,omitempty"`
 	// Subscriptions lists the subscriptions of the run, on a Setup op.
 	Subscriptions []string `json:"subscriptions,omitempty"`
 }
