@@ -149,6 +149,9 @@ type shownRow struct {
 
 type faultRow struct {
 	Name, Target, Start, End, Duration, Detail string
+	// Effect says whether the fault bit, with its evidence or error.
+	Effect string
+	Missed bool
 }
 
 type externalRow struct {
@@ -162,9 +165,34 @@ type processRow struct {
 	Log               string
 }
 
+// faultEffect says in words whether a fault took effect and what shows it.
+func faultEffect(f FaultWindow) string {
+	var s string
+	switch {
+	case f.Missed && f.Random:
+		s = "no (not counted: a random fault)"
+	case f.Missed:
+		s = "no"
+	case f.End == 0:
+		s = "not known: no heal recorded"
+	case f.Evidence != "":
+		s = "yes: " + f.Evidence
+	case f.Error != "":
+		s = "yes, but its heal failed"
+	default:
+		s = "yes (no evidence recorded)"
+	}
+	if f.Error != "" {
+		s += ": " + f.Error
+	}
+	return s
+}
+
 func newView(run Run, res *checker.Result) view {
+	verdict := Judge(run, res)
 	v := view{
-		Verdict:      string(Verdict(run, res)),
+		Verdict:      string(verdict.Validity),
+		Reasons:      verdict.Reasons,
 		Summary:      summary(run, res, Checks(run, res)),
 		HarnessError: run.HarnessError,
 		Scenario:     run.Scenario,
@@ -203,7 +231,7 @@ func newView(run Run, res *checker.Result) view {
 			v.MoreFaults = len(run.Faults) - i
 			break
 		}
-		row := faultRow{Name: f.Name, Target: f.Target, Start: fmtNs(f.Start), Detail: f.Detail, End: "never healed"}
+		row := faultRow{Name: f.Name, Target: f.Target, Start: fmtNs(f.Start), Detail: f.Detail, End: "never healed", Effect: faultEffect(f), Missed: f.Missed}
 		if f.End > 0 {
 			row.End, row.Duration = fmtNs(f.End), time.Duration(f.End-f.Start).Round(time.Millisecond).String()
 		}
@@ -222,7 +250,6 @@ func newView(run Run, res *checker.Result) view {
 	}
 	g = res.Guarantees
 	v.Promised = promised(g)
-	v.Reasons = res.Reasons
 	v.Facts = append(v.Facts, kv{"drain", res.Facts.Drain}, kv{"final read", res.Facts.FinalRead})
 	c := res.Counts
 	v.Counts = []kv{

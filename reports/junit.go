@@ -103,7 +103,8 @@ func junitReport(run Run, res *checker.Result) junitSuites {
 	if !run.Started.IsZero() {
 		s.Timestamp = run.Started.UTC().Format("2006-01-02T15:04:05")
 	}
-	verdict := Verdict(run, res)
+	judged := Judge(run, res)
+	verdict := judged.Validity
 	s.Properties = []junitProperty{{"verdict", string(verdict)}, {"seed", strconv.FormatInt(run.Seed, 10)}}
 	if run.Command != "" {
 		s.Properties = append(s.Properties, junitProperty{"command", run.Command})
@@ -116,11 +117,8 @@ func junitReport(run Run, res *checker.Result) junitSuites {
 	}
 
 	why := "the facts were not established"
-	if res != nil && len(res.Reasons) > 0 {
-		why = strings.Join(res.Reasons, "; ")
-	}
-	if run.HarnessError != "" {
-		why = "harness error: " + oneLine(run.HarnessError)
+	if len(judged.Reasons) > 0 {
+		why = strings.Join(judged.Reasons, "; ")
 	}
 	anomalies := map[[2]string]*checker.Anomaly{}
 	if res != nil {

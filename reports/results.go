@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/verdict"
 )
 
 // SchemaVersion is the version of the results.json envelope
@@ -23,10 +24,18 @@ const SchemaVersion = 1
 // check per promised guarantee per subscription.
 type Results struct {
 	SchemaVersion int `json:"schema_version"`
-	// Verdict is the run's verdict: the checker's, except that a harness
-	// error turns valid into unknown (a run that broke down proves nothing
-	// held, but an anomaly it found is still real).
+	// Verdict is the run's verdict ([verdict.Of]): the checker's, except
+	// that a harness error or another problem of the run turns valid into
+	// unknown (a run that broke down proves nothing held, but an anomaly
+	// it found is still real).
 	Verdict checker.Validity `json:"verdict"`
+	// Reasons say why the verdict is not valid: the checker's, then the
+	// run's problems.
+	Reasons []string `json:"reasons"`
+	// Expected is the scenario's expectation, when it states one, and
+	// ExpectationMet whether the run met it.
+	Expected       *verdict.Expectation `json:"expected,omitempty"`
+	ExpectationMet *bool                `json:"expectation_met,omitempty"`
 	// Summary is the verdict banner's sentence: what held and what did not.
 	Summary string `json:"summary"`
 	Run     *Run   `json:"run"`
@@ -77,11 +86,6 @@ var guarantees = []struct {
 	{checker.WronglyDeadLettered, "only poison dead-lettered"},
 }
 
-// factsEstablished reports whether an absence of findings proves anything.
-func factsEstablished(run Run, res *checker.Result) bool {
-	return res != nil && run.HarnessError == "" && res.Facts.Drain == "complete" && res.Facts.FinalRead == "complete"
-}
-
 // Checks lists every guarantee per subscription with what the run
 // observed. The subscriptions are the checker's (declared and seen), or
 // the declared ones when there is no result.
@@ -104,7 +108,7 @@ func Checks(run Run, res *checker.Result) []Check {
 			found[[2]string{string(a.Kind), a.Subscription}] = a
 		}
 	}
-	established := factsEstablished(run, res)
+	established := Judge(run, res).Established
 	out := []Check{}
 	for _, sub := range subs {
 		for _, gu := range guarantees {
@@ -131,29 +135,43 @@ func Checks(run Run, res *checker.Result) []Check {
 	return out
 }
 
-// Verdict is the run's verdict: the checker's, but never valid when the
-// harness failed, and unknown when there is no result at all.
-func Verdict(run Run, res *checker.Result) checker.Validity {
-	if res == nil {
-		return checker.Unknown
+// Judge is the run's verdict: the checker's result with the run's own
+// problems (its harness error, crash-looping components) and the
+// scenario's expectation. Everything a run folder says about the verdict
+// reads it.
+func Judge(run Run, res *checker.Result) verdict.Verdict {
+	var problems []string
+	if run.HarnessError != "" {
+		problems = append(problems, "harness error: "+oneLine(run.HarnessError))
 	}
-	if run.HarnessError != "" && res.Valid == checker.Valid {
-		return checker.Unknown
-	}
-	return res.Valid
+	return verdict.Of(res, problems, run.CrashLoops, run.Expect)
 }
 
 // NewResults builds the results.json envelope.
 func NewResults(run Run, res *checker.Result) Results {
 	run = run.normalized()
-	return Results{
+	v := Judge(run, res)
+	r := Results{
 		SchemaVersion: SchemaVersion,
-		Verdict:       Verdict(run, res),
+		Verdict:       v.Validity,
+		Reasons:       nonNil(v.Reasons),
+		Expected:      v.Expected,
 		Summary:       summary(run, res, Checks(run, res)),
 		Run:           &run,
 		Checks:        Checks(run, res),
 		Result:        res,
 	}
+	if v.Expected != nil {
+		r.ExpectationMet = &v.Met
+	}
+	return r
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 // WriteResultsJSON writes the results.json envelope, indented. The output

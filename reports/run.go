@@ -14,6 +14,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/verdict"
 )
 
 // Run is what a run folder records about the run itself, beside the
@@ -48,6 +49,14 @@ type Run struct {
 	// HarnessError is set when the harness itself failed (a server did not
 	// start, the run was interrupted): the verdict is then at best unknown.
 	HarnessError string `json:"harness_error,omitempty"`
+	// CrashLoops name each component that kept exiting on its own (no
+	// fault and no failpoint killed it), with its last log lines: when the
+	// verdict is not valid they are among its reasons, since a drain that
+	// timed out behind a crash-looping consumer is explained by it.
+	CrashLoops []string `json:"crash_loops,omitempty"`
+	// Expect is what the scenario expects of this run (a correct pipeline
+	// valid, a known-bad one caught); nil when it states nothing.
+	Expect *verdict.Expectation `json:"expect,omitempty"`
 }
 
 // Environment is where the run ran, exactly enough to tell two runs apart.
@@ -73,6 +82,14 @@ type FaultWindow struct {
 	Detail string `json:"detail,omitempty"`
 	Start  int64  `json:"start_ns"`
 	End    int64  `json:"end_ns,omitempty"`
+	// Evidence is what showed the fault took effect, from its heal op.
+	Evidence string `json:"evidence,omitempty"`
+	// Missed says it did not take effect (not injected, or in place and
+	// never bit); Error says why, or why its heal failed.
+	Missed bool   `json:"missed,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// Random says the step came from the seeded random schedule.
+	Random bool `json:"random,omitempty"`
 }
 
 // Mark kinds.
@@ -97,6 +114,10 @@ type Process struct {
 	Ops      int64  `json:"ops"`            // history ops it wrote
 	Crashes  int    `json:"crashes"`
 	Restarts int    `json:"restarts"`
+	// OwnCrashes counts the crashes no fault or failpoint caused (the
+	// process exited on its own), LastExit the last such exit status.
+	OwnCrashes int    `json:"own_crashes,omitempty"`
+	LastExit   string `json:"last_exit,omitempty"`
 	// Log is the process's log, relative to the run folder
 	// (logs/<name>.log), empty when there is none.
 	Log string `json:"log,omitempty"`
@@ -224,11 +245,76 @@ func ReadRunDir(dir string) (Run, *checker.Result, error) {
 			return Run{}, nil, fmt.Errorf("reports: check %s: %w", dir, err)
 		}
 	}
-	if err := run.FillFromHistory(paths); err != nil {
+	if err := run.Complete(dir); err != nil {
 		return Run{}, nil, err
 	}
-	run.linkLogs(dir)
 	return run, res, nil
+}
+
+// Complete fills in what the run record of the folder dir lacks from the
+// folder itself: fault windows, marks, processes and crash loops from its
+// history, and each process's log. The run command calls it before it
+// writes results.json and the report, and `deliverycheck report` when it
+// reads a folder back, so both show the same run.
+func (r *Run) Complete(dir string) error {
+	paths, err := HistoryFiles(dir)
+	if err != nil {
+		return err
+	}
+	if err := r.FillFromHistory(paths); err != nil {
+		return err
+	}
+	r.linkLogs(dir)
+	if len(r.CrashLoops) == 0 {
+		r.CrashLoops = r.crashLoops(dir)
+	}
+	return nil
+}
+
+// CrashLoopAfter is how many exits nobody caused make a component
+// crash-looping: one can be a lost connection, three in a run is a
+// component that cannot work.
+const CrashLoopAfter = 3
+
+// crashLoops explains each process that crashed on its own at least
+// CrashLoopAfter times, with the last lines of its log.
+func (r *Run) crashLoops(dir string) []string {
+	var out []string
+	for _, p := range r.Processes {
+		if p.OwnCrashes < CrashLoopAfter {
+			continue
+		}
+		msg := fmt.Sprintf("%s crash-looped: it exited on its own %d times (%d restarts)", p.Name, p.OwnCrashes, p.Restarts)
+		if p.LastExit != "" {
+			msg += ", last " + p.LastExit
+		}
+		if p.Log != "" {
+			if tail := logTail(filepath.Join(dir, filepath.FromSlash(p.Log)), 5); tail != "" {
+				msg += "; last log lines: " + tail
+			}
+		}
+		out = append(out, msg)
+	}
+	return out
+}
+
+// logTail is the last n non-empty lines of a log, each cut to 300 bytes,
+// joined with " | ".
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			if len(l) > 300 {
+				l = l[:300] + "…"
+			}
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], " | ")
 }
 
 // decodeResults reads results.json: the versioned envelope, or a bare
@@ -356,10 +442,13 @@ func (t *timeline) op(op *history.Op) {
 		switch op.Type {
 		case history.Invoke:
 			t.open[k] = len(t.faults)
-			t.faults = append(t.faults, FaultWindow{Name: op.Value.Fault, Target: op.Value.Target, Detail: op.Value.Detail, Start: op.Time})
+			t.faults = append(t.faults, FaultWindow{Name: op.Value.Fault, Target: op.Value.Target, Detail: op.Value.Detail, Start: op.Time,
+				Random: op.Value.Reason == "random"}) // TODO(consolidate): history.ReasonRandom
 		default:
 			if i, ok := t.open[k]; ok {
-				t.faults[i].End = max(op.Time, t.faults[i].Start+1)
+				f := &t.faults[i]
+				f.End = max(op.Time, f.Start+1)
+				f.Evidence, f.Error, f.Missed = op.Value.Evidence, op.Value.Error, op.Type == history.Fail
 				delete(t.open, k)
 			}
 		}
@@ -373,7 +462,15 @@ func (t *timeline) op(op *history.Op) {
 		}
 		if op.F == history.Crash {
 			kind = MarkCrash
-			t.proc(target).Crashes++
+			p := t.proc(target)
+			p.Crashes++
+			// Kills by the nemesis name their fault; a worker's own
+			// failpoint names itself in the detail. Anything else is an
+			// exit nobody caused.
+			if op.Value.Fault == "" && !strings.HasPrefix(op.Value.Detail, "failpoint ") {
+				p.OwnCrashes++
+				p.LastExit = op.Value.Detail
+			}
 		} else {
 			t.proc(target).Restarts++
 		}

@@ -14,6 +14,7 @@ func summary(run Run, res *checker.Result, checks []Check) string {
 	if res == nil {
 		return fmt.Sprintf("The harness failed before there was a history to check (%s), so no guarantee was tested.", oneLine(run.HarnessError))
 	}
+	judged := Judge(run, res)
 	var broken, held, unknown []string
 	brokenIn := map[string][]string{}
 	status := map[string][]Status{}
@@ -52,7 +53,7 @@ func summary(run Run, res *checker.Result, checks []Check) string {
 		if len(unknown) > 0 {
 			fmt.Fprintf(&b, ", and %s could not be established", joinAnd(unknown))
 		}
-	case Verdict(run, res) == checker.Valid:
+	case judged.Validity == checker.Valid:
 		subs := make([]string, 0, len(res.Subscriptions))
 		for _, s := range res.Subscriptions {
 			subs = append(subs, s.Name)
@@ -62,8 +63,8 @@ func summary(run Run, res *checker.Result, checks []Check) string {
 		why := "the facts were not established"
 		if run.HarnessError != "" {
 			why = "the harness failed (" + oneLine(run.HarnessError) + ")"
-		} else if len(res.Reasons) > 0 {
-			why = res.Reasons[0]
+		} else if len(judged.Reasons) > 0 {
+			why = judged.Reasons[0]
 		}
 		fmt.Fprintf(&b, "Unknown: %s", why)
 		if len(unknown) > 0 {

@@ -31,7 +31,7 @@ func TestContainersRuntimeSameVerdict(t *testing.T) {
 		local.Result.Valid, local.Result.Reasons, local.Result.Counts.Committed, local.Result.Counts.Faults,
 		o.Result.Valid, o.Result.Reasons, o.Result.Counts.Committed, o.Result.Counts.Faults)
 	for rt, r := range map[string]*Outcome{"local": local, "containers": o} {
-		if ok, why := met(s, r.Result); !ok {
+		if ok, why := met(r); !ok {
 			t.Errorf("%s runtime: %s", rt, why)
 		}
 		if r.Result.Counts.Faults == 0 {
@@ -59,7 +59,7 @@ func TestContainersRuntimeDebezium(t *testing.T) {
 	s.Drain.Quiet = time.Second
 	o := runOnContainers(t, s, t.TempDir())
 	t.Logf("containers: %s %v (committed %d, faults %d)", o.Result.Valid, o.Result.Reasons, o.Result.Counts.Committed, o.Result.Counts.Faults)
-	if ok, why := met(s, o.Result); !ok {
+	if ok, why := met(o); !ok {
 		t.Error(why)
 	}
 	if o.Result.Counts.Faults == 0 {

@@ -60,7 +60,7 @@ func TestExampleConsumer(t *testing.T) {
 				o := runScenario(t, s, 1, out)
 				r := o.Result
 				t.Logf("%s on %s: %s %v; committed %d, crashes %d (%s)", s.Name, br, r.Valid, r.Reasons, r.Counts.Committed, r.Counts.Crashes, o.Dir)
-				if ok, why := met(s, r); !ok {
+				if ok, why := met(o); !ok {
 					t.Fatalf("expectation not met: %s", why)
 				}
 				if r.Counts.Committed == 0 {

@@ -21,6 +21,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/reports"
+	"github.com/deliverycheck/deliverycheck/verdict"
 	"github.com/deliverycheck/deliverycheck/workloads/pipeline"
 )
 
@@ -40,6 +41,8 @@ type Spec struct {
 	// External describes the components that are not deliverycheck's own,
 	// for the report.
 	External []reports.External
+	// Expect is what the scenario expects of the run; nil states nothing.
+	Expect *verdict.Expectation
 }
 
 // Options say where and how to run.
@@ -74,16 +77,14 @@ type Outcome struct {
 	// HarnessErr is the harness's own failure (a server did not start, the
 	// run was interrupted): the verdict is then at best unknown.
 	HarnessErr error
+	// Verdict is the run's one verdict, as results.json, junit.xml and
+	// report.html state it.
+	Verdict verdict.Verdict
 }
 
-// ExitCode maps the outcome to deliverycheck's exit codes: 0 valid, 1
-// invalid, 2 unknown, 4 harness error with nothing checked.
-func (o *Outcome) ExitCode() int {
-	if o.Result == nil {
-		return 4
-	}
-	return o.Result.Valid.ExitCode()
-}
+// ExitCode is the verdict's exit code: 0 valid, 1 invalid, 2 unknown, 4
+// harness error with nothing checked.
+func (o *Outcome) ExitCode() int { return o.Verdict.ExitCode() }
 
 // Run runs spec. It always writes what it has to the run folder, also when
 // interrupted (ctx cancelled): the faults are healed, the workers stopped,
@@ -100,16 +101,10 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	out := &Outcome{Dir: dir}
 	meta := reports.Run{
 		Scenario: spec.Name, Description: spec.Description, Seed: spec.Seed,
-		Command: opts.Command, Started: time.Now().UTC(), Guarantees: spec.Guarantees, External: spec.External,
+		Command: opts.Command, Started: time.Now().UTC(), Guarantees: spec.Guarantees, External: spec.External, Expect: spec.Expect,
 		Environment: reports.Environment{Runtime: opts.Runtime, Harness: harnessVersion(), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
 	}
-	defer func() {
-		meta.Finished = time.Now().UTC()
-		if out.HarnessErr != nil {
-			meta.HarnessError = out.HarnessErr.Error()
-		}
-		out.Run = meta
-	}()
+	out.Verdict = reports.Judge(meta, nil)
 
 	cl := opts.Cluster
 	if cl == nil {
@@ -195,12 +190,20 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	return out, writeAll(out, &meta, res, log)
 }
 
-// writeAll writes the run folder; it is called on every path out of Run.
+// writeAll completes the run record from the folder (fault windows,
+// marks, processes from the history), decides the verdict and writes the
+// run folder; it is called on every path out of Run, so the outcome and
+// the folder always say the same.
 func writeAll(out *Outcome, meta *reports.Run, res *checker.Result, log *slog.Logger) error {
 	meta.Finished = time.Now().UTC()
 	if out.HarnessErr != nil {
 		meta.HarnessError = out.HarnessErr.Error()
 	}
+	cerr := meta.Complete(out.Dir)
+	if cerr != nil {
+		log.Warn("complete run record", "err", cerr)
+	}
+	out.Run, out.Verdict = *meta, reports.Judge(*meta, res)
 	if err := reports.WriteAll(out.Dir, *meta, res); err != nil {
 		return fmt.Errorf("write run folder: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/reports"
 	"github.com/deliverycheck/deliverycheck/scenarios"
+	"github.com/deliverycheck/deliverycheck/verdict"
 	"github.com/deliverycheck/deliverycheck/workloads/debezium"
 	"github.com/deliverycheck/deliverycheck/workloads/pipeline"
 	"github.com/deliverycheck/deliverycheck/workloads/relay"
@@ -61,7 +62,16 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 		Duration:    d,
 		Guarantees:  s.CheckGuarantees(),
 		Seed:        int64(s.Seed),
+		Expect:      expectation(s),
 	}, nil
+}
+
+// expectation is s's expectation; one that states nothing expects a
+// valid run, as a team's own scenario does of its pipeline.
+func expectation(s scenarios.Scenario) *verdict.Expectation {
+	e := s.Expect
+	e.Verdict = e.Want()
+	return &e
 }
 
 // external lists what in s is not deliverycheck's own code.

@@ -29,6 +29,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/workloads/pipeline"
 	"github.com/deliverycheck/deliverycheck/workloads/producer"
 	"github.com/deliverycheck/deliverycheck/workloads/relay"
+	"github.com/deliverycheck/deliverycheck/verdict"
 )
 
 // Scenario is one run's whole shape. Its zero value is not useful: get
@@ -291,13 +292,9 @@ type Drain struct {
 	Quiet time.Duration
 }
 
-// Expect is what a catalogue scenario must produce.
-type Expect struct {
-	// Verdict is checker.Valid or checker.Invalid; "" states nothing.
-	Verdict checker.Validity
-	// Anomaly is the fatal anomaly an invalid run must show.
-	Anomaly checker.Kind
-}
+// Expect is what a catalogue scenario must produce; the run's verdict
+// (package verdict) says whether it did.
+type Expect = verdict.Expectation
 
 // The defaults a scenario starts from, before its file is read.
 const (

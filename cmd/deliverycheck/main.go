@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -26,19 +27,23 @@ func main() {
 func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := newRootCmd()
-	err := root.ExecuteContext(ctx)
+	return exitCode(newRootCmd().ExecuteContext(ctx), os.Stderr)
+}
+
+// exitCode is the process exit code of a command's error, which it
+// prints to stderr unless it only carries a code.
+func exitCode(err error, stderr io.Writer) int {
 	if err == nil {
 		return exitValid
 	}
 	var ec interface{ ExitCode() int }
 	if errors.As(err, &ec) {
 		if msg := err.Error(); ec.ExitCode() != exitValid && msg != "" && !isBareExit(err) {
-			fmt.Fprintln(os.Stderr, "deliverycheck:", msg)
+			fmt.Fprintln(stderr, "deliverycheck:", msg)
 		}
 		return ec.ExitCode()
 	}
-	fmt.Fprintln(os.Stderr, "deliverycheck:", err)
+	fmt.Fprintln(stderr, "deliverycheck:", err)
 	return exitHarness
 }
 
@@ -74,5 +79,41 @@ Exit codes: 0 valid, 1 invalid, 2 unknown, 3 bad input, 4 harness error.`,
 	root.AddCommand(newReportCmd())
 	root.AddCommand(newListCmd())
 	root.AddCommand(newRunCmd(), newSuiteCmd())
+	usageErrors(root)
 	return root
+}
+
+// usageErrors makes every usage mistake (an unknown flag or command, a
+// wrong number of arguments) exit with exitBadInput, as --help documents,
+// rather than as a harness error.
+func usageErrors(root *cobra.Command) {
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return withCode(exitBadInput, fmt.Errorf("%w (see %s --help)", err, c.CommandPath()))
+	})
+	if root.Args == nil && root.Run == nil && root.RunE == nil {
+		// Runnable, so that its arguments are validated: `deliverycheck
+		// bogus` is then a usage error rather than the help and exit 0.
+		root.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+		root.Args = func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unknown command %q (see %s --help)", args[0], c.CommandPath())
+			}
+			return nil
+		}
+	}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if args := c.Args; args != nil {
+			c.Args = func(c *cobra.Command, a []string) error {
+				if err := args(c, a); err != nil {
+					return withCode(exitBadInput, err)
+				}
+				return nil
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 }

@@ -54,7 +54,7 @@ the folder cannot be read.`,
 			if err != nil {
 				return withCode(exitHarness, err)
 			}
-			verdict := reports.Verdict(run, res)
+			verdict := reports.Judge(run, res).Validity
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n  %s\n  %s\n", verdict, run.Scenario,
 				filepath.Join(out, reports.HTMLName), filepath.Join(out, reports.JUnitName))
 			if code := verdict.ExitCode(); code != exitValid {

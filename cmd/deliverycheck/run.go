@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/runner"
 	"github.com/deliverycheck/deliverycheck/scenarios"
@@ -153,7 +152,7 @@ writes what it has.`,
 			}
 			printOutcome(out, s, o)
 			code := o.ExitCode()
-			if o.HarnessErr != nil && o.Result == nil {
+			if !o.Verdict.Checked {
 				if errors.Is(o.HarnessErr, pipeline.ErrContract) {
 					return withCode(exitBadInput, o.HarnessErr)
 				}
@@ -169,16 +168,18 @@ writes what it has.`,
 	return cmd
 }
 
-// printOutcome prints the short summary of one run.
+// printOutcome prints the short summary of one run: its verdict as
+// results.json states it, and what the scenario expected.
 func printOutcome(w io.Writer, s scenarios.Scenario, o *runner.Outcome) {
-	if o.Result == nil {
+	v := o.Verdict
+	if !v.Checked {
 		fmt.Fprintf(w, "%s: harness error: %v\n  run folder: %s\n", s.Name, o.HarnessErr, o.Dir)
 		return
 	}
 	r := o.Result
-	fmt.Fprintf(w, "%s: %s", s.Name, strings.ToUpper(string(r.Valid)))
-	if len(r.Reasons) > 0 {
-		fmt.Fprintf(w, " (%s)", strings.Join(r.Reasons, "; "))
+	fmt.Fprintf(w, "%s: %s", s.Name, strings.ToUpper(string(v.Validity)))
+	if len(v.Reasons) > 0 {
+		fmt.Fprintf(w, " (%s)", strings.Join(v.Reasons, "; "))
 	}
 	fmt.Fprintf(w, "\n  committed %d events, %d ops; %d crashes, %d restarts, %d faults\n",
 		r.Counts.Committed, r.Counts.Ops, r.Counts.Crashes, r.Counts.Restarts, r.Counts.Faults)
@@ -186,20 +187,10 @@ func printOutcome(w io.Writer, s scenarios.Scenario, o *runner.Outcome) {
 		fmt.Fprintf(w, "  %-12s applied %d, redelivered %d, dead-lettered %d, stale-skipped %d, lost %d, duplicate effects %d\n",
 			sub.Name, sub.Applied, sub.Redelivered, sub.DeadLettered, sub.StaleSkipped, sub.Lost, sub.DuplicateEffect)
 	}
-	if o.HarnessErr != nil {
-		fmt.Fprintf(w, "  harness: %v\n", o.HarnessErr)
-	}
-	if s.Expect.Verdict != "" {
-		fmt.Fprintf(w, "  expected %s%s: %s\n", s.Expect.Verdict, expectAnomaly(s), metWord(expectationMet(s, r)))
+	if v.Expected != nil && (s.Expect != scenarios.Expect{}) {
+		fmt.Fprintf(w, "  expected %s: %s\n", v.Expected, metWord(v.Met))
 	}
 	fmt.Fprintf(w, "  run folder: %s (report.html)\n", o.Dir)
-}
-
-func expectAnomaly(s scenarios.Scenario) string {
-	if s.Expect.Anomaly == "" {
-		return ""
-	}
-	return " with " + string(s.Expect.Anomaly)
 }
 
 func metWord(ok bool) string {
@@ -207,25 +198,4 @@ func metWord(ok bool) string {
 		return "met"
 	}
 	return "NOT MET"
-}
-
-// expectationMet reports whether a result is what the scenario expects: a
-// correct pipeline valid, a known-bad one invalid with its anomaly fatal.
-func expectationMet(s scenarios.Scenario, r *checker.Result) bool {
-	want := s.Expect.Verdict
-	if want == "" {
-		want = checker.Valid
-	}
-	if r.Valid != want {
-		return false
-	}
-	if s.Expect.Anomaly == "" {
-		return true
-	}
-	for _, a := range r.Anomalies {
-		if a.Kind == s.Expect.Anomaly && a.Fatal && a.Count > 0 {
-			return true
-		}
-	}
-	return false
 }

@@ -110,7 +110,7 @@ unknown, 4 when a harness error persisted.`,
 					}
 					printOutcome(out, it.s, o)
 					row.Dir = o.Dir
-					if o.Result == nil {
+					if !o.Verdict.Checked {
 						// Infrastructure trouble: retry on fresh servers.
 						row.Error = fmt.Sprint(o.HarnessErr)
 						_ = cl.Close()
@@ -118,8 +118,7 @@ unknown, 4 when a harness error persisted.`,
 						continue
 					}
 					row.Error = ""
-					row.Verdict, row.Reasons = o.Result.Valid, o.Result.Reasons
-					row.Met = expectationMet(it.s, o.Result)
+					row.Verdict, row.Reasons, row.Met = o.Verdict.Validity, o.Verdict.Reasons, o.Verdict.Met
 					break
 				}
 				row.Attempts = min(row.Attempts, 1+retries)
