@@ -3,6 +3,8 @@ package history
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -71,8 +73,9 @@ func (in *interner) get(b []byte) string {
 
 // UnmarshalLine decodes one history line into op, which it resets first.
 // It uses a dedicated scanner for the documented shape and falls back to
-// encoding/json for anything else, so it accepts exactly what
-// json.Unmarshal accepts and gives the same Op.
+// encoding/json for anything else, so it decodes exactly as json.Unmarshal
+// does. It then refuses, as json.Unmarshal would not, an op the checker
+// could misjudge (see [CheckOp]).
 func UnmarshalLine(line []byte, op *Op) error {
 	return unmarshalLine(line, op, nil)
 }
@@ -81,16 +84,57 @@ func unmarshalLine(line []byte, op *Op, in *interner) error {
 	*op = Op{}
 	d := decoder{b: line, in: in}
 	if err := d.op(op); err == nil {
-		return nil
+		return checkOp(op, d.nonASCII)
 	}
 	*op = Op{}
-	return json.Unmarshal(line, op)
+	if err := json.Unmarshal(line, op); err != nil {
+		return err
+	}
+	return checkOp(op, true)
+}
+
+// An InvalidOpError is a line that is well-formed JSON, so not torn, but
+// not an op the checker can judge. Readers report it as bad input.
+type InvalidOpError struct {
+	Problem string // in words, e.g. "it has no type (want invoke, ok, fail or info)"
+}
+
+func (e *InvalidOpError) Error() string { return "history: invalid op: " + e.Problem }
+
+// CheckOp refuses what json.Unmarshal accepts but the checker would
+// misjudge: an op without a type (its zero Type would otherwise be read
+// as some outcome), and an identity field (event, source, key, consumer,
+// process) holding U+FFFD, which is what invalid UTF-8 bytes and lone
+// surrogate escapes such as "\ud800" decode to: two different ids would
+// become one event and a false duplicate. Refusing them as bad input is
+// sound; comparing them as decoded is not.
+func CheckOp(op *Op) error { return checkOp(op, true) }
+
+// checkOp is CheckOp; mayHaveFFFD false (every string was plain ASCII)
+// skips the identity scan.
+func checkOp(op *Op, mayHaveFFFD bool) error {
+	if op.Type == 0 {
+		return &InvalidOpError{Problem: "it has no type (want invoke, ok, fail or info)"}
+	}
+	if !mayHaveFFFD {
+		return nil
+	}
+	for _, f := range [...]struct{ name, s string }{
+		{"event", op.Value.Event}, {"source", op.Value.Source}, {"key", op.Value.Key},
+		{"consumer", op.Value.Consumer}, {"process", op.Process},
+	} {
+		if strings.ContainsRune(f.s, utf8.RuneError) {
+			return &InvalidOpError{Problem: fmt.Sprintf("its %s %q is not valid UTF-8 text: invalid bytes, or a lone surrogate escape such as \\ud800, read as U+FFFD, so two different ids could read as one; write identities as valid UTF-8", f.name, f.s)}
+		}
+	}
+	return nil
 }
 
 type decoder struct {
-	b  []byte
-	i  int
-	in *interner
+	b        []byte
+	i        int
+	in       *interner
+	nonASCII bool // some string had non-ASCII bytes
 }
 
 func (d *decoder) ws() {
@@ -146,8 +190,11 @@ func (d *decoder) raw() ([]byte, error) {
 		case 1:
 			s := b[start:i]
 			d.i = i + 1
-			if !ascii && !utf8.Valid(s) {
-				return nil, errSlow
+			if !ascii {
+				if !utf8.Valid(s) {
+					return nil, errSlow
+				}
+				d.nonASCII = true
 			}
 			return s, nil
 		case 2:
@@ -367,6 +414,8 @@ func (d *decoder) value(v *Value) error {
 			v.Detail, err = d.str(true)
 		case "evidence":
 			v.Evidence, err = d.str(true)
+		case "commit_time":
+			v.CommitTime, err = d.int()
 		case "subscriptions":
 			v.Subscriptions, err = d.strings()
 		default:

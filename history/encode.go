@@ -48,6 +48,7 @@ func (op Op) AppendJSON(dst []byte) []byte {
 	dst = appendStrField(dst, n, "target", v.Target)
 	dst = appendStrField(dst, n, "detail", v.Detail)
 	dst = appendStrField(dst, n, "evidence", v.Evidence)
+	dst = appendIntField(dst, n, "commit_time", v.CommitTime)
 	if len(v.Subscriptions) > 0 {
 		dst = appendKey(dst, n, "subscriptions")
 		dst = append(dst, '[')

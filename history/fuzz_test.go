@@ -8,7 +8,8 @@ import (
 )
 
 // FuzzReadLine checks that the fast decoder agrees with encoding/json on
-// every input, and that Read never panics and never loses a readable line.
+// every input, that UnmarshalLine is encoding/json then [CheckOp], and
+// that Read never panics and never loses a readable line.
 func FuzzReadLine(f *testing.F) {
 	for _, op := range sampleOps() {
 		f.Add(op.String())
@@ -30,6 +31,9 @@ func FuzzReadLine(f *testing.F) {
 			if !reflect.DeepEqual(fast, slow) {
 				t.Fatalf("disagree on %q:\nfast %#v\njson %#v", line, fast, slow)
 			}
+		}
+		if slowErr == nil {
+			slowErr = CheckOp(&slow)
 		}
 		var got Op
 		err := UnmarshalLine([]byte(line), &got)

@@ -79,6 +79,17 @@ func TestReadTornLines(t *testing.T) {
 		{name: "garbage mid-file", content: full + "not json\n" + last + "\n", wantErr: true},
 		{name: "wrong type mid-file", content: strings.Replace(full, `"ok"`, `"okay"`, 1) + last + "\n", wantErr: true},
 		{name: "crlf", content: strings.ReplaceAll(full, "\n", "\r\n"), wantOps: 4},
+		// A complete object is never torn, even as the last line: a line
+		// without a type is bad input, not an ok (issue 19, rule 7).
+		{name: "no type mid-file", content: full + `{"index":9,"time":99,"process":"c","f":"apply","value":{"event":"e1"}}` + "\n" + last + "\n", wantErr: true},
+		{name: "no type last line", content: full + `{"index":9,"time":99,"process":"c","f":"apply","value":{"event":"e1"}}` + "\n", wantErr: true},
+		{name: "null type", content: full + `{"index":9,"time":99,"process":"c","type":null,"f":"apply","value":{"event":"e1"}}` + "\n", wantErr: true},
+		// Identities are compared exactly: ids that would decode to U+FFFD
+		// are refused, never merged into one event (rule 8).
+		{name: "lone surrogate id", content: full + `{"index":9,"time":99,"process":"c","type":"ok","f":"apply","value":{"event":"\ud800"}}` + "\n", wantErr: true},
+		{name: "invalid UTF-8 id", content: full + "{\"index\":9,\"time\":99,\"process\":\"c\",\"type\":\"ok\",\"f\":\"apply\",\"value\":{\"event\":\"a\xff\"}}\n", wantErr: true},
+		{name: "invalid UTF-8 consumer", content: full + "{\"index\":9,\"time\":99,\"process\":\"c\",\"type\":\"ok\",\"f\":\"apply\",\"value\":{\"event\":\"a\",\"consumer\":\"\xc3\"}}\n", wantErr: true},
+		{name: "invalid UTF-8 in free text is kept", content: full + "{\"index\":9,\"time\":99,\"process\":\"c\",\"type\":\"fail\",\"f\":\"apply\",\"value\":{\"event\":\"a\",\"error\":\"\xff\"}}\n", wantOps: 5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -40,8 +40,13 @@ func ParseType(s string) (Type, error) {
 	case "info":
 		return Info, nil
 	}
-	return 0, fmt.Errorf("history: invalid op type %q", s)
+	return 0, &TypeError{Name: s}
 }
+
+// A TypeError is a type name that is not one of invoke, ok, fail, info.
+type TypeError struct{ Name string }
+
+func (e *TypeError) Error() string { return fmt.Sprintf("history: invalid op type %q", e.Name) }
 
 // MarshalText implements [encoding.TextMarshaler].
 func (t Type) MarshalText() ([]byte, error) {
@@ -89,6 +94,12 @@ const (
 	TableEffects = "effects" // one applied effect: event, source, consumer, key, version (one row per application)
 	TableInbox   = "inbox"   // the inbox dedupe mark: event, source, consumer
 	TableDLQ     = "dlq"     // a dead-lettered event: event, source, consumer, reason
+	// TableBrokerDLQ is a message in a dead-letter queue or topic the
+	// harness itself set up on the broker (e.g. RabbitMQ's delivery
+	// limit): event, source, consumer, attempt (deliveries before it was
+	// dead-lettered, 0 unknown), reason. It explains a loss; it is not the
+	// consumer dead-lettering a poison event.
+	TableBrokerDLQ = "broker-dlq"
 )
 
 // Op is one line of a history.
@@ -129,6 +140,11 @@ type Value struct {
 	// Evidence says, on a fault's healing ok, what showed the fault took
 	// effect ("relay-0 exited: signal: killed").
 	Evidence string `json:"evidence,omitempty"`
+	// CommitTime is when an effects row's transaction committed, in ns
+	// since the run started (the history clock), or 0 if unknown. It
+	// orders effects where apply ops cannot: insert order is not commit
+	// order under concurrency.
+	CommitTime int64 `json:"commit_time,omitempty"`
 	// Subscriptions lists the subscriptions of the run, on a Setup op.
 	Subscriptions []string `json:"subscriptions,omitempty"`
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 )
 
 // A Cut is a line that could not be read because its writer was killed
@@ -25,25 +26,63 @@ type Cut struct {
 	Offset int64  `json:"offset"` // byte offset of the line in the file
 	Bytes  int    `json:"bytes"`  // length of the torn line
 	Text   string `json:"text"`   // up to 80 bytes of it
-	Reason string `json:"reason"` // what the decoder said
+	Reason string `json:"reason"` // in words, e.g. "torn: its JSON ends before the object does"
 }
 
 func (c Cut) String() string {
-	return fmt.Sprintf("%s:%d: torn line of %d bytes at offset %d (%s): %q", c.File, c.Line, c.Bytes, c.Offset, c.Reason, c.Text)
+	return fmt.Sprintf("%s:%d: torn line of %d bytes at offset %d (%s), read up to it and on from the next line: %q", c.File, c.Line, c.Bytes, c.Offset, c.Reason, c.Text)
 }
 
-// A LineError is an unreadable line that is not a [Cut].
+// A LineError is an unreadable line that is not a [Cut]: the file is not
+// a history. Its message says what is wrong in words, e.g.
+// "history: h.jsonl: line 1 is not JSON (...)".
 type LineError struct {
 	File string
 	Line int64
-	Err  error
+	Err  error // the decoder's error
 }
 
 func (e *LineError) Error() string {
-	return fmt.Sprintf("history: %s:%d: %v", e.File, e.Line, e.Err)
+	return fmt.Sprintf("history: %s: line %d %s", e.File, e.Line, describe(nil, e.Err))
 }
 
 func (e *LineError) Unwrap() error { return e.Err }
+
+// bom is the UTF-8 byte-order mark, which some editors put first.
+var bom = []byte("\xef\xbb\xbf")
+
+// errBOM is a line that starts with a byte-order mark.
+var errBOM = errors.New("starts with a UTF-8 byte-order mark (bytes EF BB BF), which a history must not have: write the file as UTF-8 without a BOM")
+
+// describe says in words what is wrong with a line, as a predicate of
+// "line N": "is not JSON (...)". l, if given, is the line itself.
+func describe(l []byte, err error) string {
+	var (
+		se  *json.SyntaxError
+		ute *json.UnmarshalTypeError
+		te  *TypeError
+		ie  *InvalidOpError
+	)
+	switch {
+	case bytes.HasPrefix(l, bom) || errors.Is(err, errBOM):
+		return errBOM.Error()
+	case errors.As(err, &ie):
+		return "is not a history op: " + ie.Problem
+	case errors.As(err, &te):
+		return fmt.Sprintf("is not a history op: its type %q is not one of invoke, ok, fail or info", te.Name)
+	case errors.As(err, &ute) && ute.Field == "":
+		return "is JSON but not an object (a JSON " + ute.Value + ")"
+	case errors.As(err, &ute):
+		return fmt.Sprintf("is not a history op: its field %s is a JSON %s, want %s", ute.Field, ute.Value, ute.Type)
+	case len(l) > 0 && len(bytes.Trim(l, "\x00")) == 0:
+		return "is torn: it holds only NUL bytes (what a file system can leave after a crash)"
+	case errors.As(err, &se) && len(l) > 0 && se.Offset >= int64(len(l)):
+		return "is torn: its JSON ends before the object does"
+	case errors.As(err, &se):
+		return fmt.Sprintf("is not JSON (%v, at byte %d)", se, se.Offset)
+	}
+	return "is not a history op: " + err.Error()
+}
 
 // chunk is a run of whole lines of one file, decoded by a worker.
 type chunk struct {
@@ -63,8 +102,9 @@ type chunk struct {
 }
 
 type badLine struct {
-	cut Cut
-	err error
+	cut   Cut
+	err   error
+	whole bool // the line is complete JSON (or starts with a BOM): never a cut
 }
 
 // decode decodes c.data into c.ops. Malformed lines that look torn become
@@ -99,12 +139,19 @@ func (c *chunk) decode(file string, in *interner) {
 			continue
 		}
 		c.ops = c.ops[:len(c.ops)-1]
-		cut := Cut{File: file, Line: lineNo, Offset: lineOff, Bytes: len(l), Text: preview(l), Reason: err.Error()}
+		if bytes.HasPrefix(l, bom) {
+			err = fmt.Errorf("%w: %w", errBOM, err)
+		}
+		words := describe(l, err)
+		cut := Cut{File: file, Line: lineNo, Offset: lineOff, Bytes: len(l), Text: preview(l), Reason: strings.TrimPrefix(words, "is ")}
 		if looksTorn(l, err) {
 			c.cuts = append(c.cuts, cut)
 			continue
 		}
-		c.bad = &badLine{cut: cut, err: err}
+		// A line that is whole JSON was not torn by a kill, even as the
+		// last line of its file: it is bad input wherever it is.
+		cut.Reason = "torn: the file ends in this line, which " + words
+		c.bad = &badLine{cut: cut, err: err, whole: json.Valid(l) || bytes.HasPrefix(l, bom)}
 	}
 }
 
@@ -152,7 +199,7 @@ func (f *fileReader) accept(c *chunk) error {
 	f.cuts = append(f.cuts, c.cuts...)
 	f.ops += int64(len(c.ops))
 	if c.bad != nil {
-		if c.afterBad {
+		if c.afterBad || c.bad.whole {
 			return &LineError{File: f.path, Line: c.bad.cut.Line, Err: c.bad.err}
 		}
 		f.pending = c.bad

@@ -67,8 +67,9 @@ func ScanFilesHeld(paths []string, fn func(batch []Op, release func()) error) (S
 
 // ScanFilesPartitioned is [ScanFilesHeld] that also splits each batch into
 // n parts: part(op), called on the decoding goroutines, returns op's part
-// in [0, n), and fn receives the positions in the batch of each part's
-// ops, in order. It lets a caller spread a batch over n goroutines without
+// in [0, n), or -1 to put op in every part (for the rare op every part
+// must see, such as a final read's brackets), and fn receives the
+// positions in the batch of each part's ops, in order. It lets a caller spread a batch over n goroutines without
 // each one reading every op. part must be safe for concurrent use; if it
 // is nil, parts is nil.
 func ScanFilesPartitioned(paths []string, n int, part func(*Op) int, fn func(batch []Op, parts [][]int32, release func()) error) (ScanReport, error) {
@@ -306,6 +307,12 @@ func (s *scanner) partition(ops []Op) [][]int32 {
 	}
 	for i := range ops {
 		p := s.part(&ops[i])
+		if p < 0 {
+			for q := range parts {
+				parts[q] = append(parts[q], int32(i))
+			}
+			continue
+		}
 		parts[p] = append(parts[p], int32(i))
 	}
 	return parts
