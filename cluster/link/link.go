@@ -154,6 +154,7 @@ type Link struct {
 	mu      sync.Mutex
 	toxics  map[string]string // toxic name → type, for Active
 	refused bool
+	watches int // Watches started, to name each one's toxics
 }
 
 // Name is the link's name, e.g. "kafka".
