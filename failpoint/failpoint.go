@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // Name is a failpoint: <component>.<window>.
@@ -74,6 +75,32 @@ func ParseName(s string) (Name, error) {
 		names = append(names, string(a))
 	}
 	return "", fmt.Errorf("failpoint: unknown failpoint %q (valid: %s)", s, strings.Join(names, ", "))
+}
+
+// EnvHitsFD names the environment variable holding the file descriptor
+// (a pipe to the harness's supervisor) on which [ReportHit] announces a
+// failpoint that fired. The supervisor sets it for every worker it starts.
+const EnvHitsFD = "DELIVERYCHECK_FAILPOINT_HITS_FD"
+
+// ReportHit tells the harness that failpoint n fired in this process,
+// with the line "hit <n>" on the pipe EnvHitsFD names, so a nemesis that
+// armed n learns during the run that its fault bit. A crash function
+// calls it just before killing the process; the pipe keeps the line
+// after the writer is dead. It does nothing when the variable is unset
+// or its descriptor is not a pipe (a process started some other way,
+// which may use that descriptor for something else).
+func ReportHit(n Name) {
+	fd, err := strconv.Atoi(os.Getenv(EnvHitsFD))
+	if err != nil || fd < 3 {
+		return
+	}
+	var st syscall.Stat_t
+	if syscall.Fstat(fd, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+		return
+	}
+	// A raw write, not an *os.File: its finalizer would close the
+	// descriptor under a later call.
+	_, _ = syscall.Write(fd, []byte("hit "+string(n)+"\n"))
 }
 
 // Term is an armed failpoint: where, and when it fires.

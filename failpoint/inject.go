@@ -120,6 +120,7 @@ func (in *injector) hit(n Name, event string) {
 // crash runs when an armed term fires: save what is left, record, die.
 func (in *injector) crash(n Name, ctx any) {
 	_ = WriteState(in.path, in.set.Armed())
+	ReportHit(n)
 	if rec, err := history.OpenFromEnv(); err == nil && rec != nil {
 		event, _ := ctx.(string)
 		_, _ = rec.Record(history.Info, history.Crash, history.Value{

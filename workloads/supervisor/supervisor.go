@@ -13,6 +13,7 @@
 package supervisor
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,6 +36,16 @@ import (
 
 // SpecEnv is the environment variable a worker reads its spec from.
 const SpecEnv = "DELIVERYCHECK_WORKER_SPEC"
+
+// HitsFD is the file descriptor on which every worker, built-in or
+// external, may tell the supervisor that a failpoint fired, one line
+// "hit <failpoint>" each, just before it kills itself there (see
+// failpoint.ReportHit). The worker's crash op names the failpoint too,
+// but in the worker's own history file, which the harness reads only
+// after the run; a nemesis needs to know during the run whether the
+// failpoint it armed bit. A pipe outlives the writer, so the line is
+// read even though the process is SIGKILLed right after writing it.
+const HitsFD = 3
 
 // Config says how to start workers.
 type Config struct {
@@ -62,6 +74,9 @@ type Supervisor struct {
 	workers map[string]*worker
 	wg      sync.WaitGroup
 	closed  bool
+	// hitNext is closed and replaced at every failpoint hit in any
+	// worker, so a nemesis can wait for one without polling.
+	hitNext chan struct{}
 }
 
 // Command is how to start an external worker: any program, which learns
@@ -95,6 +110,9 @@ type worker struct {
 	crashes  int
 	restarts int
 	pids     []int
+	// hits counts the failpoint hits the worker reported on HitsFD, by
+	// failpoint name, over all its incarnations.
+	hits map[string]int
 }
 
 // New returns a supervisor with no workers.
@@ -111,7 +129,7 @@ func New(cfg Config) (*Supervisor, error) {
 	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
-	return &Supervisor{cfg: cfg, log: cfg.Logger, workers: map[string]*worker{}}, nil
+	return &Supervisor{cfg: cfg, log: cfg.Logger, workers: map[string]*worker{}, hitNext: make(chan struct{})}, nil
 }
 
 // Start starts a worker called name with the given spec (JSON, passed in
@@ -189,14 +207,35 @@ func (s *Supervisor) launch(w *worker) error {
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	hitsR, hitsW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("supervisor: start %s: hits pipe: %w", w.name, err)
+	}
+	cmd.ExtraFiles = []*os.File{hitsW} // fd 3 == HitsFD in the child
+	cmd.Env = append(cmd.Env, failpoint.EnvHitsFD+"="+strconv.Itoa(HitsFD))
 	if err := cmd.Start(); err != nil {
+		hitsR.Close()
+		hitsW.Close()
 		return fmt.Errorf("supervisor: start %s: %w", w.name, err)
 	}
+	hitsW.Close() // the child has its copy; EOF once every holder exited
 	exited := make(chan struct{})
 	w.cmd, w.stdin, w.exited = cmd, stdin, exited
 	w.pids = append(w.pids, cmd.Process.Pid)
+	hitsDone := make(chan struct{})
+	go func() {
+		defer close(hitsDone)
+		s.readHits(w, hitsR)
+	}()
 	go func() {
 		_ = cmd.Wait()
+		// A hit is written just before the SIGKILL it announces: read
+		// it before anyone learns of the exit. A grandchild holding
+		// the pipe open must not hold up the exit, so wait only briefly.
+		select {
+		case <-hitsDone:
+		case <-time.After(time.Second):
+		}
 		close(exited)
 	}()
 	s.log.Debug("worker started", "worker", w.name, "pid", cmd.Process.Pid)
@@ -250,6 +289,77 @@ func (s *Supervisor) watch(ctx context.Context, w *worker) {
 		w.mu.Unlock()
 		s.record(history.OK, history.Restart, history.Value{Target: w.name})
 	}
+}
+
+// readHits counts the "hit <failpoint>" lines of one incarnation of w
+// until its end of the pipe closes.
+func (s *Supervisor) readHits(w *worker, r *os.File) {
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		name, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "hit ")
+		if !ok || name == "" {
+			continue
+		}
+		w.mu.Lock()
+		if w.hits == nil {
+			w.hits = map[string]int{}
+		}
+		w.hits[name]++
+		w.mu.Unlock()
+		s.mu.Lock()
+		close(s.hitNext)
+		s.hitNext = make(chan struct{})
+		s.mu.Unlock()
+		s.log.Info("failpoint hit", "worker", w.name, "failpoint", name)
+	}
+}
+
+// Hits is how many times failpoint fired in worker so far, over all its
+// restarts, as the worker reported it on [HitsFD], and a channel closed at
+// the next hit of any failpoint in any worker: a caller waits on it and
+// asks again.
+func (s *Supervisor) Hits(worker, failpoint string) (n int, next <-chan struct{}) {
+	s.mu.Lock()
+	next = s.hitNext
+	w := s.workers[worker]
+	s.mu.Unlock()
+	if w == nil {
+		return 0, next
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.hits[failpoint], next
+}
+
+// Kill sends SIGKILL to a worker's process group, like Signal, and waits
+// until the process has exited or ctx ends. It returns the exit status
+// as the kernel reported it ("signal: killed"): the evidence that the
+// kill landed. The worker is restarted as after any crash.
+func (s *Supervisor) Kill(ctx context.Context, name string) (status string, err error) {
+	w, err := s.get(name)
+	if err != nil {
+		return "", err
+	}
+	// As Signal, under w.mu, so the process signalled is the one waited for.
+	w.mu.Lock()
+	exited, cmd := w.exited, w.cmd
+	if closed(exited) {
+		w.mu.Unlock()
+		return "", fmt.Errorf("%w: %s (restarting)", ErrNotRunning, name)
+	}
+	w.killed = true
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		w.mu.Unlock()
+		return "", fmt.Errorf("supervisor: kill %s: %w", name, err)
+	}
+	w.mu.Unlock()
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		return "", fmt.Errorf("supervisor: kill %s: wait for exit: %w", name, ctx.Err())
+	}
+	return cmd.ProcessState.String(), nil
 }
 
 func (s *Supervisor) record(t history.Type, f history.F, v history.Value) {

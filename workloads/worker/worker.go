@@ -103,6 +103,7 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 	var fp *failpoint.Set
 	fp = failpoint.NewSet(spec.Seed, func(n failpoint.Name, inFlight any) {
 		_ = failpoint.WriteState(state, fp.Armed())
+		failpoint.ReportHit(n)
 		v, _ := inFlight.(history.Value)
 		v.Target, v.Detail = spec.Process, "failpoint "+string(n)
 		_, _ = rec.Record(history.Info, history.Crash, v)
