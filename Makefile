@@ -37,11 +37,13 @@ compile: vet
 	rm -rf $(CURDIR)/.testbin
 	cd examples/consumer && $(GO) vet ./... && $(GO) vet -tags buggy ./...
 
-# Both runtimes are tested: the containers one must be there, not skipped.
-# Building the images (mostly download and unpack) overlaps with compiling.
+# Both runtimes are tested, and every server-backed test runs: a missing
+# server, tool or container engine fails the run instead of skipping the
+# tests that need it (internal/testenv). Building the images (mostly
+# download and unpack) overlaps with compiling.
 test: deps
 	$(MAKE) -j2 --no-print-directory containers compile
-	$(IMAGES) DELIVERYCHECK_REQUIRE_CONTAINERS=1 $(GO) test $(TESTFLAGS) ./...
+	$(IMAGES) DELIVERYCHECK_REQUIRE_SERVERS=1 DELIVERYCHECK_REQUIRE_CONTAINERS=1 $(GO) test $(TESTFLAGS) ./...
 
 # A real scenario end to end: order confirmations consumed by inventory and
 # email on RabbitMQ, with a relay crash, paused consumers and poison events.

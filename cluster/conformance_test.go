@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -15,15 +14,13 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/cluster/link"
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 )
 
-// requireContainers makes a missing container engine or image a test
-// failure instead of a skip (CI sets it: there the containers runtime
-// must be tested, not silently left out).
-const requireContainers = "DELIVERYCHECK_REQUIRE_CONTAINERS"
-
 // runtimesUnderTest is every runtime this machine can run: local always,
-// containers when an engine can provide the images.
+// containers when an engine can provide the images. A missing engine or
+// image fails t under testenv.RequireContainers (make test sets it: there
+// the containers runtime must be tested, not silently left out).
 func runtimesUnderTest(t *testing.T) []string {
 	t.Helper()
 	out := []string{cluster.Local}
@@ -33,8 +30,8 @@ func runtimesUnderTest(t *testing.T) []string {
 	switch {
 	case rt == cluster.Containers:
 		out = append(out, cluster.Containers)
-	case os.Getenv(requireContainers) != "":
-		t.Fatalf("containers runtime required (%s) but unavailable: %s", requireContainers, why)
+	case testenv.ContainersRequired():
+		t.Fatalf("containers runtime required (%s is set) but unavailable: %s", testenv.RequireContainers, why)
 	default:
 		t.Logf("containers runtime not tested: %s", why)
 	}

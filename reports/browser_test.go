@@ -3,6 +3,7 @@ package reports
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 )
 
 // chromium returns the headless browser, or skips: .ci/run installs
@@ -23,7 +25,7 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("no chromium on PATH (scripts/deps.sh installs it)")
+	testenv.MustHaveServer(t, "chromium", errors.New("no chromium on PATH (scripts/deps.sh installs it)"))
 	return ""
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/deliverycheck/deliverycheck/cluster/link"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 )
 
 // dialRecorder records every broker address a kgo client connects to, so
@@ -104,14 +105,11 @@ func testLogger(t testing.TB) *slog.Logger {
 // TestKafka starts one broker and runs every check on it in turn: a JVM
 // per check would starve a 2-core machine.
 func TestKafka(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real Kafka broker")
-	}
+	testenv.SkipIfShort(t, "starts a real Kafka broker")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if _, err := PrepareKafka(ctx, ""); err != nil {
-		t.Skipf("kafka not available: %v", err)
-	}
+	_, err := PrepareKafka(ctx, "")
+	testenv.MustHaveServer(t, "kafka", err)
 
 	// The link exists before the broker, so the broker can advertise it.
 	links := link.NewServer()
@@ -331,9 +329,8 @@ func TestKafka(t *testing.T) {
 // per-machine cache already built (as after `deliverycheck deps`).
 func BenchmarkKafkaColdStart(b *testing.B) {
 	ctx := context.Background()
-	if _, err := PrepareKafka(ctx, ""); err != nil {
-		b.Skipf("kafka not available: %v", err)
-	}
+	_, err := PrepareKafka(ctx, "")
+	testenv.MustHaveServer(b, "kafka", err)
 	var total time.Duration
 	n := 0
 	for b.Loop() {
@@ -357,9 +354,8 @@ func BenchmarkKafkaColdStart(b *testing.B) {
 // BenchmarkKafkaRestart measures a graceful Restart until ready again.
 func BenchmarkKafkaRestart(b *testing.B) {
 	ctx := context.Background()
-	if _, err := PrepareKafka(ctx, ""); err != nil {
-		b.Skipf("kafka not available: %v", err)
-	}
+	_, err := PrepareKafka(ctx, "")
+	testenv.MustHaveServer(b, "kafka", err)
 	k, err := NewKafka(KafkaOptions{})
 	if err != nil {
 		b.Fatal(err)

@@ -8,15 +8,15 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/cluster/link"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 	"github.com/jackc/pgx/v5"
 )
 
 func startPostgres(t testing.TB) *Postgres {
 	t.Helper()
+	testenv.SkipIfShort(t, "starts a real PostgreSQL server")
 	pg, err := NewPostgres(PostgresOptions{})
-	if err != nil {
-		t.Skipf("postgres not available: %v", err)
-	}
+	testenv.MustHaveServer(t, "postgres", err)
 	t.Cleanup(func() {
 		if err := pg.Close(); err != nil {
 			t.Errorf("close: %v", err)
@@ -186,9 +186,7 @@ func BenchmarkPostgresColdStart(b *testing.B) {
 	ctx := context.Background()
 	for b.Loop() {
 		pg, err := NewPostgres(PostgresOptions{})
-		if err != nil {
-			b.Skip(err)
-		}
+		testenv.MustHaveServer(b, "postgres", err)
 		if err := pg.Start(ctx); err != nil {
 			b.Fatal(err)
 		}

@@ -18,6 +18,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 )
 
 // quorum is the argument that makes a queue a quorum queue: replicated
@@ -25,16 +26,13 @@ import (
 // a confirmed message survive kill -9.
 var quorum = amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
 
-// newTestRabbitMQ makes a node or skips the test when RabbitMQ is not installed.
+// newTestRabbitMQ makes a node, or skips the test when RabbitMQ is not
+// installed (fails it under testenv.RequireServers).
 func newTestRabbitMQ(tb testing.TB) *RabbitMQ {
 	tb.Helper()
-	if testing.Short() {
-		tb.Skip("starts a real RabbitMQ node")
-	}
+	testenv.SkipIfShort(tb, "starts a real RabbitMQ node")
 	r, err := NewRabbitMQ(Options{})
-	if err != nil {
-		tb.Skipf("rabbitmq not available: %v", err)
-	}
+	testenv.MustHaveServer(tb, "rabbitmq", err)
 	return r
 }
 
@@ -434,12 +432,9 @@ func TestRabbitMQHarnessDies(t *testing.T) {
 		harnessChild(t)
 		return
 	}
-	if testing.Short() {
-		t.Skip("starts a real RabbitMQ node")
-	}
-	if _, _, err := rabbitMQBinaries(); err != nil {
-		t.Skipf("rabbitmq not available: %v", err)
-	}
+	testenv.SkipIfShort(t, "starts a real RabbitMQ node")
+	_, _, err := rabbitMQBinaries()
+	testenv.MustHaveServer(t, "rabbitmq", err)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRabbitMQHarnessDies$", "-test.v")

@@ -21,6 +21,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/cluster/link"
 	"github.com/deliverycheck/deliverycheck/cluster/local"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 )
 
 // testKafka is the package's one Kafka broker, behind a proxy link that
@@ -59,20 +60,17 @@ var kafkaNode = sync.OnceValues(func() (*testKafka, error) {
 })
 
 // sharedKafka returns the package's broker, starting it if needed; it
-// skips the test with -short or when Kafka (java) is not installed, and
-// fails it when an installed broker will not start.
+// skips the test with -short or when Kafka (java) is not installed (fails
+// it under testenv.RequireServers), and fails it when an installed broker
+// will not start.
 func sharedKafka(tb testing.TB) *testKafka {
 	tb.Helper()
-	if testing.Short() {
-		tb.Skip("starts a real Kafka broker")
-	}
+	testenv.SkipIfShort(tb, "starts a real Kafka broker")
 	k, err := kafkaNode()
-	switch {
-	case err != nil && !errors.Is(err, errStartFailed):
-		tb.Skipf("kafka not available: %v", err)
-	case err != nil:
+	if err != nil && errors.Is(err, errStartFailed) {
 		tb.Fatalf("kafka: %v", err)
 	}
+	testenv.MustHaveServer(tb, "kafka", err)
 	return k
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/cluster/local"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 )
 
 // TestMain runs the package's tests, then closes every server a test
@@ -78,20 +79,17 @@ var rabbitNode = sync.OnceValues(func() (*local.RabbitMQ, error) {
 })
 
 // sharedRabbitMQ returns the package's RabbitMQ node, starting it if
-// needed; it skips the test with -short or when RabbitMQ is not installed,
-// and fails it when an installed node will not start.
+// needed; it skips the test with -short or when RabbitMQ is not installed
+// (fails it under testenv.RequireServers), and fails it when an installed
+// node will not start.
 func sharedRabbitMQ(tb testing.TB) *local.RabbitMQ {
 	tb.Helper()
-	if testing.Short() {
-		tb.Skip("starts a real RabbitMQ node")
-	}
+	testenv.SkipIfShort(tb, "starts a real RabbitMQ node")
 	r, err := rabbitNode()
-	switch {
-	case err != nil && !errors.Is(err, errStartFailed):
-		tb.Skipf("rabbitmq not available: %v", err)
-	case err != nil:
+	if err != nil && errors.Is(err, errStartFailed) {
 		tb.Fatalf("rabbitmq: %v", err)
 	}
+	testenv.MustHaveServer(tb, "rabbitmq", err)
 	return r
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/cluster/local"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 	"github.com/deliverycheck/deliverycheck/workloads/relay"
 )
 
@@ -341,9 +342,7 @@ type pgbenchFigures struct {
 func pgbench(b *testing.B, cl *cluster.Cluster, d time.Duration) pgbenchFigures {
 	b.Helper()
 	bin, err := local.PostgresBinDir("")
-	if err != nil {
-		b.Skip(err)
-	}
+	testenv.MustHaveServer(b, "pgbench", err)
 	dir := b.TempDir()
 	script := filepath.Join(dir, "insert.sql")
 	if err := os.WriteFile(script, []byte("INSERT INTO pgbench_one (v) VALUES (1);\n"), 0o644); err != nil {
