@@ -42,7 +42,9 @@ type Runtime struct {
 }
 
 // New connects to the engine, removes containers left by runs whose
-// harness died, and starts the watchdog.
+// harness died, makes sure the network every container joins exists
+// (network.go: services start in parallel, and must not race to create
+// it), and starts the watchdog.
 func New(ctx context.Context, o Options) (_ *Runtime, err error) {
 	log := o.Logger
 	if log == nil {
@@ -67,6 +69,9 @@ func New(ctx context.Context, o Options) (_ *Runtime, err error) {
 		}
 	}()
 	if err := sweep(ctx, cli, log); err != nil {
+		return nil, fmt.Errorf("containers runtime: %w", err)
+	}
+	if _, err := ensureNetwork(ctx, cli, log); err != nil {
 		return nil, fmt.Errorf("containers runtime: %w", err)
 	}
 	g, err := newGuard(eng.Host)

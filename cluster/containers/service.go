@@ -169,6 +169,7 @@ func (s *Service) create(ctx context.Context) error {
 		// has started; the modules' log waits are replaced.
 		testcontainers.WithWaitStrategy(wait.ForNop(func(context.Context, wait.StrategyTarget) error { return nil })),
 		testcontainers.WithLogger(slogAdapter{s.log}),
+		providerOption,
 	}
 	c, err := s.run(ctx, s.image, opts...)
 	if c != nil {
