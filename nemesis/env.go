@@ -69,11 +69,29 @@ func (a ActiveFault) String() string {
 
 type activeFault struct {
 	ActiveFault
-	id int
+	id     int
+	reason string // value.reason of its ops: "random" for a random step
 	// mu serialises heal attempts; done is set once one succeeded.
 	mu   sync.Mutex
 	done bool
+	effect
+}
+
+// effect is a fault in place: how to undo it, and how to tell afterwards
+// whether it bit. An injection that succeeded says only that the fault
+// was put in place; whether it did anything (a failpoint fired, traffic
+// met a partition, a process died) is known at its heal, and a run whose
+// faults never bit proved nothing about them.
+type effect struct {
 	undo func(context.Context) error
+	// bit runs after a successful undo: the evidence that the fault took
+	// effect, in words for the history, or an error saying why it did
+	// not. Nil means there is nothing to check.
+	bit func() (evidence string, err error)
+	// settle, when set, waits until the fault has done all it will do
+	// (an armed failpoint fired) or ctx ends; Schedule.Run heals a
+	// failpoint step without a duration once it returns.
+	settle func(ctx context.Context)
 }
 
 // Active lists the faults in force, oldest first.
@@ -159,14 +177,18 @@ func (e *Env) track(a *activeFault) {
 	e.active[a.id] = a
 }
 
-// heal undoes a once; a failed attempt leaves it active for a retry.
+// heal undoes a once; a failed attempt leaves it active for a retry. The
+// fault's completion says whether it bit: ok with value.evidence, or fail
+// with value.error when it was in place but never took effect (a heal
+// that did its job is not an error either way: the checker judges the
+// history).
 func (e *Env) heal(ctx context.Context, a *activeFault) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.done {
 		return nil
 	}
-	v := history.Value{Fault: string(a.Fault.Kind), Target: e.recordedTarget(a.Fault), Detail: a.Detail}
+	v := history.Value{Fault: string(a.Fault.Kind), Target: e.recordedTarget(a.Fault), Detail: a.Detail, Reason: a.reason}
 	if err := a.undo(ctx); err != nil {
 		// A heal cut short by its context is not news: the schedule's
 		// final heal, on a fresh context, tries again and records that.
@@ -180,8 +202,19 @@ func (e *Env) heal(ctx context.Context, a *activeFault) error {
 	e.mu.Lock()
 	delete(e.active, a.id)
 	e.mu.Unlock()
+	lasted := time.Since(a.Since).Round(time.Millisecond)
+	if a.bit != nil {
+		ev, err := a.bit()
+		if err != nil {
+			v.Error = err.Error()
+			e.record(history.Fail, history.Fault, v)
+			e.log().Warn("fault healed without taking effect", "fault", a.Fault.String(), "lasted", lasted, "why", err)
+			return nil
+		}
+		v.Evidence = ev
+	}
 	e.record(history.OK, history.Fault, v)
-	e.log().Info("fault healed", "fault", a.Fault.String(), "lasted", time.Since(a.Since).Round(time.Millisecond))
+	e.log().Info("fault healed", "fault", a.Fault.String(), "lasted", lasted, "evidence", v.Evidence)
 	return nil
 }
 

@@ -119,7 +119,16 @@ type Step struct {
 	At    time.Duration `json:"at" yaml:"at"`
 	Fault Fault         `json:"fault" yaml:"fault"`
 	For   time.Duration `json:"for,omitempty" yaml:"for,omitempty"`
+	// Reason is recorded as value.reason on the step's fault ops:
+	// [ReasonRandom] for a step [Random] drew, "" for a scenario's own
+	// timeline. The checker judges the two differently: a scheduled
+	// fault that did not bite leaves the run unknown, a random one is
+	// only reported (docs/history.md). It is not part of the step's text.
+	Reason string `json:"reason,omitempty" yaml:"-"`
 }
+
+// ReasonRandom is the [Step.Reason] of every step of a random schedule.
+const ReasonRandom = "random"
 
 // String renders s as ParseStep reads it.
 func (s Step) String() string {

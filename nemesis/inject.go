@@ -12,6 +12,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/cluster/link"
+	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/workloads/supervisor"
 )
@@ -26,57 +27,72 @@ const (
 
 // Inject starts f and returns the function that heals it. Both are
 // recorded in env's history: a fault op of type invoke when it starts
-// (value.detail is f as text), ok once healed (info with the error if the
-// heal failed; heal may be called again). A fault that cannot be injected
-// is recorded as fail with the error, and whatever part of it took effect
-// (say, one of three paused workers) is undone.
+// (value.detail is f as text), and, once healed, ok with value.evidence
+// saying what showed the fault took effect, or fail with value.error when
+// it was in place but never bit (info with the error if the heal failed;
+// heal may be called again). A fault that cannot be injected is recorded
+// as fail with the error, and whatever part of it took effect (say, one
+// of three paused workers) is undone.
 //
-// What each kind does, by target:
+// What each kind does, by target, and its evidence:
 //
 //   - kill of a service: SIGKILL (a crash op), heal starts it again (a
-//     restart op). RabbitMQ is first restarted cleanly once per Env, as
+//     restart op); evidence "kafka killed (exit: signal: killed),
+//     restarted". RabbitMQ is first restarted cleanly once per Env, as
 //     part of its first kill: RabbitMQ 3.10.8 can lose the leader of a
 //     quorum queue declared shortly before a kill -9 for good, a broker
 //     bug that is not what a run tests. The detail says so.
-//   - kill of workers: SIGKILL each (a crash op each); the supervisor
-//     restarts them after its RestartDelay and records the restart. Heal
-//     does nothing.
+//   - kill of workers: SIGKILL each and wait for it to exit (a crash op
+//     each); the supervisor restarts them after its RestartDelay and
+//     records the restart. Heal does nothing; evidence is each exit
+//     status ("relay-0 exited: signal: killed"). A worker already down
+//     is skipped; none running means the kill never bit.
 //   - restart: a service is stopped gracefully and started again (a
 //     restart op); the supervisor has no graceful restart of one worker,
 //     so a worker "restart" is a kill. Heal does nothing.
 //   - pause: SIGSTOP, heal SIGCONT (a worker restarted meanwhile was
-//     never paused).
+//     never paused); evidence "relay-0 paused (SIGSTOP), resumed".
 //   - failpoint: "arm <term>" to each worker; heal disarms it
 //     ("<name>=off"), so a term that has not fired by then never will
 //     (this also disarms that failpoint if the run armed it at start).
+//     Evidence is the hits the workers reported to the supervisor
+//     ("failpoint relay.before-publish hit in relay-0"); none means it
+//     never bit.
 //   - network kinds, on the target service's link and direction: heal
 //     removes exactly that toxic (or re-enables a refused link), leaving
 //     other faults on the link in place. Two faults of the same kind and
 //     direction on one link share a toxic: the later replaces the earlier
-//     and the first heal removes it.
+//     and the first heal removes it. Evidence is what the link counted
+//     during the window (connections held, delayed, reset or cut, bytes
+//     held back); a window no connection crossed never bit.
 func (f Fault) Inject(ctx context.Context, env *Env) (heal func(context.Context) error, err error) {
-	return env.inject(ctx, f, f.String())
+	a, err := env.inject(ctx, f, f.String(), "")
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return env.heal(ctx, a) }, nil
 }
 
-// inject is Inject with the detail to record (a schedule passes the step).
-func (e *Env) inject(ctx context.Context, f Fault, detail string) (func(context.Context) error, error) {
+// inject is Inject with the detail to record (a schedule passes the step)
+// and the reason its ops carry ("random" for a random schedule's step).
+func (e *Env) inject(ctx context.Context, f Fault, detail, reason string) (*activeFault, error) {
 	if note := e.cleanRestartNote(f); note != "" {
 		detail += " " + note
 	}
-	v := history.Value{Fault: string(f.Kind), Target: e.recordedTarget(f), Detail: detail}
+	v := history.Value{Fault: string(f.Kind), Target: e.recordedTarget(f), Detail: detail, Reason: reason}
 	e.record(history.Invoke, history.Fault, v)
-	a := &activeFault{ActiveFault: ActiveFault{Fault: f, Detail: detail, Since: time.Now()}}
-	undo, err := e.do(ctx, f)
+	a := &activeFault{ActiveFault: ActiveFault{Fault: f, Detail: detail, Since: time.Now()}, reason: reason}
+	eff, err := e.do(ctx, f)
 	if err != nil {
 		v.Error = err.Error()
 		e.record(history.Fail, history.Fault, v)
 		e.log().Warn("fault not injected", "fault", detail, "err", err)
 		return nil, fmt.Errorf("nemesis: %s: %w", f, err)
 	}
-	a.undo = undo
+	a.effect = eff
 	e.track(a)
 	e.log().Info("fault", "fault", detail)
-	return func(ctx context.Context) error { return e.heal(ctx, a) }, nil
+	return a, nil
 }
 
 // recordedTarget is the target as the history names it: "broker" resolved
@@ -106,69 +122,87 @@ func (e *Env) isService(target string) bool {
 	return target == "broker" || slices.Contains(cluster.Names(), target)
 }
 
-// do applies f and returns its undo.
-func (e *Env) do(ctx context.Context, f Fault) (func(context.Context) error, error) {
+// do applies f and returns how to undo it and tell whether it bit.
+func (e *Env) do(ctx context.Context, f Fault) (effect, error) {
 	switch f.Kind {
 	case Kill, Pause, Restart:
 		if e.isService(f.Target) {
 			return e.serviceFault(ctx, f)
 		}
-		return e.workerFault(f)
+		return e.workerFault(ctx, f)
 	case Failpoint:
 		return e.failpoint(ctx, f)
 	case Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose:
 		return e.network(f)
 	}
 	_, err := ParseKind(string(f.Kind))
-	return nil, err
+	return effect{}, err
 }
 
 func noop(context.Context) error { return nil }
 
-func (e *Env) serviceFault(ctx context.Context, f Fault) (func(context.Context) error, error) {
+// evidence is a bit function for a fault whose effect was certain once
+// it was injected.
+func evidence(s string) func() (string, error) {
+	return func() (string, error) { return s, nil }
+}
+
+// exitStatuser is implemented by services that know how their last
+// process ended (a local server's wait status, a container's exit code),
+// which is the kill's evidence.
+type exitStatuser interface {
+	ExitStatus() string
+}
+
+func (e *Env) serviceFault(ctx context.Context, f Fault) (effect, error) {
 	name := e.recordedTarget(f)
 	svc := e.service(name)
 	if svc == nil {
-		return nil, fmt.Errorf("no service %s in the cluster", f.Target)
+		return effect{}, fmt.Errorf("no service %s in the cluster", f.Target)
 	}
 	switch f.Kind {
 	case Kill:
 		if err := e.cleanRestartOnce(ctx, svc); err != nil {
-			return nil, err
+			return effect{}, err
 		}
 		if err := svc.Kill(ctx); err != nil {
-			return nil, err
+			return effect{}, err
+		}
+		// Kill returns once the server has exited.
+		exit := "exited after kill -9"
+		if es, ok := svc.(exitStatuser); ok && es.ExitStatus() != "" {
+			exit = "exit: " + es.ExitStatus()
 		}
 		e.mark(&e.killed, name, true)
 		e.record(history.Info, history.Crash, history.Value{Target: name, Fault: string(Kill), Detail: "kill -9 by the nemesis"})
-		return func(ctx context.Context) error {
+		return effect{undo: func(ctx context.Context) error {
 			if err := svc.Start(ctx); err != nil {
 				return fmt.Errorf("start %s: %w", name, err)
 			}
 			e.mark(&e.killed, name, false)
 			e.record(history.OK, history.Restart, history.Value{Target: name})
 			return nil
-		}, nil
+		}, bit: evidence(fmt.Sprintf("%s killed (%s), restarted", name, exit))}, nil
 	case Pause:
 		if err := svc.Pause(ctx); err != nil {
-			return nil, err
+			return effect{}, err
 		}
 		e.mark(&e.pausedServices, name, true)
-		return func(ctx context.Context) error {
+		return effect{undo: func(ctx context.Context) error {
 			if err := svc.Resume(ctx); err != nil {
 				return fmt.Errorf("resume %s: %w", name, err)
 			}
 			e.mark(&e.pausedServices, name, false)
 			return nil
-		}, nil
+		}, bit: evidence(name + " paused (SIGSTOP), resumed")}, nil
 	default: // Restart
 		if err := svc.Restart(ctx); err != nil {
 			// A failed restart may have left it stopped: HealAll starts it.
 			e.mark(&e.killed, name, true)
-			return nil, err
+			return effect{}, err
 		}
 		e.record(history.OK, history.Restart, history.Value{Target: name, Detail: "graceful restart by the nemesis"})
-		return noop, nil
+		return effect{undo: noop, bit: evidence(name + " stopped gracefully and started again")}, nil
 	}
 }
 
@@ -212,26 +246,37 @@ func (e *Env) workers(target string) ([]string, error) {
 	return out, nil
 }
 
-func (e *Env) workerFault(f Fault) (func(context.Context) error, error) {
+func (e *Env) workerFault(ctx context.Context, f Fault) (effect, error) {
 	ws, err := e.workers(f.Target)
 	if err != nil {
-		return nil, err
+		return effect{}, err
 	}
 	switch f.Kind {
 	case Kill, Restart:
 		var errs []error
+		var exits, down []string
 		for _, w := range ws {
-			err := e.Workers.Signal(w, syscall.SIGKILL)
+			status, err := e.Workers.Kill(ctx, w)
 			if errors.Is(err, supervisor.ErrNotRunning) {
-				continue // down already, and about to be restarted
+				down = append(down, w) // down already, and about to be restarted
+				continue
 			}
 			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
 			e.record(history.Info, history.Crash, history.Value{Target: w, Fault: string(f.Kind), Detail: "kill -9 by the nemesis"})
+			exits = append(exits, w+" exited: "+status)
 		}
-		return noop, errors.Join(errs...)
+		if err := errors.Join(errs...); err != nil {
+			return effect{}, err
+		}
+		if len(exits) == 0 {
+			return effect{undo: noop, bit: func() (string, error) {
+				return "", fmt.Errorf("nothing killed: %s not running (restarting)", strings.Join(down, ", "))
+			}}, nil
+		}
+		return effect{undo: noop, bit: evidence(strings.Join(exits, "; "))}, nil
 	default: // Pause
 		resume := func(ws []string) error {
 			var errs []error
@@ -244,33 +289,101 @@ func (e *Env) workerFault(f Fault) (func(context.Context) error, error) {
 			}
 			return errors.Join(errs...)
 		}
+		var paused []string
 		for i, w := range ws {
-			if err := e.Workers.Signal(w, syscall.SIGSTOP); err != nil && !errors.Is(err, supervisor.ErrNotRunning) {
-				return nil, errors.Join(err, resume(ws[:i]))
+			err := e.Workers.Signal(w, syscall.SIGSTOP)
+			if errors.Is(err, supervisor.ErrNotRunning) {
+				continue
 			}
+			if err != nil {
+				return effect{}, errors.Join(err, resume(ws[:i]))
+			}
+			paused = append(paused, w)
 			e.mark(&e.pausedWorkers, w, true)
 		}
-		return func(context.Context) error { return resume(ws) }, nil
+		bit := evidence(strings.Join(paused, ", ") + " paused (SIGSTOP), resumed")
+		if len(paused) == 0 {
+			bit = func() (string, error) {
+				return "", fmt.Errorf("nothing paused: %s not running (restarting)", strings.Join(ws, ", "))
+			}
+		}
+		return effect{undo: func(context.Context) error { return resume(ws) }, bit: bit}, nil
 	}
 }
 
-func (e *Env) failpoint(ctx context.Context, f Fault) (func(context.Context) error, error) {
-	name, _, _ := strings.Cut(f.Term, "=")
-	if name == "" {
-		return nil, fmt.Errorf("failpoint term %q names no failpoint", f.Term)
+func (e *Env) failpoint(ctx context.Context, f Fault) (effect, error) {
+	term, err := failpoint.ParseAny(f.Term)
+	if err != nil {
+		return effect{}, fmt.Errorf("failpoint term %q: %w", f.Term, err)
 	}
+	name := string(term.Name)
 	ws, err := e.workers(f.Target)
 	if err != nil {
-		return nil, err
+		return effect{}, err
+	}
+	// Hits so far: the fault bit if a worker reports more by its heal.
+	before := map[string]int{}
+	for _, w := range ws {
+		before[w], _ = e.Workers.Hits(w, name)
 	}
 	var armed []string
 	for _, w := range ws {
 		if err := e.Workers.Send(w, "arm "+f.Term); err != nil {
-			return nil, errors.Join(err, e.disarm(ctx, armed, name))
+			return effect{}, errors.Join(err, e.disarm(ctx, armed, name))
 		}
 		armed = append(armed, w)
 	}
-	return func(ctx context.Context) error { return e.disarm(ctx, ws, name) }, nil
+	hits := func() (map[string]int, <-chan struct{}) {
+		out := map[string]int{}
+		var next <-chan struct{}
+		for _, w := range ws {
+			var n int
+			n, next = e.Workers.Hits(w, name)
+			out[w] = n - before[w]
+		}
+		return out, next
+	}
+	return effect{
+		undo: func(ctx context.Context) error { return e.disarm(ctx, ws, name) },
+		bit: func() (string, error) {
+			got, _ := hits()
+			var in []string
+			for _, w := range ws {
+				switch n := got[w]; {
+				case n == 1:
+					in = append(in, w)
+				case n > 1:
+					in = append(in, fmt.Sprintf("%s (%d times)", w, n))
+				}
+			}
+			if len(in) == 0 {
+				return "", fmt.Errorf("failpoint %s armed in %s never hit", name, f.Target)
+			}
+			return fmt.Sprintf("failpoint %s hit in %s", name, strings.Join(in, ", ")), nil
+		},
+		// A term that fires a number of times is done once it fired
+		// that often in every worker it was armed in; one that fires
+		// always or by chance stays armed until ctx ends.
+		settle: func(ctx context.Context) {
+			for {
+				got, next := hits()
+				done := term.Count > 0
+				for _, w := range ws {
+					if got[w] < term.Count {
+						done = false
+					}
+				}
+				if done {
+					return
+				}
+				select {
+				case <-next:
+				case <-ctx.Done():
+					return
+				}
+			}
+		},
+	}, nil
 }
 
 // disarm sends "<name>=off" to each worker. A worker between a crash
@@ -297,10 +410,10 @@ func (e *Env) disarm(ctx context.Context, ws []string, name string) error {
 	return errors.Join(errs...)
 }
 
-func (e *Env) network(f Fault) (func(context.Context) error, error) {
+func (e *Env) network(f Fault) (effect, error) {
 	ls := e.links()
 	if ls == nil {
-		return nil, errors.New("no links")
+		return effect{}, errors.New("no links")
 	}
 	name := e.recordedTarget(f)
 	l := ls.Link(name)
@@ -309,17 +422,46 @@ func (e *Env) network(f Fault) (func(context.Context) error, error) {
 		for _, l := range ls.Links() {
 			have = append(have, l.Name())
 		}
-		return nil, fmt.Errorf("no link %q (have %s)", f.Target, strings.Join(have, ", "))
+		return effect{}, fmt.Errorf("no link %q (have %s)", f.Target, strings.Join(have, ", "))
 	}
 	d, err := link.ParseDirection(f.Direction)
 	if err != nil {
-		return nil, err
+		return effect{}, err
+	}
+	where := "link " + name
+	if d != link.Both {
+		where += " " + d.String()
 	}
 	if f.Kind == Refuse {
-		if err := l.Refuse(); err != nil {
-			return nil, err
+		// The connections open now are the ones the refusal closes;
+		// attempts refused by the closed port leave no trace to count.
+		w, err := l.Watch(link.Upstream, 0)
+		if err != nil {
+			return effect{}, err
 		}
-		return func(context.Context) error { return l.Accept() }, nil
+		open, err := w.Stop()
+		if err != nil {
+			return effect{}, err
+		}
+		if err := l.Refuse(); err != nil {
+			return effect{}, err
+		}
+		return effect{undo: func(context.Context) error { return l.Accept() }, bit: func() (string, error) {
+			if open.Conns == 0 {
+				return "", fmt.Errorf("no connection crossed %s during the window (none was open to close; refused attempts are not counted)", where)
+			}
+			return fmt.Sprintf("%s: %s closed, new ones refused", where, plural(open.Conns, "open connection")), nil
+		}}, nil
+	}
+	// The watch goes on first, so its counting toxic sits ahead of the
+	// fault's in the chain and sees the traffic the fault acts on.
+	limit := int64(0)
+	if f.Kind == LimitData {
+		limit = or(f.Bytes, DefaultBytes)
+	}
+	w, err := l.Watch(d, limit)
+	if err != nil {
+		return effect{}, err
 	}
 	var typ string
 	switch f.Kind {
@@ -332,15 +474,81 @@ func (e *Env) network(f Fault) (func(context.Context) error, error) {
 	case ResetPeer:
 		typ, err = "reset_peer", l.ResetPeer(d, f.Delay)
 	case LimitData:
-		typ, err = "limit_data", l.LimitData(d, or(f.Bytes, DefaultBytes))
+		typ, err = "limit_data", l.LimitData(d, limit)
 	case SlowClose:
 		typ, err = "slow_close", l.SlowClose(d, or(f.Delay, DefaultSlowClose))
 	}
 	if err != nil {
 		// A toxic may be in place in one direction of two.
-		return nil, errors.Join(err, l.RemoveToxic(typ, d))
+		_, werr := w.Stop()
+		return effect{}, errors.Join(err, l.RemoveToxic(typ, d), werr)
 	}
-	return func(context.Context) error { return l.RemoveToxic(typ, d) }, nil
+	var seen link.Traffic
+	return effect{
+		undo: func(context.Context) error {
+			if err := l.RemoveToxic(typ, d); err != nil {
+				return err
+			}
+			t, err := w.Stop()
+			seen = t
+			return err
+		},
+		bit: func() (string, error) { return networkEvidence(f, where, seen) },
+	}, nil
+}
+
+// networkEvidence says what a network fault did to the traffic seen on
+// its link during its window, or why it did nothing.
+func networkEvidence(f Fault, where string, t link.Traffic) (string, error) {
+	if t.Active == 0 {
+		return "", fmt.Errorf("no connection crossed %s during the window", where)
+	}
+	conns, data := plural(t.Active, "connection"), sizeOf(t.Bytes)
+	switch f.Kind {
+	case Partition:
+		return fmt.Sprintf("%s: %s held, %s held back", where, conns, data), nil
+	case Latency:
+		by := or(f.Latency, DefaultLatency).String()
+		if f.Jitter > 0 {
+			by += "±" + f.Jitter.String()
+		}
+		return fmt.Sprintf("%s: %s delayed, %s delayed by %s", where, conns, data, by), nil
+	case Bandwidth:
+		return fmt.Sprintf("%s: %s throttled to %d KB/s, %s through", where, conns, or(f.Rate, DefaultRate), data), nil
+	case ResetPeer:
+		return fmt.Sprintf("%s: %s reset, %s sent into the reset", where, conns, data), nil
+	case LimitData:
+		limit := or(f.Bytes, DefaultBytes)
+		if t.Reached == 0 {
+			return "", fmt.Errorf("%s crossed %s during the window, none carried the %d B limit", conns, where, limit)
+		}
+		return fmt.Sprintf("%s: %s cut after %d B", where, plural(t.Reached, "connection"), limit), nil
+	case SlowClose:
+		if t.Closed == 0 {
+			return "", fmt.Errorf("%s crossed %s during the window, none closed", conns, where)
+		}
+		return fmt.Sprintf("%s: %s closed late (by %s)", where, plural(t.Closed, "connection"), or(f.Delay, DefaultSlowClose)), nil
+	}
+	return fmt.Sprintf("%s: %s, %s", where, conns, data), nil
+}
+
+func plural(n int64, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// sizeOf is n bytes for a person: "512 B", "120 KiB", "3.4 MiB".
+func sizeOf(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
 }
 
 func or[T comparable](v, def T) T {

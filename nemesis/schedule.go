@@ -50,7 +50,11 @@ func (s Schedule) End() time.Duration {
 // timer, so faults overlap when their steps do. A step is healed For after
 // it started; a step with For 0 is healed at once (a kill of a service
 // then starts it again straight away), except a failpoint, which stays
-// armed until the schedule ends.
+// armed until it has fired (each worker it was armed in, as often as its
+// term says; a kill(always) or kill(P) term until ctx ends) or ctx ends,
+// and is then healed, its completion saying whether it was hit. The
+// failpoint is the fault; disarming it before it fired would let a
+// scenario pass without it.
 //
 // Run returns when every step has been healed or ctx is done (steps not
 // yet started then never start; a cancelled ctx is how a caller cuts a
@@ -59,8 +63,10 @@ func (s Schedule) End() time.Duration {
 //
 // Before the first step it records the schedule itself as one fault op
 // of type ok with value.fault "schedule" and value.detail [Schedule.String]
-// (docs/history.md). It returns every injection and heal error, joined;
-// a fault that could not be injected does not stop the others.
+// (docs/history.md). A step's fault ops carry its [Step.Reason]. Run
+// returns every injection and heal error, joined; a fault that could not
+// be injected does not stop the others. A fault that was in place but
+// never bit is no error of Run's: its fail completion says so.
 func (s Schedule) Run(ctx context.Context, env *Env) error {
 	env.record(history.OK, history.Fault, history.Value{Fault: "schedule", Detail: s.String()})
 	env.log().Info("nemesis schedule", "schedule", s.String())
@@ -82,18 +88,20 @@ func (s Schedule) Run(ctx context.Context, env *Env) error {
 			if !waitUntil(ctx, start.Add(st.At)) {
 				return
 			}
-			heal, err := env.inject(ctx, st.Fault, st.String())
+			a, err := env.inject(ctx, st.Fault, st.String(), st.Reason)
 			if err != nil {
 				fail(err)
 				return
 			}
-			if st.For == 0 && st.Fault.Kind == Failpoint {
-				return // healed by the final HealAll
-			}
-			if !waitUntil(ctx, start.Add(st.At+st.For)) {
+			if st.For == 0 && a.settle != nil {
+				a.settle(ctx)
+				if ctx.Err() != nil {
+					return // healed, and judged, by the final HealAll
+				}
+			} else if !waitUntil(ctx, start.Add(st.At+st.For)) {
 				return
 			}
-			fail(heal(ctx))
+			fail(env.heal(ctx, a))
 		})
 	}
 	wg.Wait()
@@ -203,8 +211,14 @@ func (t Targets) Only(names ...string) Targets {
 // supervisor restarts it); every other fault lasts interval. The same
 // seed and inputs always give the same schedule: the draws come from
 // math/rand/v2's PCG seeded with seed, and the inputs are sorted first.
-func Random(seed int64, families []string, interval, duration time.Duration, targets Targets) Schedule {
-	s := Schedule{Seed: seed}
+// Every step has Reason [ReasonRandom].
+func Random(seed int64, families []string, interval, duration time.Duration, targets Targets) (s Schedule) {
+	s = Schedule{Seed: seed}
+	defer func() {
+		for i := range s.Steps {
+			s.Steps[i].Reason = ReasonRandom
+		}
+	}()
 	if interval <= 0 {
 		return s
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -273,7 +274,9 @@ func TestRunCancelledMidFaultHeals(t *testing.T) {
 		t.Fatalf("after cancel: %v", err)
 	}
 	got := faultOps(buf.history(t))
-	want := []string{"ok schedule ", "invoke partition echo", "invoke latency echo", "ok latency echo", "ok partition echo"}
+	// The partition held the probe's ping, so the downstream latency
+	// never saw a byte: it did not bite.
+	want := []string{"ok schedule ", "invoke partition echo", "invoke latency echo", "fail latency echo error", "ok partition echo"}
 	// The two steps start concurrently: either order is right.
 	if len(got) == len(want) {
 		slices.Sort(got[1:3])
@@ -286,24 +289,124 @@ func TestRunCancelledMidFaultHeals(t *testing.T) {
 	}
 }
 
-// Each network fault takes effect on its link and its heal removes only
-// that fault.
+// dialEcho opens a connection through l and checks it echoes.
+func dialEcho(t *testing.T, l *link.Link) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", l.Addr(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// completion is the op that ended the fault of kind k.
+func completion(t *testing.T, h history.History, k nemesis.Kind) history.Op {
+	t.Helper()
+	for _, op := range h {
+		if op.F == history.Fault && op.Type != history.Invoke && op.Value.Fault == string(k) {
+			return op
+		}
+	}
+	t.Fatalf("no completion of %s in %v", k, faultOps(h))
+	return history.Op{}
+}
+
+// Each network fault takes effect on its link, its heal removes only
+// that fault, and its completion says what it did to the traffic during
+// the window: ok with the link's counts as evidence when it bit, fail
+// with the reason when no traffic it could act on crossed the link.
 func TestNetworkFaultsHealOneByOne(t *testing.T) {
+	// Traffic during the window. Each waits for what the fault does to
+	// a connection, which follows the link counting it.
+	hang := func(t *testing.T, l *link.Link) {
+		if err := flows(l, 300*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("partitioned: want a hang, got %v", err)
+		}
+	}
+	echo := func(t *testing.T, l *link.Link) {
+		if err := flows(l, 5*time.Second); err != nil {
+			t.Errorf("echo: %v", err)
+		}
+	}
+	reset := func(t *testing.T, l *link.Link) {
+		if err := flows(l, 5*time.Second); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("reset-peer: want the connection reset, got %v", err)
+		}
+	}
+	big := func(t *testing.T, l *link.Link) { // 2000 B back through a 1000 B limit
+		c := dialEcho(t, l)
+		if _, err := c.Write([]byte(strings.Repeat("x", 2000) + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bufio.NewReader(c).ReadString('\n'); err == nil {
+			t.Errorf("limit-data: the whole line came back")
+		}
+	}
+	closeOne := func(t *testing.T, l *link.Link) { // close, and wait for the late close
+		c := dialEcho(t, l)
+		if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadAll(c); err != nil {
+			t.Errorf("slow-close: %v", err)
+		}
+	}
+	none := func(*testing.T, *link.Link) {}
 	for _, tc := range []struct {
-		step   string
-		active []string
+		name    string
+		step    string
+		active  []string
+		open    bool // a connection open before the fault
+		traffic func(*testing.T, *link.Link)
+		// evidence of an ok completion, or error of a fail one.
+		evidence, err string
 	}{
-		{"at 0s: partition echo upstream", []string{"timeout_upstream"}},
-		{"at 0s: refuse echo", []string{"refused"}},
-		{"at 0s: latency echo 100ms ±10ms", []string{"latency_downstream", "latency_upstream"}},
-		{"at 0s: bandwidth echo downstream 8KB/s", []string{"bandwidth_downstream"}},
-		{"at 0s: reset-peer echo upstream 100ms", []string{"reset_peer_upstream"}},
-		{"at 0s: limit-data echo downstream 1000B", []string{"limit_data_downstream"}},
-		{"at 0s: slow-close echo", []string{"slow_close_downstream", "slow_close_upstream"}},
+		{"partition bit", "at 0s: partition echo upstream", []string{"timeout_upstream"}, false, hang,
+			"link echo upstream: 1 connection held, 5 B held back", ""},
+		{"partition idle", "at 0s: partition echo upstream", []string{"timeout_upstream"}, false, none,
+			"", "no connection crossed link echo upstream during the window"},
+		{"refuse bit", "at 0s: refuse echo", []string{"refused"}, true, none,
+			"link echo: 1 open connection closed, new ones refused", ""},
+		{"refuse idle", "at 0s: refuse echo", []string{"refused"}, false, none,
+			"", "no connection crossed link echo during the window (none was open to close; refused attempts are not counted)"},
+		{"latency bit", "at 0s: latency echo 100ms ±10ms", []string{"latency_downstream", "latency_upstream"}, false, echo,
+			"link echo: 1 connection delayed, 10 B delayed by 100ms±10ms", ""},
+		{"latency idle", "at 0s: latency echo 100ms ±10ms", []string{"latency_downstream", "latency_upstream"}, false, none,
+			"", "no connection crossed link echo during the window"},
+		{"bandwidth bit", "at 0s: bandwidth echo downstream 8KB/s", []string{"bandwidth_downstream"}, false, echo,
+			"link echo downstream: 1 connection throttled to 8 KB/s, 5 B through", ""},
+		{"bandwidth idle", "at 0s: bandwidth echo downstream 8KB/s", []string{"bandwidth_downstream"}, true, none,
+			"", "no connection crossed link echo downstream during the window"},
+		{"reset-peer bit", "at 0s: reset-peer echo upstream 100ms", []string{"reset_peer_upstream"}, false, reset,
+			"link echo upstream: 1 connection reset, 5 B sent into the reset", ""},
+		{"reset-peer idle", "at 0s: reset-peer echo upstream 100ms", []string{"reset_peer_upstream"}, false, none,
+			"", "no connection crossed link echo upstream during the window"},
+		{"limit-data bit", "at 0s: limit-data echo downstream 1000B", []string{"limit_data_downstream"}, false, big,
+			"link echo downstream: 1 connection cut after 1000 B", ""},
+		{"limit-data under the limit", "at 0s: limit-data echo downstream 1000B", []string{"limit_data_downstream"}, false, echo,
+			"", "1 connection crossed link echo downstream during the window, none carried the 1000 B limit"},
+		{"slow-close bit", "at 0s: slow-close echo 100ms", []string{"slow_close_downstream", "slow_close_upstream"}, false, closeOne,
+			"link echo: 1 connection closed late (by 100ms)", ""},
+		{"slow-close none closed", "at 0s: slow-close echo 100ms", []string{"slow_close_downstream", "slow_close_upstream"}, true, func(t *testing.T, l *link.Link) {
+			c := dialEcho(t, l)
+			c.Write([]byte("again\n"))
+			bufio.NewReader(c).ReadString('\n')
+		}, "", "1 connection crossed link echo during the window, none closed"},
 	} {
-		t.Run(tc.step, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			env, l, buf := linkEnv(t)
 			ctx := context.Background()
+			if tc.open {
+				dialEcho(t, l)
+			}
 			// A fault already on the link, which must survive the heal.
 			otherFault := nemesis.Fault{Kind: nemesis.SlowClose, Target: "echo", Delay: time.Millisecond}
 			if strings.Contains(tc.step, "slow-close") {
@@ -330,6 +433,7 @@ func TestNetworkFaultsHealOneByOne(t *testing.T) {
 			if len(env.Active()) != 2 {
 				t.Errorf("Active() = %v", env.Active())
 			}
+			tc.traffic(t, l)
 			if err := heal(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -345,7 +449,16 @@ func TestNetworkFaultsHealOneByOne(t *testing.T) {
 			if err := flows(l, 2*time.Second); err != nil {
 				t.Fatalf("after heal: %v", err)
 			}
-			if got := faultOps(buf.history(t)); len(got) != 4 || got[1] != "invoke "+string(st.Fault.Kind)+" echo" || got[2] != "ok "+string(st.Fault.Kind)+" echo" {
+			h := buf.history(t)
+			op := completion(t, h, st.Fault.Kind)
+			wantType := history.OK
+			if tc.err != "" {
+				wantType = history.Fail
+			}
+			if op.Type != wantType || op.Value.Evidence != tc.evidence || op.Value.Error != tc.err {
+				t.Errorf("completion = %s\nwant type %s, evidence %q, error %q", op, wantType, tc.evidence, tc.err)
+			}
+			if got := faultOps(h); len(got) != 4 || got[1] != "invoke "+string(st.Fault.Kind)+" echo" {
 				t.Errorf("fault ops = %q", got)
 			}
 		})
