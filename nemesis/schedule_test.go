@@ -512,3 +512,38 @@ func TestTargetsOnly(t *testing.T) {
 		}
 	}
 }
+
+// Every fault op of a random schedule's steps carries reason "random",
+// on its invoke and its completion; a timeline's steps carry none.
+func TestRandomStepsRecordReason(t *testing.T) {
+	env, _, buf := linkEnv(t)
+	random := nemesis.Random(3, []string{"network"}, 20*time.Millisecond, 100*time.Millisecond, nemesis.Targets{Links: []string{"echo"}})
+	if len(random.Steps) == 0 {
+		t.Fatal("no random steps")
+	}
+	fixed, err := nemesis.ParseStep("at 0s: latency echo 1ms for 10ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nemesis.Fixed(append([]nemesis.Step{fixed}, random.Steps...)...).Run(context.Background(), env); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	var randomOps int
+	for _, op := range buf.history(t) {
+		if op.F != history.Fault || op.Value.Fault == "schedule" {
+			continue
+		}
+		want := nemesis.ReasonRandom
+		if op.Value.Detail == fixed.String() {
+			want = ""
+		} else {
+			randomOps++
+		}
+		if op.Value.Reason != want {
+			t.Errorf("reason %q, want %q: %s", op.Value.Reason, want, op)
+		}
+	}
+	if randomOps != 2*len(random.Steps) {
+		t.Errorf("%d random fault ops, want an invoke and a completion for each of %d steps", randomOps, len(random.Steps))
+	}
+}

@@ -77,6 +77,9 @@ type Supervisor struct {
 	// hitNext is closed and replaced at every failpoint hit in any
 	// worker, so a nemesis can wait for one without polling.
 	hitNext chan struct{}
+	// stopped is closed by StopAll, so no worker waits out its restart
+	// delay to find it must not start again.
+	stopped chan struct{}
 }
 
 // Command is how to start an external worker: any program, which learns
@@ -129,7 +132,7 @@ func New(cfg Config) (*Supervisor, error) {
 	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
-	return &Supervisor{cfg: cfg, log: cfg.Logger, workers: map[string]*worker{}, hitNext: make(chan struct{})}, nil
+	return &Supervisor{cfg: cfg, log: cfg.Logger, workers: map[string]*worker{}, hitNext: make(chan struct{}), stopped: make(chan struct{})}, nil
 }
 
 // Start starts a worker called name with the given spec (JSON, passed in
@@ -275,6 +278,8 @@ func (s *Supervisor) watch(ctx context.Context, w *worker) {
 		s.log.Info("worker exited, restarting", "worker", w.name, "status", detail)
 		select {
 		case <-ctx.Done():
+			return
+		case <-s.stopped:
 			return
 		case <-time.After(s.cfg.RestartDelay):
 		}
@@ -486,6 +491,9 @@ func (s *Supervisor) Stop(ctx context.Context, name string) error {
 // waits for them until ctx ends, then kills what is left.
 func (s *Supervisor) StopAll(ctx context.Context) error {
 	s.mu.Lock()
+	if !s.closed {
+		close(s.stopped)
+	}
 	s.closed = true
 	ws := make([]*worker, 0, len(s.workers))
 	for _, w := range s.workers {
