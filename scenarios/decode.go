@@ -771,6 +771,8 @@ func systemFields() []field {
 		}},
 		stringField("effects_query", func(s *Scenario) *string { return &s.System.EffectsQuery }, anyText),
 		stringField("dead_letters_query", func(s *Scenario) *string { return &s.System.DeadLettersQuery }, anyText),
+		stringField("inbox_query", func(s *Scenario) *string { return &s.System.InboxQuery }, anyText),
+		stringField("pending_query", func(s *Scenario) *string { return &s.System.PendingQuery }, anyText),
 	}
 }
 

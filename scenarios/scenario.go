@@ -96,6 +96,14 @@ type System struct {
 	// (event_id, consumer; optionally reason). Required with external
 	// consumers when the workload has poison events.
 	DeadLettersQuery string
+	// InboxQuery returns one row per inbox mark the team's consumers
+	// hold (event_id, consumer; optionally source), so the checker can
+	// hold the inbox and the effects to one another.
+	InboxQuery string
+	// PendingQuery returns one row with one integer: how many outbox
+	// rows the team's relay has not published yet. With it, a drain that
+	// goes quiet with events missing can tell lost from late.
+	PendingQuery string
 }
 
 // Command is an external component: a program the harness starts,
@@ -385,6 +393,8 @@ func (s Scenario) pipelineSystem() pipeline.System {
 		Setup:            s.System.Setup,
 		EffectsQuery:     s.System.EffectsQuery,
 		DeadLettersQuery: s.System.DeadLettersQuery,
+		InboxQuery:       s.System.InboxQuery,
+		PendingQuery:     s.System.PendingQuery,
 	}
 	for _, t := range s.System.Transaction {
 		st, err := producer.Bind(t)

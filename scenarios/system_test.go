@@ -84,6 +84,16 @@ func TestSystemErrors(t *testing.T) {
 			want: []string{"nemesis.failpoints.relay-0: unknown failpoint \"after-commit\""},
 		},
 		{
+			name: "inbox query without team consumers",
+			yaml: "broker: kafka\nsystem:\n  inbox_query: SELECT 1\n",
+			want: []string{"my.yaml", "system.inbox_query: only with external consumers"},
+		},
+		{
+			name: "pending query without a team relay",
+			yaml: "broker: kafka\nsystem:\n  pending_query: SELECT 0\n",
+			want: []string{"system.pending_query: only with an external relay"},
+		},
+		{
 			name: "poison events need a dead-letters query",
 			yaml: "broker: kafka\nworkload: {poison_ratio: 0.1}\nsystem:\n  consumer:\n    command: [./c]\n  effects_query: SELECT 1\n",
 			want: []string{"system.dead_letters_query: missing"},

@@ -199,6 +199,12 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	if externalConsumers && w.PoisonRatio > 0 && strings.TrimSpace(sys.DeadLettersQuery) == "" {
 		fail("system.dead_letters_query", "missing: with poison events (workload.poison_ratio) external consumers need a query returning what they dead-lettered (event_id, consumer)")
 	}
+	if !externalConsumers && strings.TrimSpace(sys.InboxQuery) != "" {
+		fail("system.inbox_query", "only with external consumers (system.consumer or system.consumers): the built-in consumers' inbox is read anyway")
+	}
+	if sys.Relay == nil && strings.TrimSpace(sys.PendingQuery) != "" {
+		fail("system.pending_query", "only with an external relay (system.relay): the built-in relay tells the drain when nothing is pending")
+	}
 	if len(sys.Transaction) > 0 && s.Variants.Producer != producer.Outbox {
 		fail("system.transaction", "a team transaction replaces the outbox producer's insert; variants.producer must be outbox, not %s", s.Variants.Producer)
 	}

@@ -413,6 +413,14 @@ func TestKafkaDeadLetter(t *testing.T) {
 	if string(r.Key) != ev[0].Key || !bytes.Equal(r.Value, ev[0].Payload) {
 		t.Errorf("dlq record key %q value %q", r.Key, r.Value)
 	}
+	// The final read finds it, with its subscription, reason and attempts.
+	dls, err := KafkaDeadLetters(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (DeadLetter{Event: ev[0].ID, Source: ev[0].Source, Queue: "g", Reason: "bad schema: no total", Deliveries: 2}); len(dls) != 1 || dls[0] != want {
+		t.Errorf("dead letters %+v, want [%+v]", dls, want)
+	}
 
 	// Dead-lettering acked it: a new member sees only a new marker.
 	s.Close()

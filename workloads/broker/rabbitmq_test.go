@@ -290,6 +290,19 @@ func TestRabbitRetryUntilDeliveryLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The final read sees it there, with why and after how many
+	// deliveries, and leaves it in place.
+	waitFor(t, rt.ctx, 10*time.Second, func() error {
+		dls, err := RabbitDeadLetters(rt.ctx, rt.cfg)
+		if err != nil {
+			return err
+		}
+		if len(dls) != 1 || dls[0].Event != ev[0].ID || dls[0].Queue != rt.sub(0) || dls[0].Reason != "delivery_limit" || dls[0].Source != ev[0].Source || dls[0].Deliveries != limit+1 {
+			return fmt.Errorf("dead letters %+v, want %s from %s for delivery_limit", dls, ev[0].ID, rt.sub(0))
+		}
+		t.Logf("dead letter: %+v", dls[0])
+		return nil
+	})
 	dlq := rt.subscriber(RabbitDeadLetterQueue(rt.sub(0)))
 	d := rt.next(dlq, 10*time.Second)
 	sameIdentity(t, d, ev[0])
@@ -319,6 +332,16 @@ func TestRabbitDeadLetter(t *testing.T) {
 	if err := s.Ack(rt.ctx, d); err == nil {
 		t.Error("ack after dead-letter succeeded; want an already-settled error")
 	}
+	waitFor(t, rt.ctx, 10*time.Second, func() error {
+		dls, err := RabbitDeadLetters(rt.ctx, rt.cfg)
+		if err != nil {
+			return err
+		}
+		if len(dls) != 1 || dls[0].Event != ev[0].ID || dls[0].Reason != "rejected" {
+			return fmt.Errorf("dead letters %+v, want %s rejected", dls, ev[0].ID)
+		}
+		return nil
+	})
 	dlq := rt.subscriber(RabbitDeadLetterQueue(rt.sub(0)))
 	got := rt.next(dlq, 10*time.Second)
 	sameIdentity(t, got, ev[0])

@@ -50,9 +50,15 @@ var ErrContract = errors.New("system under test")
 
 // effectColumns are the columns an effects query may return; the first two
 // are required. aggregate_id and version default to the committed event's,
-// source to the producer's; applied_at (a timestamp), when given, orders
-// the effects instead of the query's row order.
-var effectColumns = []string{"event_id", "consumer", "aggregate_id", "version", "source", "applied_at"}
+// source to the producer's; committed_at (a timestamp, best
+// pg_xact_commit_timestamp(xmin): the harness's PostgreSQL tracks commit
+// timestamps) is when the effect committed, which orders effects;
+// applied_at is the older name of the same, kept for existing scenarios.
+var effectColumns = []string{"event_id", "consumer", "aggregate_id", "version", "source", "committed_at", "applied_at"}
+
+// inboxColumns are the columns an inbox query may return; the first two
+// are required.
+var inboxColumns = []string{"event_id", "consumer", "source"}
 
 // deadLetterColumns are the columns a dead-letters query may return; the
 // first two are required.
@@ -163,7 +169,40 @@ func checkSystemSQL(ctx context.Context, db *pgxpool.Pool, sys System) error {
 	if err := checkColumns(ctx, conn.Conn(), "effects query", sys.EffectsQuery, effectColumns); err != nil {
 		return err
 	}
-	return checkColumns(ctx, conn.Conn(), "dead-letters query", sys.DeadLettersQuery, deadLetterColumns)
+	if err := checkColumns(ctx, conn.Conn(), "dead-letters query", sys.DeadLettersQuery, deadLetterColumns); err != nil {
+		return err
+	}
+	if err := checkColumns(ctx, conn.Conn(), "inbox query", sys.InboxQuery, inboxColumns); err != nil {
+		return err
+	}
+	return checkPending(ctx, conn.Conn(), sys.PendingQuery)
+}
+
+// checkPending runs the pending query once: it must return one row with
+// one integer.
+func checkPending(ctx context.Context, conn *pgx.Conn, query string) error {
+	if strings.TrimSpace(query) == "" {
+		return nil
+	}
+	if _, err := pendingRows(ctx, conn, query); err != nil {
+		return fmt.Errorf("pipeline: pending query: %w", err)
+	}
+	return nil
+}
+
+// pendingRows runs a team's pending query: one row, one integer column.
+func pendingRows(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, query string) (int64, error) {
+	rows, err := q.Query(ctx, query)
+	if err != nil {
+		return 0, err
+	}
+	n, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, fmt.Errorf("want one row with one integer (a count of unpublished rows): %w", err)
+	}
+	return n, nil
 }
 
 // checkColumns runs query with no rows and checks its column names: the

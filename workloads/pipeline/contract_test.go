@@ -48,12 +48,22 @@ func TestContractErrors(t *testing.T) {
 		{
 			name: "effects query misses a column",
 			sys:  System{Consumers: consumer, EffectsQuery: "SELECT 'e' AS event, 'c' AS consumer"},
-			want: []string{`effects query returns column "event"`, "event_id, consumer, aggregate_id, version, source, applied_at"},
+			want: []string{`effects query returns column "event"`, "event_id, consumer, aggregate_id, version, source, committed_at, applied_at"},
 		},
 		{
 			name: "effects query lacks the consumer",
 			sys:  System{Consumers: consumer, EffectsQuery: "SELECT 'e' AS event_id"},
 			want: []string{`effects query must return column "consumer"`},
+		},
+		{
+			name: "inbox query wrong",
+			sys:  System{Consumers: consumer, EffectsQuery: "SELECT 'e' AS event_id, 'c' AS consumer", InboxQuery: "SELECT 'e' AS event_id, 'c' AS sub"},
+			want: []string{`inbox query returns column "sub"`, "event_id, consumer, source"},
+		},
+		{
+			name: "pending query not one integer",
+			sys:  System{Relay: &External{Command: []string{"/bin/sleep", "60"}}, PendingQuery: "SELECT 1, 2"},
+			want: []string{"pending query", "one row with one integer"},
 		},
 		{
 			name: "dead-letters query wrong",
@@ -118,8 +128,9 @@ func TestContractErrors(t *testing.T) {
 	}
 }
 
-// A team's effects are recorded in applied order: by applied_at when the
-// query returns it, else in the query's own order.
+// A team's effects are recorded in commit order: by committed_at (or
+// applied_at) when the query returns it, which also becomes each row's
+// commit_time on the history's clock, else in the query's own order.
 func TestTeamEffectsOrder(t *testing.T) {
 	cl := servers.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -138,16 +149,21 @@ func TestTeamEffectsOrder(t *testing.T) {
 	}
 	// Inserted e3, e1, e2; applied (by the clock the team kept) e1, e2, e3.
 	if _, err := db.Exec(ctx, `CREATE TABLE moves (id serial, event text, sub text, at timestamptz);
-		INSERT INTO moves (event, sub, at) VALUES ('e3', 'inv', '2026-01-01 00:00:03'), ('e1', 'inv', '2026-01-01 00:00:01'), ('e2', 'inv', '2026-01-01 00:00:02')`); err != nil {
+		INSERT INTO moves (event, sub, at) VALUES ('e3', 'inv', '2026-01-01 00:00:03+00'), ('e1', 'inv', '2026-01-01 00:00:01+00'), ('e2', 'inv', '2026-01-01 00:00:02+00')`); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ sql, want string }{
-		{"SELECT event AS event_id, sub AS consumer, at AS applied_at FROM moves", "e1 e2 e3"},
-		{"SELECT event AS event_id, sub AS consumer FROM moves ORDER BY id", "e3 e1 e2"},
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		sql, want string
+		timed     bool
+	}{
+		{"SELECT event AS event_id, sub AS consumer, at AS committed_at FROM moves", "e1 e2 e3", true},
+		{"SELECT event AS event_id, sub AS consumer, at AS applied_at FROM moves", "e1 e2 e3", true},
+		{"SELECT event AS event_id, sub AS consumer FROM moves ORDER BY id", "e3 e1 e2", false},
 	} {
 		var buf bytes.Buffer
 		rec := history.NewWriterRecorder(&buf, "harness", time.Now())
-		if err := schema.FinalRead(ctx, db, rec, schema.Query{Table: history.TableEffects, SQL: tc.sql, Source: "/orders"}); err != nil {
+		if err := schema.FinalRead(ctx, db, rec, base, nil, schema.Query{Table: history.TableEffects, SQL: tc.sql, Source: "/orders"}); err != nil {
 			t.Fatal(err)
 		}
 		h, _, err := history.Read(&buf, "h")
@@ -160,6 +176,14 @@ func TestTeamEffectsOrder(t *testing.T) {
 				got = append(got, op.Value.Event)
 				if op.Value.Source != "/orders" || op.Value.Consumer != "inv" {
 					t.Errorf("row %+v", op.Value)
+				}
+				// e1 committed 1 s after the base, on the history's clock.
+				want := int64(0)
+				if tc.timed {
+					want = map[string]int64{"e1": 1e9, "e2": 2e9, "e3": 3e9}[op.Value.Event]
+				}
+				if op.Value.CommitTime != want {
+					t.Errorf("%s: %s commit_time %d, want %d", tc.sql, op.Value.Event, op.Value.CommitTime, want)
 				}
 			}
 		}

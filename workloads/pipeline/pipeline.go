@@ -186,6 +186,16 @@ type System struct {
 	// DeadLettersQuery returns one row per event the team's consumers
 	// dead-lettered: event_id, consumer, and optionally reason.
 	DeadLettersQuery string
+	// InboxQuery returns one row per inbox mark the team's consumers
+	// hold: event_id, consumer, and optionally source. Optional: with it
+	// an inbox mark without its effect, or an effect without its mark,
+	// is found.
+	InboxQuery string
+	// PendingQuery returns one row, one integer: the team's outbox rows
+	// its relay has not published yet. Optional: without it a drain that
+	// goes quiet while events are still missing cannot tell whether they
+	// are lost or still on their way, and the verdict is unknown.
+	PendingQuery string
 }
 
 // External is one component given as a command: the supervisor starts it
@@ -635,6 +645,16 @@ func (r *Run) Drain(ctx context.Context) (bool, error) {
 			if r.external() {
 				detail += fmt.Sprintf("; %d committed, the furthest-behind subscription resolved %d", p.committed, p.resolvedMin)
 			}
+			if r.externalRelay() && p.resolvedMin < p.committed {
+				// Quiet, with events missing: lost, or still in a relay
+				// that cannot say it is idle. Only a fact settles it.
+				settled, why := r.nothingPending(ctx, p)
+				detail += "; " + why
+				if !settled {
+					_, err := r.rec.Record(history.Info, history.Drain, history.Value{Detail: detail})
+					return false, err
+				}
+			}
 			_, err := r.rec.Record(history.OK, history.Drain, history.Value{Detail: detail})
 			return true, err
 		}
@@ -651,6 +671,28 @@ func (r *Run) Drain(ctx context.Context) (bool, error) {
 	}
 }
 
+// nothingPending says whether the harness can see that a relay it cannot
+// ask has nothing left to publish, and how it knows or why it cannot: a
+// team's relay through its pending query (with the broker's backlog 0).
+// Debezium and a team's relay without one cannot be seen: events missing
+// after the quiet window are then unseen, not lost.
+func (r *Run) nothingPending(ctx context.Context, p progress) (bool, string) {
+	q := r.cfg.System.PendingQuery
+	if r.cfg.System.Relay == nil || strings.TrimSpace(q) == "" {
+		return false, "events still missing, and nothing shows the relay has none left to publish (a team's relay can declare system.pending_query): lost or late cannot be told"
+	}
+	n, err := pendingRows(ctx, r.db, q)
+	switch {
+	case err != nil:
+		return false, "pending query failed: " + err.Error()
+	case n > 0:
+		return false, fmt.Sprintf("the pending query says %d rows are still unpublished", n)
+	case p.backlog > 0:
+		return false, fmt.Sprintf("%d messages still in the broker", p.backlog)
+	}
+	return true, "the pending query says nothing is left to publish and the broker holds nothing: what is missing is lost"
+}
+
 // externalQuiet is how long a run with a team's relay must show no
 // progress before the drain gives up waiting for events still missing:
 // long enough for a crashed component to start again.
@@ -661,9 +703,25 @@ func (r *Run) externalQuiet() time.Duration {
 // StopAll stops every worker (no drain).
 func (r *Run) StopAll(ctx context.Context) error { return r.sup.StopAll(ctx) }
 
-// FinalRead reads the final state into the history.
+// FinalRead reads the final state into the history: the database's
+// tables and the team's, and what the broker's dead-letter queues hold
+// (rows of table broker-dlq), so an event the broker gave up on is
+// explained as such. A dead-letter read that fails is logged and left
+// out: it explains losses, it does not decide them.
 func (r *Run) FinalRead(ctx context.Context) error {
-	return schema.FinalRead(ctx, r.db, r.rec, r.teamQueries()...)
+	var rows []history.Value
+	dls, err := r.broker.DeadLetters(ctx)
+	if err != nil {
+		r.log.Warn("read the broker's dead letters", "err", err)
+	}
+	for _, d := range dls {
+		src := d.Source
+		if src == "" {
+			src = producer.DefaultSource // a team's relay may not carry it
+		}
+		rows = append(rows, history.Value{Table: history.TableBrokerDLQ, Event: d.Event, Source: src, Consumer: d.Queue, Reason: d.Reason, Attempt: d.Deliveries})
+	}
+	return schema.FinalRead(ctx, r.db, r.rec, r.base, rows, r.teamQueries()...)
 }
 
 // teamQueries are the final read's queries of the team's own tables.
@@ -674,6 +732,9 @@ func (r *Run) teamQueries() []schema.Query {
 	}
 	if q := r.cfg.System.DeadLettersQuery; strings.TrimSpace(q) != "" {
 		qs = append(qs, schema.Query{Table: history.TableDLQ, SQL: q, Source: producer.DefaultSource})
+	}
+	if q := r.cfg.System.InboxQuery; strings.TrimSpace(q) != "" {
+		qs = append(qs, schema.Query{Table: history.TableInbox, SQL: q, Source: producer.DefaultSource})
 	}
 	return qs
 }

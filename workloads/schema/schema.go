@@ -51,8 +51,14 @@ func Reset(ctx context.Context, db *pgxpool.Pool) error {
 // order so the same state always gives the same history.
 //
 // extra are a team's own tables, read in the same snapshot after the
-// built-in ones.
-func FinalRead(ctx context.Context, db *pgxpool.Pool, rec *history.Recorder, extra ...Query) error {
+// built-in ones. base is the run's start, the history's clock: each
+// effect's commit timestamp (when the server tracks them) is recorded as
+// its commit_time on that clock, since the order effects committed in is
+// what order checks judge, not the order rows were inserted in.
+//
+// brokerRows are rows read from the broker before the snapshot (what its
+// dead-letter queues hold), recorded inside the same bracket.
+func FinalRead(ctx context.Context, db *pgxpool.Pool, rec *history.Recorder, base time.Time, brokerRows []history.Value, extra ...Query) error {
 	if _, err := rec.Record(history.Invoke, history.FinalRead, history.Value{}); err != nil {
 		return err
 	}
@@ -62,6 +68,14 @@ func FinalRead(ctx context.Context, db *pgxpool.Pool, rec *history.Recorder, ext
 		return fmt.Errorf("final read: %w", err)
 	}
 	defer tx.Rollback(context.Background())
+	var track string
+	if err := tx.QueryRow(ctx, `SELECT current_setting('track_commit_timestamp')`).Scan(&track); err != nil {
+		return fmt.Errorf("final read: %w", err)
+	}
+	committed := `NULL::timestamptz`
+	if track == "on" {
+		committed = `pg_xact_commit_timestamp(xmin)`
+	}
 	queries := []struct {
 		table string
 		sql   string
@@ -72,9 +86,11 @@ func FinalRead(ctx context.Context, db *pgxpool.Pool, rec *history.Recorder, ext
 				err = r.Scan(&v.Event, &v.Source, &v.Key, &v.Version, &v.Published)
 				return v, err
 			}},
-		{history.TableEffects, `SELECT event_id, source, consumer, aggregateid, version FROM effects ORDER BY seq`,
+		{history.TableEffects, `SELECT event_id, source, consumer, aggregateid, version, ` + committed + ` FROM effects ORDER BY seq`,
 			func(r pgx.Rows) (v history.Value, err error) {
-				err = r.Scan(&v.Event, &v.Source, &v.Consumer, &v.Key, &v.Version)
+				var at *time.Time
+				err = r.Scan(&v.Event, &v.Source, &v.Consumer, &v.Key, &v.Version, &at)
+				v.CommitTime = sinceBase(at, base)
 				return v, err
 			}},
 		{history.TableInbox, `SELECT event_id, source, consumer FROM inbox ORDER BY consumer, source, event_id`,
@@ -113,7 +129,12 @@ func FinalRead(ctx context.Context, db *pgxpool.Pool, rec *history.Recorder, ext
 		}
 	}
 	for _, q := range extra {
-		if err := q.read(ctx, tx, rec); err != nil {
+		if err := q.read(ctx, tx, rec, base); err != nil {
+			return err
+		}
+	}
+	for _, v := range brokerRows {
+		if _, err := rec.Record(history.OK, history.FinalRead, v); err != nil {
 			return err
 		}
 	}
@@ -123,11 +144,23 @@ func FinalRead(ctx context.Context, db *pgxpool.Pool, rec *history.Recorder, ext
 	return nil
 }
 
+// sinceBase is t on the history's clock (ns since base), 0 for no time.
+// A commit before base (a clock step) is clamped to 1, still a time.
+func sinceBase(t *time.Time, base time.Time) int64 {
+	if t == nil || t.IsZero() {
+		return 0
+	}
+	return max(1, t.Sub(base).Nanoseconds())
+}
+
 // Query is a team's own SQL whose rows the final read records as rows of
-// Table (history.TableEffects or history.TableDLQ). Columns are matched by
-// name: event_id, consumer, aggregate_id, version, source, reason,
-// applied_at; the others are ignored. Rows are recorded in applied_at
-// order when the query returns it, else in the query's order.
+// Table (history.TableEffects, history.TableInbox or history.TableDLQ).
+// Columns are matched by name: event_id, consumer, aggregate_id, version,
+// source, reason, committed_at (or its older name applied_at); the others
+// are ignored. committed_at becomes the row's commit_time; rows are
+// recorded in committed_at order when the query returns it (ties keep the
+// query's order, and the checker orders neither before the other), else
+// in the query's order.
 type Query struct {
 	Table string
 	SQL   string
@@ -135,7 +168,7 @@ type Query struct {
 	Source string
 }
 
-func (q Query) read(ctx context.Context, tx pgx.Tx, rec *history.Recorder) error {
+func (q Query) read(ctx context.Context, tx pgx.Tx, rec *history.Recorder, base time.Time) error {
 	rows, err := tx.Query(ctx, q.SQL)
 	if err != nil {
 		return fmt.Errorf("final read %s (team query): %w", q.Table, err)
@@ -177,12 +210,13 @@ func (q Query) read(ctx context.Context, tx pgx.Tx, rec *history.Recorder) error
 					return fmt.Errorf("final read %s (team query): version %v is not an integer", q.Table, vals[i])
 				}
 				r.v.Version = n
-			case "applied_at":
+			case "committed_at", "applied_at":
 				t, ok := vals[i].(time.Time)
 				if !ok {
-					return fmt.Errorf("final read %s (team query): applied_at %v is not a timestamp", q.Table, vals[i])
+					return fmt.Errorf("final read %s (team query): %s %v is not a timestamp", q.Table, n, vals[i])
 				}
 				r.at = t
+				r.v.CommitTime = sinceBase(&t, base)
 			}
 		}
 		out = append(out, r)
@@ -190,7 +224,7 @@ func (q Query) read(ctx context.Context, tx pgx.Tx, rec *history.Recorder) error
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("final read %s (team query): %w", q.Table, err)
 	}
-	// Effects are recorded in applied order: by applied_at when the query
+	// Effects are recorded in commit order: by committed_at when the query
 	// has it (ties keep the query's order), else in the query's order.
 	slices.SortStableFunc(out, func(a, b row) int { return a.at.Compare(b.at) })
 	for _, r := range out {

@@ -68,6 +68,26 @@ func SetupBroker(ctx context.Context, b Broker) error {
 	return fmt.Errorf("worker: unknown broker %q (valid: kafka, rabbitmq)", b.Kind)
 }
 
+// DeadLetters reads what b's dead-letter queues (RabbitMQ) or topic
+// (Kafka) hold, each attributed to the subscription, without the
+// namespace, it was dead-lettered from.
+func (b Broker) DeadLetters(ctx context.Context) ([]broker.DeadLetter, error) {
+	var out []broker.DeadLetter
+	var err error
+	switch b.Kind {
+	case "kafka":
+		out, err = broker.KafkaDeadLetters(ctx, b.kafka())
+	case "rabbitmq":
+		out, err = broker.RabbitDeadLetters(ctx, b.rabbit())
+	default:
+		return nil, fmt.Errorf("worker: unknown broker %q (valid: kafka, rabbitmq)", b.Kind)
+	}
+	for i := range out {
+		out[i].Queue = strings.TrimPrefix(out[i].Queue, b.Namespace+".")
+	}
+	return out, err
+}
+
 // A BacklogReader sums, over every subscription of a broker, what the
 // broker still holds for it, over one connection kept between reads. The
 // caller should call Close when finished.

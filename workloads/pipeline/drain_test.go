@@ -1,0 +1,108 @@
+package pipeline
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/history"
+)
+
+// A drain with a relay that cannot say it is idle ends by quiet; events
+// still missing then are lost only when a fact shows nothing is pending
+// (the team's pending query, the broker empty); otherwise they are
+// unseen and the verdict unknown. The team's relay here publishes
+// nothing at all, so every committed event is missing.
+func TestDrainEndsByQuietOnlyOnFacts(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		pending string
+		drained bool
+		verdict checker.Validity
+	}{
+		{"no pending query", "", false, checker.Unknown},
+		{"pending rows left", "SELECT count(*) FROM outbox WHERE published_at IS NULL", false, checker.Unknown},
+		{"nothing pending", "SELECT 0", true, checker.Invalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := servers.Get(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cfg := Config{Broker: "kafka", Producers: 1, Rate: 50, Subscriptions: []string{"inventory"},
+				Name: "d_" + strconv.FormatInt(time.Now().UnixNano(), 36), Quiet: time.Second, DrainTimeout: time.Minute,
+				System: System{Relay: &External{Command: []string{"sleep", "600"}}, PendingQuery: tc.pending}}
+			r, err := Start(ctx, cl, t.TempDir(), cfg, workerCmd(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				c, err := r.Counts(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.Committed >= 20 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("only %d committed in 30s", c.Committed)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			drained, err := r.Finish(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if drained != tc.drained {
+				t.Errorf("drained %v, want %v", drained, tc.drained)
+			}
+			files, err := r.HistoryFiles()
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := checker.CheckFiles(files, checker.Options{Guarantees: checker.Guarantees{Loss: checker.None, DuplicateEffects: checker.None, Subscriptions: cfg.Subscriptions}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Valid != tc.verdict {
+				t.Errorf("verdict %s %v, want %s", res.Valid, res.Reasons, tc.verdict)
+			}
+			if drain := lastOp(t, files, history.Drain); drain.Value.Detail == "" {
+				t.Error("the drain op says nothing")
+			} else {
+				t.Logf("drain: %s %s", drain.Type, drain.Value.Detail)
+			}
+		})
+	}
+}
+
+// lastOp is the last op of kind f in the harness's history.
+func lastOp(t *testing.T, files []string, f history.F) history.Op {
+	t.Helper()
+	var last history.Op
+	for _, p := range files {
+		if filepath.Base(p) != "harness.jsonl" {
+			continue
+		}
+		fh, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, _, err := history.Read(fh, p)
+		fh.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range h {
+			if op.F == f && op.Type != history.Invoke {
+				last = op
+			}
+		}
+	}
+	return last
+}
