@@ -22,11 +22,17 @@
 //
 // # History
 //
-// Every fault is a fault op of type invoke when it starts and ok when it
-// is healed (fail, with the error, if it could not be injected; info if a
-// heal failed), with value.fault the kind, value.target what it hit and
-// value.detail the step as text. A kill also records a crash op per
-// process it killed, and the start of a killed server a restart op. The
-// schedule itself is one ok fault op with value.fault "schedule" and the
-// seed and every step in value.detail. See docs/history.md.
+// Every fault is a fault op of type invoke when it starts and one
+// completion when it is healed, with value.fault the kind, value.target
+// what it hit and value.detail the step as text. The completion says
+// whether the fault took effect: ok with value.evidence (the killed
+// process's exit status, the failpoint hits its workers reported, what
+// its link counted during the window), fail with value.error when it
+// could not be injected or was in place and never bit (a failpoint never
+// hit, a window no connection crossed), info if a heal failed. A step of
+// a random schedule adds value.reason "random" to both. A kill also
+// records a crash op per process it killed, and the start of a killed
+// server a restart op. The schedule itself is one ok fault op with
+// value.fault "schedule" and the seed and every step in value.detail.
+// See docs/history.md.
 package nemesis

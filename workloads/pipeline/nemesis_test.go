@@ -48,11 +48,15 @@ func runSchedule(steps ...string) func(*testing.T, *Run) {
 	}
 }
 
-// faultWindows pairs each fault start in the history with its heal.
-func faultWindows(t *testing.T, r *Run) (open, healed []string, schedule string) {
+// faultWindows pairs each fault start in the history with its heal: ok
+// (it bit; its evidence is in evidence), or fail for a random fault that
+// never bit, which a random schedule may draw (a partition of a link
+// nobody used in its window).
+func faultWindows(t *testing.T, r *Run) (open, healed []string, schedule string, evidence map[string]string) {
 	t.Helper()
 	h := runHistory(t, r)
 	started := map[string]int{}
+	evidence = map[string]string{}
 	for _, op := range h {
 		if op.F != history.Fault {
 			continue
@@ -71,6 +75,13 @@ func faultWindows(t *testing.T, r *Run) (open, healed []string, schedule string)
 			}
 			started[k]--
 			healed = append(healed, k)
+			evidence[k] = op.Value.Evidence
+		case history.Fail:
+			if op.Value.Reason != nemesis.ReasonRandom || op.Value.Error == "" {
+				t.Errorf("fault op %s: %s (%s)", op.Type, k, op.Value.Error)
+			}
+			started[k]--
+			healed = append(healed, k)
 		default:
 			t.Errorf("fault op %s: %s (%s)", op.Type, k, op.Value.Error)
 		}
@@ -80,7 +91,7 @@ func faultWindows(t *testing.T, r *Run) (open, healed []string, schedule string)
 			open = append(open, k)
 		}
 	}
-	return open, healed, schedule
+	return open, healed, schedule, evidence
 }
 
 // A fixed timeline with a broker crash, a database partition and a
@@ -103,10 +114,17 @@ func TestNemesisFixedTimeline(t *testing.T) {
 			if res.Valid != checker.Valid {
 				t.Fatalf("correct pipeline under the nemesis judged %s: %v", res.Valid, res.Reasons)
 			}
-			open, healed, schedule := faultWindows(t, r)
+			open, healed, schedule, evidence := faultWindows(t, r)
 			if len(open) > 0 {
 				t.Errorf("faults never healed: %v", open)
 			}
+			// Each one bit, and says how.
+			for _, k := range healed {
+				if evidence[k] == "" {
+					t.Errorf("no evidence that %s took effect", k)
+				}
+			}
+			t.Logf("evidence: %v", evidence)
 			if len(healed) != len(steps) {
 				t.Errorf("healed %d faults, want %d: %v", len(healed), len(steps), healed)
 			}
@@ -193,7 +211,7 @@ func TestNemesisRandomSchedule(t *testing.T) {
 			if res.Valid != checker.Valid {
 				t.Fatalf("correct pipeline under %s judged %s: %v", sched, res.Valid, res.Reasons)
 			}
-			open, healed, recorded := faultWindows(t, r)
+			open, healed, recorded, _ := faultWindows(t, r)
 			if len(open) > 0 || len(healed) != len(sched.Steps) {
 				t.Errorf("open %v, healed %d of %d steps", open, len(healed), len(sched.Steps))
 			}
