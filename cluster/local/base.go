@@ -139,6 +139,22 @@ func (b *base) Kill(ctx context.Context) error {
 	return nil
 }
 
+// ExitStatus is how the server's last process ended, as the kernel
+// reported it ("signal: killed"), or "" while it runs or before it ever
+// ran: a nemesis records it as the evidence that its kill landed.
+func (b *base) ExitStatus() string {
+	b.mu.Lock()
+	p := b.p
+	b.mu.Unlock()
+	if p == nil || !p.exited() {
+		return ""
+	}
+	if p.err == nil {
+		return "exit status 0"
+	}
+	return p.err.Error()
+}
+
 // stopWith stops the running server gracefully with sig.
 func (b *base) stopWith(ctx context.Context, sig syscall.Signal) error {
 	b.mu.Lock()

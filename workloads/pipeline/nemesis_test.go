@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,6 +123,10 @@ func TestNemesisFixedTimeline(t *testing.T) {
 			for _, k := range healed {
 				if evidence[k] == "" {
 					t.Errorf("no evidence that %s took effect", k)
+				}
+				// A kill's evidence is the exit status the kernel gave.
+				if strings.HasPrefix(k, "kill ") && !strings.Contains(evidence[k], "signal: killed") {
+					t.Errorf("kill without its exit status: %s: %s", k, evidence[k])
 				}
 			}
 			t.Logf("evidence: %v", evidence)
