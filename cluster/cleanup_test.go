@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -80,6 +81,7 @@ func TestCleanup(t *testing.T) {
 func cleanupCase(t *testing.T, rt, mode, services string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	shmBefore := shmFiles(t)
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCleanupChild$", "-test.v")
 	cmd.Env = append(os.Environ(), childEnv+"="+mode, childEnv+"_SERVICES="+services, childEnv+"_RUNTIME="+rt)
 	var stderr strings.Builder
@@ -119,7 +121,7 @@ func cleanupCase(t *testing.T, rt, mode, services string) {
 			t.Logf("child output:\n%s", rest.String())
 		}
 	}()
-	waitGone(t, ctx, rep)
+	waitGone(t, ctx, rep, shmBefore)
 }
 
 func readReport(t *testing.T, r interface{ Read([]byte) (int, error) }) childReport {
@@ -143,8 +145,11 @@ func readReport(t *testing.T, r interface{ Read([]byte) (int, error) }) childRep
 }
 
 // waitGone waits (bounded) until every pid, dir and container in rep is
-// gone.
-func waitGone(t *testing.T, ctx context.Context, rep childReport) {
+// gone, and with them the shared memory the child's servers made: no
+// PostgreSQL.* file in /dev/shm that was not there before (shmBefore),
+// and no System V segment created by one of the child's processes (a
+// PostgreSQL killed with SIGKILL leaves both behind; issue 19).
+func waitGone(t *testing.T, ctx context.Context, rep childReport, shmBefore map[string]bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -172,6 +177,14 @@ func waitGone(t *testing.T, ctx context.Context, rep childReport) {
 				left = append(left, "dir "+d)
 			}
 		}
+		for name := range shmFiles(t) {
+			if !shmBefore[name] {
+				left = append(left, "/dev/shm/"+name)
+			}
+		}
+		for _, seg := range sysvSegments(t, rep.PIDs) {
+			left = append(left, "System V shared memory segment "+seg)
+		}
 		if len(left) == 0 {
 			return
 		}
@@ -192,4 +205,45 @@ func alive(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// shmFiles is the set of PostgreSQL's dynamic shared memory files in
+// /dev/shm (dynamic_shared_memory_type=posix names them PostgreSQL.<n>).
+func shmFiles(t *testing.T) map[string]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/dev/shm")
+	if err != nil {
+		t.Fatalf("list /dev/shm: %v", err)
+	}
+	out := map[string]bool{}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "PostgreSQL.") {
+			out[e.Name()] = true
+		}
+	}
+	return out
+}
+
+// sysvSegments lists the System V shared memory segments (as "shmid
+// <id> (creator pid <pid>)") whose creator is one of pids, read from
+// /proc/sysvipc/shm.
+func sysvSegments(t *testing.T, pids []int) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sysvipc/shm")
+	if err != nil {
+		t.Fatalf("read System V segments: %v", err)
+	}
+	ours := map[string]bool{}
+	for _, p := range pids {
+		ours[strconv.Itoa(p)] = true
+	}
+	var out []string
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for _, l := range lines[1:] { // the first line is the header
+		f := strings.Fields(l) // key shmid perms size cpid lpid nattch ...
+		if len(f) > 4 && ours[f[4]] {
+			out = append(out, fmt.Sprintf("shmid %s (creator pid %s)", f[1], f[4]))
+		}
+	}
+	return out
 }

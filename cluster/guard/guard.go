@@ -8,6 +8,11 @@
 // an "exit" command, the harness is gone and it cleans up. A harness that
 // ends normally cleans up itself and closes the guard first, so the guard
 // never touches anything then.
+//
+// A group can be given a stop signal ([Guard.StopGroupWith]): its leader
+// gets that signal first and up to [StopGrace] to exit before every group
+// is killed. PostgreSQL needs it: killed with SIGKILL it never releases
+// its System V shared memory segment, which outlives the run.
 package guard
 
 import (
@@ -18,18 +23,23 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // script is the watchdog. Containers are removed through the engine's
 // Docker API with curl: $SOCK is a unix socket, else $BASE an http URL.
 const script = `
 groups=""
+stops=""
 ids=""
 dirs=""
 while IFS= read -r line; do
   case "$line" in
     "group "*) groups="$groups ${line#group }" ;;
-    "ungroup "*) keep=""; for g in $groups; do [ "$g" = "${line#ungroup }" ] || keep="$keep $g"; done; groups=$keep ;;
+    "stop "*) stops="$stops ${line#stop }" ;;
+    "ungroup "*)
+      keep=""; for g in $groups; do [ "$g" = "${line#ungroup }" ] || keep="$keep $g"; done; groups=$keep
+      keep=""; for s in $stops; do [ "${s%%:*}" = "${line#ungroup }" ] || keep="$keep $s"; done; stops=$keep ;;
     "container "*) ids="$ids ${line#container }" ;;
     "uncontainer "*) keep=""; for i in $ids; do [ "$i" = "${line#uncontainer }" ] || keep="$keep $i"; done; ids=$keep ;;
     "dir "*) dirs="$dirs
@@ -37,6 +47,18 @@ ${line#dir }" ;;
     exit) exit 0 ;;
   esac
 done
+if [ -n "$stops" ]; then
+  for s in $stops; do kill -CONT "-${s%%:*}" 2>/dev/null; kill "-${s#*:}" "${s%%:*}" 2>/dev/null; done
+  n=0
+  while [ "$n" -lt $GRACE_TICKS ]; do
+    up=""
+    for s in $stops; do
+      case "$(cat "/proc/${s%%:*}/stat" 2>/dev/null)" in ""|*") Z "*|*") X "*) ;; *) up=1 ;; esac
+    done
+    [ -z "$up" ] && break
+    sleep 0.05; n=$((n+1))
+  done
+fi
 if [ -n "$groups" ]; then
   for g in $groups; do kill -KILL "-$g" 2>/dev/null; done
   sleep 0.5
@@ -79,7 +101,8 @@ func Start(o Options) (*Guard, error) {
 	}
 	cmd := exec.Command("/bin/sh", "-c", script)
 	cmd.Stdin = r
-	cmd.Env = append(os.Environ(), "SOCK="+o.EngineSocket, "BASE="+o.EngineURL)
+	cmd.Env = append(os.Environ(), "SOCK="+o.EngineSocket, "BASE="+o.EngineURL,
+		"GRACE_TICKS="+strconv.Itoa(int(StopGrace/(50*time.Millisecond))))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		r.Close()
@@ -110,6 +133,20 @@ func (g *Guard) send(verb, arg string) error {
 
 // TrackGroup asks the guard to kill process group pgid if the harness dies.
 func (g *Guard) TrackGroup(pgid int) error { return g.send("group", strconv.Itoa(pgid)) }
+
+// StopGrace bounds how long the guard waits, after sending their stop
+// signals, for the leaders of groups given one to exit before it kills
+// every group.
+const StopGrace = 10 * time.Second
+
+// StopGroupWith asks the guard, if the harness dies, to send sig to the
+// leader of group pgid (and SIGCONT to the group, in case it is paused)
+// and give it up to StopGrace to exit before the group is killed like any
+// other. The group must be tracked too (TrackGroup); UntrackGroup forgets
+// both.
+func (g *Guard) StopGroupWith(pgid int, sig syscall.Signal) error {
+	return g.send("stop", strconv.Itoa(pgid)+":"+strconv.Itoa(int(sig)))
+}
 
 // UntrackGroup tells the guard group pgid is gone: its id may be reused
 // by someone else's group, which the guard must then leave alone.

@@ -4,6 +4,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -117,4 +119,95 @@ func TestNilGuardAndBadArguments(t *testing.T) {
 			t.Errorf("TrackDir(%q) accepted", bad)
 		}
 	}
+}
+
+// TestHarnessDeathStopsBeforeKilling: a group given a stop signal gets it,
+// and the time to act on it, before the guard kills every group; one
+// without is killed outright (PostgreSQL releases its shared memory only
+// when it gets to shut down).
+func TestHarnessDeathStopsBeforeKilling(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		stop      syscall.Signal // 0: no stop signal
+		wantClean bool           // the trap ran, so the process shut down itself
+	}{
+		{"stop signal", syscall.SIGQUIT, true},
+		{"paused, stop signal", syscall.SIGQUIT, true},
+		{"no stop signal", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := Start(Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			marker, ready := filepath.Join(dir, "stopped"), filepath.Join(dir, "ready")
+			// A server that cleans up on SIGQUIT, with a child in its
+			// group; it says when its trap is set.
+			cmd := exec.Command("/bin/sh", "-c", `trap 'echo clean > "$1"; exit 0' QUIT; : > "$2"; while :; do sleep 0.05; done`, "sh", marker, ready)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				if _, err := os.Stat(ready); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the server never set its trap")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err := g.TrackGroup(cmd.Process.Pid); err != nil {
+				t.Fatal(err)
+			}
+			if tc.stop != 0 {
+				if err := g.StopGroupWith(cmd.Process.Pid, tc.stop); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if strings.HasPrefix(tc.name, "paused") {
+				if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+					t.Fatal(err)
+				}
+			}
+			g.mu.Lock()
+			g.w.Close()
+			g.w = nil
+			g.mu.Unlock()
+			if err := g.cmd.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			if !exited(cmd, 10*time.Second) {
+				t.Fatal("tracked process group outlived the harness")
+			}
+			_, err = os.Stat(marker)
+			if clean := err == nil; clean != tc.wantClean {
+				t.Errorf("shut down by itself: %v, want %v", clean, tc.wantClean)
+			}
+			if left := groupMembers(cmd.Process.Pid); len(left) > 0 {
+				t.Errorf("group members left: %v", left)
+			}
+		})
+	}
+}
+
+// groupMembers lists the live processes of group pgid.
+func groupMembers(pgid int) []string {
+	ents, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		f := strings.Fields(s[i+1:])
+		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }

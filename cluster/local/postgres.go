@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,8 +10,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/deliverycheck/deliverycheck/cluster/freeport"
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
@@ -180,9 +183,16 @@ func (p *Postgres) Start(ctx context.Context) error {
 			"-c", "max_connections=200",
 			"-c", "shared_buffers=128MB",
 			"-c", "logging_collector=off",
+			// Dynamic shared memory in files under the data dir
+			// (pg_dynshmem/), not in /dev/shm: a server that never
+			// got to shut down (kill -9 by a nemesis, then the end
+			// of the run) leaves its segments behind, and there
+			// they go with the temp dir instead of piling up.
+			"-c", "dynamic_shared_memory_type=mmap",
 		},
-		log:  p.logPath,
-		cred: p.cred,
+		log:         p.logPath,
+		cred:        p.cred,
+		shutdownSig: syscall.SIGQUIT,
 	})
 	if err != nil {
 		return fmt.Errorf("start postgres: %w", err)
@@ -216,5 +226,86 @@ func (p *Postgres) Restart(ctx context.Context) error {
 	return p.Start(ctx)
 }
 
-// Close implements cluster.Service.
-func (p *Postgres) Close() error { return p.closeBase(nil) }
+// closeShutdown bounds Close's shutdown before the server is killed.
+const closeShutdown = 15 * time.Second
+
+// Close implements cluster.Service. The server is shut down, not killed:
+// a PostgreSQL killed with SIGKILL never releases its System V shared
+// memory segment, which outlives the run (issue 19). Immediate shutdown
+// (SIGQUIT) is enough, and fast: the shutdown checkpoint a fast shutdown
+// makes is pointless for a data dir about to be removed. With Keep the
+// data dir stays, so it gets a fast shutdown and is left clean. Either
+// is bounded by closeShutdown, then the group is killed; a segment left
+// by a server that was killed earlier (and never restarted) is removed.
+func (p *Postgres) Close() error {
+	sig := syscall.SIGQUIT
+	if p.keep {
+		sig = syscall.SIGINT
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeShutdown)
+	defer cancel()
+	serr := p.stopWith(ctx, sig)
+	return errors.Join(serr, p.closeBase(p.removeStaleSegment))
+}
+
+// removeStaleSegment removes the System V shared memory segment of a
+// server that died without shutting down. Its postmaster.pid is still in
+// the data dir then, and names the segment (key and id, line 7); the
+// segment is removed only if it still has that key and no process is
+// attached to it, so a reused id is never touched.
+func (p *Postgres) removeStaleSegment() error {
+	b, err := os.ReadFile(filepath.Join(p.data, "postmaster.pid"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // shut down cleanly, or never started
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: stale shared memory: %w", err)
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 7 {
+		return nil
+	}
+	f := strings.Fields(lines[6])
+	if len(f) != 2 {
+		return nil
+	}
+	seg, ok := sysvSegment(f[1])
+	if !ok || seg.key != f[0] || seg.nattch != 0 {
+		return nil
+	}
+	id, _ := strconv.Atoi(f[1])
+	if _, _, errno := syscall.Syscall(syscall.SYS_SHMCTL, uintptr(id), ipcRMID, 0); errno != 0 && errno != syscall.EINVAL {
+		return fmt.Errorf("postgres: remove stale shared memory segment %d: %w", id, errno)
+	}
+	p.log.Debug("removed the shared memory segment of a killed server", "shmid", id)
+	return nil
+}
+
+// ipcRMID is IPC_RMID from <sys/ipc.h> (the syscall package lacks it).
+const ipcRMID = 0
+
+// sysvInfo is a System V shared memory segment as /proc/sysvipc/shm
+// lists it (key in decimal).
+type sysvInfo struct {
+	key    string
+	nattch int
+}
+
+// sysvSegment looks up segment id in /proc/sysvipc/shm.
+func sysvSegment(id string) (sysvInfo, bool) {
+	b, err := os.ReadFile("/proc/sysvipc/shm")
+	if err != nil {
+		return sysvInfo{}, false
+	}
+	for _, l := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(l) // key shmid perms size cpid lpid nattch ...
+		if len(f) > 6 && f[1] == id {
+			n, err := strconv.Atoi(f[6])
+			if err != nil {
+				return sysvInfo{}, false
+			}
+			return sysvInfo{key: f[0], nattch: n}, true
+		}
+	}
+	return sysvInfo{}, false
+}

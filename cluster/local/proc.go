@@ -25,6 +25,13 @@ type procSpec struct {
 	// cred, when set, runs the child as another user (PostgreSQL refuses
 	// to run as root).
 	cred *syscall.Credential
+	// shutdownSig, when set, is how the server shuts down quickly and
+	// still releases what it holds outside its temp dir (PostgreSQL's
+	// SIGQUIT frees its System V shared memory; SIGKILL leaks it). If the
+	// harness dies, the child gets it instead of SIGKILL (as its parent
+	// death signal), and the guard sends it and waits before killing the
+	// group.
+	shutdownSig syscall.Signal
 }
 
 // proc is one running child in its own process group (pgid == pid).
@@ -57,9 +64,13 @@ func startProc(spec procSpec, g *guard.Guard) (*proc, error) {
 	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "LC_ALL=C.UTF-8"}, spec.env...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
+	deathSig := syscall.SIGKILL
+	if spec.shutdownSig != 0 {
+		deathSig = spec.shutdownSig
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setpgid:    true,
-		Pdeathsig:  syscall.SIGKILL,
+		Pdeathsig:  deathSig,
 		Credential: spec.cred,
 	}
 	if err := cmd.Start(); err != nil {
@@ -67,7 +78,11 @@ func startProc(spec procSpec, g *guard.Guard) (*proc, error) {
 	}
 	p := &proc{cmd: cmd, pgid: cmd.Process.Pid, done: make(chan struct{})}
 	if g != nil {
-		if err := g.TrackGroup(p.pgid); err != nil {
+		err := g.TrackGroup(p.pgid)
+		if err == nil && spec.shutdownSig != 0 {
+			err = g.StopGroupWith(p.pgid, spec.shutdownSig)
+		}
+		if err != nil {
 			_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
 			_ = cmd.Wait()
 			return nil, err
