@@ -58,7 +58,8 @@ type PostgresService struct{ *Service }
 // default). The testcontainers module starts PostgreSQL with fsync=off;
 // crash tests need what a committed transaction promises, so the command
 // line is replaced with fsync and synchronous_commit on, and the same
-// settings as the local runtime (logical WAL for CDC, room for clients).
+// settings as the local runtime (logical WAL for CDC, room for clients,
+// commit timestamps).
 func (r *Runtime) NewPostgres(image string) (*PostgresService, error) {
 	if image == "" {
 		image = DefaultImage("postgres")
@@ -79,7 +80,10 @@ func (r *Runtime) NewPostgres(image string) (*PostgresService, error) {
 					"-c", "max_wal_senders=10",
 					"-c", "max_replication_slots=10",
 					"-c", "max_connections=200",
-					"-c", "shared_buffers=128MB"),
+					"-c", "shared_buffers=128MB",
+					// Each row's commit time, for judging order by
+					// when effects committed (pg_xact_commit_timestamp).
+					"-c", "track_commit_timestamp=on"),
 			}, opts...)
 			c, err := postgres.Run(ctx, img, opts...)
 			if c == nil {

@@ -189,6 +189,9 @@ func (p *Postgres) Start(ctx context.Context) error {
 			// of the run) leaves its segments behind, and there
 			// they go with the temp dir instead of piling up.
 			"-c", "dynamic_shared_memory_type=mmap",
+			// Each row's commit time, for judging order by when
+			// effects committed (pg_xact_commit_timestamp).
+			"-c", "track_commit_timestamp=on",
 		},
 		log:         p.logPath,
 		cred:        p.cred,
