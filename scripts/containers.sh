@@ -16,11 +16,18 @@ if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 
 ping_sock() { curl -s --max-time 3 --unix-socket "$1" http://engine/_ping 2>/dev/null | grep -q OK; }
 
+# The images are built with the CLI of the engine the tests use (a
+# Docker-only machine has no podman to build with).
 sock=""
 if [ -n "${DOCKER_HOST:-}" ]; then
 	echo "containers: using DOCKER_HOST=$DOCKER_HOST"
+	case "$DOCKER_HOST" in
+		*podman*) export DC_ENGINE=${DC_ENGINE:-podman} ;;
+		*) export DC_ENGINE=${DC_ENGINE:-docker} ;;
+	esac
 elif [ -S /var/run/docker.sock ] && ping_sock /var/run/docker.sock; then
 	echo "containers: using the Docker engine at /var/run/docker.sock"
+	export DC_ENGINE=${DC_ENGINE:-docker}
 else
 	sock=/run/podman/podman.sock
 	want=()
@@ -30,8 +37,12 @@ else
 	if [ "${#want[@]}" -gt 0 ]; then
 		echo "containers: installing ${want[*]}"
 		export DEBIAN_FRONTEND=noninteractive
-		$sudo apt-get update -q
-		$sudo apt-get install -y -q --no-install-recommends "${want[@]}"
+		# A fresh machine often has apt busy at first (unattended
+		# upgrades, or scripts/deps.sh in another shell): wait for its
+		# lock instead of failing at once.
+		lock=(-o DPkg::Lock::Timeout=300)
+		$sudo apt-get "${lock[@]}" update -q
+		$sudo apt-get "${lock[@]}" install -y -q --no-install-recommends "${want[@]}"
 	fi
 	# runc, and container rlimits no higher than this machine allows
 	# (raising them is not permitted here: runc fails with "error setting
