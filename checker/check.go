@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -95,23 +96,45 @@ func nonNil[T any](s []T) []T {
 
 // commit flags of an event.
 const (
-	cInvoke uint8 = 1 << iota
+	cInvoke uint16 = 1 << iota
 	cOK
 	cFail
 	cInfo
-	cObserved  // some op downstream of the commit mentions it
+	cObserved  // some op downstream of the commit, and after its invoke, mentions it
 	cPublished // broker confirmed, or outbox row marked published
 	cPoison
 	cTimeSet
+	// cEarly: published before its commit was invoked (a producer that
+	// publishes, then commits). Deliveries and effects then follow from
+	// that publish, not from the commit, and prove nothing about it.
+	cEarly
+	cCommitSeen = cInvoke | cOK | cFail | cInfo
+)
+
+// Final-read flags of an event, valid for the final-read attempt frAttempt.
+const (
+	fObserved  uint8 = 1 << iota // a row names it
+	fPublished                   // its outbox row is marked published
 )
 
 type event struct {
 	id, source string
 	firstPos   int64 // position in the history of the first op naming it
-	key        int32
 	version    int64
 	commitTime int64 // ok time, else first invoke time
-	flags      uint8
+	key        int32
+	flags      uint16
+	frFlags    uint8
+	frAttempt  uint8 // the final-read attempt frFlags belong to
+}
+
+// observe marks e as seen downstream: proof of its commit only if the
+// commit was invoked already and, for ops that follow from a publish
+// (downstream true), the publish was not the producer's own before it.
+func (e *event) observe(downstream bool) {
+	if e.flags&cCommitSeen != 0 && (!downstream || e.flags&cEarly == 0) {
+		e.flags |= cObserved
+	}
 }
 
 func (e *event) committed() bool {
@@ -128,7 +151,12 @@ const (
 	sDLQ
 	sSkipped
 	sResolved // applied, skipped or dead-lettered: resolved is set
-	sInbox
+	// Final-read flags, valid for the attempt frAttempt; merge folds the
+	// ones of the attempt that counts into flags.
+	sInbox     // an inbox mark
+	sBrokerDLQ // in the broker's dead-letter queue
+	sTimed     // its first effect row carries commit_time
+	sDLQRow    // a dead-letter row
 )
 
 // subEvent is what one subscription did with one event.
@@ -136,18 +164,32 @@ type subEvent struct {
 	resolved   int64 // time of the first apply, skip or dead-letter
 	deliveries uint32
 	applies    uint32 // apply ok ops
-	effects    uint32 // final-read effect rows
+	effects    uint32 // final-read effect rows of attempt frAttempt
 	flags      uint8
+	frFlags    uint8 // sInbox, sBrokerDLQ, sTimed, sDLQRow of attempt frAttempt
+	frAttempt  uint8
+}
+
+// row readies se for a final-read row of attempt a: rows of an earlier
+// attempt are forgotten (only the attempt that completed counts).
+func (se *subEvent) row(a uint8) {
+	if se.frAttempt != a {
+		se.frAttempt, se.effects, se.frFlags = a, 0, 0
+	}
 }
 
 type subscription struct {
 	name     string
 	declared bool
-	// applied: some consumer of it wrote apply ops. A subscription
-	// without (an external consumer that writes no history) is ordered by
-	// its final-read effect rows instead.
-	applied bool
-	ev      []subEvent
+	// applyOps: its consumers write apply ops, which then order its
+	// effects (those without a commit_time). A subscription without (an
+	// external consumer that writes no history) can only be ordered by
+	// its effect rows' commit_time.
+	applyOps bool
+	ev       []subEvent
+	// brokerDLQ is the attempt of each event found in the broker's
+	// dead-letter queue, by event (rare, so a map).
+	brokerDLQ map[int32]int64
 }
 
 func (s *subscription) at(e int32) *subEvent {
@@ -159,7 +201,9 @@ func (s *subscription) at(e int32) *subEvent {
 }
 
 // applyRec is the first effect of an event in a subscription, for the
-// order check: the positions of its apply invoke and ok.
+// order check: when it began and when it was done, in history time: its
+// apply invoke and ok, or its effect row's commit_time for both. Equal
+// times are not ordered.
 type applyRec struct {
 	sub, event int32
 	inv, ok    int64
@@ -218,21 +262,30 @@ type shard struct {
 	keyNames []string
 	subs     []*subscription
 	subByNm  map[string]int32
-	pending  map[pendKey]int64
+	pending  map[pendKey]int64 // apply invokes in flight: their time
 	applies  []applyRec
-	// ledger is the first effect row of each event per subscription, in
-	// final-read order (the ledger's applied order), for subscriptions
-	// whose consumers wrote no apply ops.
-	ledger  []applyRec
-	series  seriesAcc
-	last    int32 // the event of the previous op, or -1
-	lastID  string
-	lastSub int32 // the subscription of the previous op, or -1
-	recent  *[recentEvents]recentEvent
+	// ledger is the first effect row with a commit_time of each event per
+	// subscription, in the current final-read attempt.
+	ledger []applyRec
+	// attempt counts final-read invokes; good is the last attempt that got
+	// its closing ok. Every shard sees the brackets.
+	attempt, good uint8
+	lastTime      int64
+	series        seriesAcc
+	last          int32 // the event of the previous op, or -1
+	lastID        string
+	lastSub       int32 // the subscription of the previous op, or -1
+	recent        *[recentEvents]recentEvent
 	// Shard 0 only: ops without an event.
-	drain, final              string
-	faults, crashes, restarts int64
+	drain, final      string
+	crashes, restarts int64
+	faults            []Fault
+	openFaults        map[faultKey]int // invoked, not yet completed: index in faults
 }
+
+// faultKey pairs a fault's invoke with its completion: the same process,
+// fault, target and step.
+type faultKey struct{ process, fault, target, detail string }
 
 // shards is the number of shards, a variable so tests can vary it.
 var shards = runtime.GOMAXPROCS(0)
@@ -299,12 +352,22 @@ func (a *analyzer) observe(ops []history.Op) {
 	<-done
 }
 
-// ownerOf returns the shard of op. It is safe for concurrent use.
+// ownerOf returns the shard of op, or -1 for every shard. It is safe for
+// concurrent use.
 func (a *analyzer) ownerOf(op *history.Op) int {
+	if bracket(op) {
+		return -1
+	}
 	if runLevel(op.F) {
 		return 0
 	}
 	return a.shards[0].owner(&op.Value)
+}
+
+// bracket reports whether op opens or closes a final read, which every
+// shard must see to know which attempt its rows belong to.
+func bracket(op *history.Op) bool {
+	return op.F == history.FinalRead && op.Value.Table == ""
 }
 
 // observeParts is observeHeld for a batch already split by ownerOf.
@@ -450,6 +513,8 @@ func (s *shard) observe(ops []history.Op, base int64) {
 		v := &op.Value
 		owner := lastOwner
 		switch {
+		case bracket(op):
+			owner = s.id
 		case runLevel(op.F):
 			// Counted once, by shard 0, even when they name the
 			// event in flight (a worker's crash at a failpoint does).
@@ -474,8 +539,13 @@ func runLevel(f history.F) bool {
 }
 
 func (s *shard) op(op *history.Op, pos int64) {
-	s.series.op(op)
 	v := &op.Value
+	s.lastTime = op.Time
+	if bracket(op) {
+		s.finalRead(op)
+		return
+	}
+	s.series.op(op)
 	switch op.F {
 	case history.Setup:
 		for _, name := range v.Subscriptions {
@@ -487,16 +557,17 @@ func (s *shard) op(op *history.Op, pos int64) {
 		switch op.Type {
 		case history.OK:
 			s.drain = "complete"
+			if v.Reason == DrainQuiet {
+				s.drain = DrainQuiet
+			}
 		case history.Fail, history.Info:
-			if s.drain != "complete" {
+			if s.drain != "complete" && s.drain != DrainQuiet {
 				s.drain = "timed-out"
 			}
 		}
 		return
 	case history.Fault:
-		if op.Type == history.Invoke {
-			s.faults++
-		}
+		s.fault(op)
 		return
 	case history.Crash:
 		if op.Type != history.Invoke {
@@ -508,22 +579,6 @@ func (s *shard) op(op *history.Op, pos int64) {
 			s.restarts++
 		}
 		return
-	case history.FinalRead:
-		if v.Table == "" {
-			switch op.Type {
-			case history.Invoke:
-				if s.final != "complete" {
-					s.final = "incomplete"
-				}
-			case history.OK:
-				s.final = "complete"
-			case history.Fail, history.Info:
-				if s.final != "complete" {
-					s.final = "failed"
-				}
-			}
-			return
-		}
 	}
 	if v.Event == "" {
 		return
@@ -547,46 +602,24 @@ func (s *shard) op(op *history.Op, pos int64) {
 		}
 		return
 	case history.Publish:
-		e.flags |= cObserved
+		if e.flags&cCommitSeen == 0 {
+			e.flags |= cEarly
+		}
+		e.observe(false)
 		if op.Type == history.OK {
 			e.flags |= cPublished
 		}
 		return
 	case history.FinalRead:
-		if op.Type != history.OK {
-			return
-		}
-		e.flags |= cObserved
-		switch v.Table {
-		case history.TableOutbox:
-			if v.Published {
-				e.flags |= cPublished
-			}
-		case history.TableEffects:
-			si, sub := s.sub(v.Consumer)
-			se := sub.at(ei)
-			se.effects++
-			resolve(se, op.Time, 0)
-			if se.effects == 1 {
-				version := v.Version
-				if version == 0 {
-					version = e.version
-				}
-				s.ledger = append(s.ledger, applyRec{sub: si, event: ei, inv: pos, ok: pos, version: version})
-			}
-		case history.TableInbox:
-			_, sub := s.sub(v.Consumer)
-			sub.at(ei).flags |= sInbox
-		case history.TableDLQ:
-			_, sub := s.sub(v.Consumer)
-			resolve(sub.at(ei), op.Time, sDLQ)
+		if op.Type == history.OK {
+			s.row(op, ei, e)
 		}
 		return
 	case history.Deliver, history.Apply, history.SkipStale, history.Ack, history.DLQ:
 	default:
 		return
 	}
-	e.flags |= cObserved
+	e.observe(true)
 	si, sub := s.sub(v.Consumer)
 	se := sub.at(ei)
 	switch op.F {
@@ -595,6 +628,7 @@ func (s *shard) op(op *history.Op, pos int64) {
 			se.deliveries++
 		}
 	case history.Apply:
+		sub.applyOps = true
 		s.apply(op, pos, ei, e, si, se)
 	case history.SkipStale:
 		if op.Type == history.OK {
@@ -611,6 +645,121 @@ func (s *shard) op(op *history.Op, pos int64) {
 	}
 }
 
+// DrainQuiet is the reason a drain ok carries when it ended after a quiet
+// window without anything to show that nothing was pending (a team's
+// relay, whose outbox the harness cannot see): events not yet applied are
+// then unseen, not lost.
+const DrainQuiet = "quiet"
+
+// finalRead follows a final read's brackets. Each invoke starts an attempt;
+// the last one to get its closing ok is the one whose rows count.
+func (s *shard) finalRead(op *history.Op) {
+	if s.id == 0 {
+		s.series.op(op)
+	}
+	switch op.Type {
+	case history.Invoke:
+		// A new attempt: the state it reads supersedes what earlier ones
+		// read, and the final read is complete only if it completes too.
+		if s.attempt < 255 {
+			s.attempt++
+		}
+		s.ledger = s.ledger[:0]
+		s.final = "incomplete"
+	case history.OK:
+		s.final = "complete"
+		s.good = s.attempt
+	case history.Fail, history.Info:
+		if s.final != "complete" {
+			s.final = "failed"
+		}
+	}
+}
+
+// row records a final-read row of event ei for the current attempt.
+func (s *shard) row(op *history.Op, ei int32, e *event) {
+	v := &op.Value
+	a := s.attempt
+	if e.frAttempt != a {
+		e.frAttempt, e.frFlags = a, 0
+	}
+	if v.Table == history.TableOutbox {
+		e.frFlags |= fObserved
+		if v.Published {
+			e.frFlags |= fPublished
+		}
+		return
+	}
+	if e.flags&cEarly == 0 {
+		e.frFlags |= fObserved
+	}
+	si, sub := s.sub(v.Consumer)
+	se := sub.at(ei)
+	se.row(a)
+	switch v.Table {
+	case history.TableEffects:
+		se.effects++
+		resolve(se, op.Time, 0)
+		if se.effects == 1 && v.CommitTime != 0 {
+			se.frFlags |= sTimed
+			version := v.Version
+			if version == 0 {
+				version = e.version
+			}
+			s.ledger = append(s.ledger, applyRec{sub: si, event: ei, inv: v.CommitTime, ok: v.CommitTime, version: version})
+		}
+	case history.TableInbox:
+		se.frFlags |= sInbox
+	case history.TableDLQ:
+		se.frFlags |= sDLQRow
+		resolve(se, op.Time, 0)
+	case history.TableBrokerDLQ:
+		se.frFlags |= sBrokerDLQ
+		if sub.brokerDLQ == nil {
+			sub.brokerDLQ = map[int32]int64{}
+		}
+		sub.brokerDLQ[ei] = v.Attempt
+	}
+}
+
+// fault pairs fault invokes with their completions into s.faults.
+func (s *shard) fault(op *history.Op) {
+	v := &op.Value
+	if v.Fault == "schedule" && op.Type != history.Invoke {
+		return // the schedule itself, not a fault
+	}
+	k := faultKey{op.Process, v.Fault, v.Target, v.Detail}
+	if op.Type == history.Invoke {
+		if s.openFaults == nil {
+			s.openFaults = map[faultKey]int{}
+		}
+		s.openFaults[k] = len(s.faults)
+		s.faults = append(s.faults, Fault{Kind: v.Fault, Target: v.Target, Detail: v.Detail,
+			StartNS: op.Time, EndNS: -1, Outcome: FaultCut, Random: v.Reason == "random"})
+		return
+	}
+	i, ok := s.openFaults[k]
+	if ok {
+		delete(s.openFaults, k)
+	} else {
+		// A completion without its invoke: a window of no length.
+		i = len(s.faults)
+		s.faults = append(s.faults, Fault{Kind: v.Fault, Target: v.Target, Detail: v.Detail, StartNS: op.Time})
+	}
+	f := &s.faults[i]
+	f.EndNS = op.Time
+	f.Random = f.Random || v.Reason == "random"
+	f.Evidence, f.Error = v.Evidence, v.Error
+	switch op.Type {
+	case history.OK:
+		f.Outcome, f.TookEffect = FaultTookEffect, true
+	case history.Info:
+		f.Outcome, f.TookEffect = FaultHealFailed, true
+	default:
+		f.Outcome = FaultNoEffect
+	}
+}
+
 func resolve(se *subEvent, t int64, flag uint8) {
 	se.flags |= flag
 	if se.flags&sResolved == 0 {
@@ -623,18 +772,17 @@ func (s *shard) apply(op *history.Op, pos int64, ei int32, e *event, si int32, s
 	pk := pendKey{op.Process, ei}
 	switch op.Type {
 	case history.Invoke:
-		s.pending[pk] = pos
+		s.pending[pk] = op.Time
 		return
 	case history.Fail, history.Info:
 		delete(s.pending, pk)
 		return
 	}
-	inv := pos
-	if p, ok := s.pending[pk]; ok {
-		inv = p
+	inv := op.Time
+	if t, ok := s.pending[pk]; ok {
+		inv = t
 		delete(s.pending, pk)
 	}
-	s.subs[si].applied = true
 	se.applies++
 	if se.applies > 1 {
 		return
@@ -644,7 +792,7 @@ func (s *shard) apply(op *history.Op, pos int64, ei int32, e *event, si int32, s
 	if version == 0 {
 		version = e.version
 	}
-	s.applies = append(s.applies, applyRec{sub: si, event: ei, inv: inv, ok: pos, version: version})
+	s.applies = append(s.applies, applyRec{sub: si, event: ei, inv: inv, ok: op.Time, version: version})
 	if e.flags&cTimeSet != 0 {
 		s.series.latency(op.Time, op.Time-e.commitTime)
 	}
@@ -652,6 +800,8 @@ func (s *shard) apply(op *history.Op, pos int64, ei int32, e *event, si int32, s
 
 func boundary(e *event, se *subEvent) Boundary {
 	switch {
+	case se.flags&sBrokerDLQ != 0 && se.applies == 0 && se.effects == 0:
+		return BrokerDLQ
 	case se.flags&sAcked != 0:
 		return Acked
 	case se.applies > 0 || se.effects > 0:
@@ -685,6 +835,13 @@ type view struct {
 	keyNames []string
 	subs     []*gsub // sorted by name
 	findings []finding
+	// Per subscription: it has inbox rows, its consumers wrote apply ops,
+	// its effect rows carry commit_time, it has effect rows.
+	subInbox, subApplied, subTimed, subEffects []bool
+	// maxApplied is the highest version each subscription applied, per
+	// key: subscription*nk + key.
+	maxApplied []int64
+	nk         int
 }
 
 func (v *view) se(s *gsub, i int) subEvent {
@@ -702,6 +859,7 @@ func (a *analyzer) merge() *view {
 	for _, s := range a.shards {
 		s.byID, s.bySource, s.keys, s.pending = nil, nil, nil, nil
 	}
+	a.foldEvents()
 	v := &view{}
 	// Events: each shard's are in first-appearance order; merge them.
 	total := 0
@@ -771,28 +929,6 @@ func (a *analyzer) merge() *view {
 	for i, g := range v.subs {
 		subIndex[g.name] = int32(i)
 	}
-	// A subscription no consumer wrote apply ops for is ordered by its
-	// effect ledger: the final read lists effects in applied order.
-	applied := make([]bool, len(v.subs))
-	for i, g := range v.subs {
-		for _, p := range g.parts {
-			applied[i] = applied[i] || p != nil && p.applied
-		}
-	}
-	for _, s := range a.shards {
-		for _, r := range s.ledger {
-			if !applied[subIndex[s.subs[r.sub].name]] {
-				s.applies = append(s.applies, r)
-			}
-		}
-		s.ledger = nil
-	}
-	// Order regressions: per subscription and key, a first effect whose
-	// apply began after the first effect of a higher version completed.
-	// Counting sort by (subscription, key); each bucket is then sorted by
-	// completion (it already nearly is: shards append in history order).
-	nk := len(v.keyNames)
-	usable := func(s *shard, r *applyRec) bool { return s.events[r.event].key >= 0 && r.version > 0 }
 	subIndexOf := make([][]int32, len(a.shards))
 	for si, s := range a.shards {
 		subIndexOf[si] = make([]int32, len(s.subs))
@@ -800,6 +936,15 @@ func (a *analyzer) merge() *view {
 			subIndexOf[si][i] = subIndex[sub.name]
 		}
 	}
+	nk := len(v.keyNames)
+	v.nk = nk
+	v.maxApplied = make([]int64, len(v.subs)*nk)
+	a.fold(v, keyMap, subIndexOf)
+	// Order regressions: per subscription and key, a first effect that
+	// began after the first effect of a higher version was done. Counting
+	// sort by (subscription, key); each bucket is then sorted by
+	// completion (it already nearly is: shards append in history order).
+	usable := func(s *shard, r *applyRec) bool { return s.events[r.event].key >= 0 && r.version > 0 }
 	bucketOf := func(si int, s *shard, r *applyRec) int {
 		return int(subIndexOf[si][r.sub])*nk + int(keyMap[si][s.events[r.event].key])
 	}
@@ -841,7 +986,13 @@ func (a *analyzer) merge() *view {
 			if !slices.IsSortedFunc(group, byOK) {
 				slices.SortStableFunc(group, byOK)
 			}
+			// Versions rising in completion order: no version began after
+			// a higher one was done, and none came before the one below it.
+			if slices.IsSortedFunc(group, func(x, y applyRec) int { return cmp.Compare(x.version, y.version) }) {
+				continue
+			}
 			v.regressions(group)
+			v.gaps(group)
 		}
 	}
 	return v
@@ -866,16 +1017,133 @@ func (v *view) regressions(recs []applyRec) {
 	}
 }
 
+// gaps finds, among the first effects of one subscription and key, each
+// version v-1 applied only after version v was: the subscription went
+// through a state it must never show (v without v-1).
+func (v *view) gaps(recs []applyRec) {
+	byVersion := make(map[int64]*applyRec, len(recs))
+	for i := range recs {
+		if _, ok := byVersion[recs[i].version]; !ok {
+			byVersion[recs[i].version] = &recs[i]
+		}
+	}
+	for _, r := range recs {
+		if prev, ok := byVersion[r.version-1]; ok && prev.inv > r.ok {
+			v.findings = append(v.findings, finding{kind: Gap, sub: prev.sub, event: prev.event,
+				detail: "version " + strconv.FormatInt(prev.version, 10) + " applied after version " + strconv.FormatInt(r.version, 10)})
+		}
+	}
+}
+
+// rowsCount reports whether final-read rows of attempt stamp count: those
+// of the last attempt, when it completed (or of a history without
+// brackets).
+func (a *analyzer) rowsCount(stamp uint8) bool {
+	s0 := a.shards[0]
+	return stamp == s0.good && (s0.final == "complete" || s0.attempt == 0)
+}
+
+// foldEvents folds each event's final-read flags of the attempt that
+// counts into its flags.
+func (a *analyzer) foldEvents() {
+	for _, s := range a.shards {
+		for i := range s.events {
+			e := &s.events[i]
+			if !a.rowsCount(e.frAttempt) {
+				continue
+			}
+			if e.frFlags&fObserved != 0 && e.flags&cCommitSeen != 0 {
+				e.flags |= cObserved
+			}
+			if e.frFlags&fPublished != 0 {
+				e.flags |= cPublished
+			}
+		}
+	}
+}
+
+// fold settles the final read: only the rows of the attempt that counts
+// (the last, if it completed) stay, folded into each event's flags; and
+// it gathers what the judge needs across events: which subscriptions have
+// an inbox, which are timed, the highest version each applied per key,
+// and the order records (an effect row's commit_time wins over its apply
+// ops' times).
+func (a *analyzer) fold(v *view, keyMap, subIndexOf [][]int32) {
+	counts := a.rowsCount
+	v.subInbox = make([]bool, len(v.subs))
+	v.subApplied = make([]bool, len(v.subs))
+	v.subTimed = make([]bool, len(v.subs))
+	v.subEffects = make([]bool, len(v.subs))
+	for si, s := range a.shards {
+		for li, sub := range s.subs {
+			g := subIndexOf[si][li]
+			v.subApplied[g] = v.subApplied[g] || sub.applyOps
+			for j := range sub.ev {
+				se := &sub.ev[j]
+				if !counts(se.frAttempt) {
+					se.effects, se.frFlags = 0, 0
+				}
+				se.flags |= se.frFlags
+				if se.frFlags&sDLQRow != 0 {
+					se.flags |= sDLQ
+				}
+				v.subInbox[g] = v.subInbox[g] || se.flags&sInbox != 0
+				v.subTimed[g] = v.subTimed[g] || se.flags&sTimed != 0
+				v.subEffects[g] = v.subEffects[g] || se.effects > 0
+				if se.effects > 0 || se.applies > 0 {
+					e := &s.events[j]
+					if e.key >= 0 && e.version > 0 {
+						m := &v.maxApplied[int(g)*v.nk+int(keyMap[si][e.key])]
+						*m = max(*m, e.version)
+					}
+				}
+			}
+		}
+		if !counts(s.attempt) {
+			s.ledger = nil
+		}
+		// An effect row's commit_time orders it; apply ops order the rest.
+		recs := s.ledger
+		for _, r := range s.applies {
+			if sub := s.subs[r.sub]; int(r.event) >= len(sub.ev) || sub.ev[r.event].flags&sTimed == 0 {
+				recs = append(recs, r)
+			}
+		}
+		s.applies, s.ledger = recs, nil
+	}
+}
+
+// facts are what the judge may rely on for a subscription's events.
+type facts struct {
+	drained bool // the drain completed: whatever is not applied will not be
+	final   bool // the final read completed: the effects ledger is authoritative
+}
+
 func (a *analyzer) finish(replay func(func([]history.Op) error) error) *Result {
 	v := a.merge()
 	g := a.opts.Guarantees
 	s0 := a.shards[0]
 	drain, final := s0.drain, s0.final
-	established := drain == "complete" && final == "complete"
-	c := Counts{Ops: a.ops, Events: int64(len(v.events)), Faults: s0.faults, Crashes: s0.crashes, Restarts: s0.restarts}
+	f := facts{drained: drain == "complete", final: final == "complete"}
+	established := f.final && (f.drained || drain == DrainQuiet)
+	var end int64
+	for _, s := range a.shards {
+		end = max(end, s.lastTime)
+	}
+	faults := nonNil(s0.faults)
+	var took int64
+	for i := range faults {
+		if faults[i].Outcome == FaultCut {
+			faults[i].EndNS = end
+		}
+		if faults[i].TookEffect {
+			took++
+		}
+	}
+	c := Counts{Ops: a.ops, Events: int64(len(v.events)), Faults: took, Crashes: s0.crashes, Restarts: s0.restarts}
 	for i := range v.events {
 		e := &v.events[i]
-		if e.flags&(cInvoke|cOK|cFail|cInfo) != 0 {
+		if e.flags&cCommitSeen != 0 {
 			c.Attempted++
 		}
 		switch {
@@ -904,12 +1172,14 @@ func (a *analyzer) finish(replay func(func([]history.Op) error) error) *Result {
 		}
 	}
 	stats := make([]SubscriptionStats, 0, len(v.subs))
+	var unseen int64
 	for si, s := range v.subs {
 		st := SubscriptionStats{Name: s.name, Declared: s.declared}
 		for i := range v.events {
 			se := v.se(s, i)
-			v.judge(&st, int32(i), &v.events[i], int32(si), &se, established)
+			v.judge(&st, s, int32(i), &v.events[i], int32(si), &se, f)
 		}
+		unseen += st.Unseen
 		stats = append(stats, st)
 	}
 	r := &Result{
@@ -918,6 +1188,7 @@ func (a *analyzer) finish(replay func(func([]history.Op) error) error) *Result {
 		Counts:        c,
 		Subscriptions: stats,
 		Reasons:       []string{},
+		Faults:        faults,
 	}
 	v.group(r, a.opts)
 	v.examples(r, a.opts, replay)
@@ -927,15 +1198,54 @@ func (a *analyzer) finish(replay func(func([]history.Op) error) error) *Result {
 			r.Reasons = append(r.Reasons, fmt.Sprintf("%d %s in %s", an.Count, an.Kind, an.Subscription))
 		}
 	}
-	if drain != "complete" {
-		r.Reasons = append(r.Reasons, "drain "+drain)
+	unknown := func(reason string) {
+		r.Reasons = append(r.Reasons, reason)
+		established = false
+	}
+	switch {
+	case drain == DrainQuiet && unseen > 0:
+		unknown(fmt.Sprintf("drain ended after a quiet window with %d events not applied, and nothing shows nothing was pending: they are lost or still on their way", unseen))
+	case drain != "complete" && drain != DrainQuiet:
+		unknown("drain " + drain)
 	}
 	if final != "complete" {
-		r.Reasons = append(r.Reasons, "final read "+final)
+		unknown("final read " + final)
 	}
 	if c.Committed > 0 && len(v.subs) == 0 {
-		r.Reasons = append(r.Reasons, "no subscriptions declared or observed")
-		established = false
+		unknown("no subscriptions declared or observed")
+	}
+	if c.Committed == 0 {
+		unknown("nothing was exercised: no commit took effect")
+	}
+	var randomDone, randomTook int
+	for _, f := range faults {
+		switch {
+		case f.Random && f.Outcome != FaultCut:
+			randomDone++
+			if f.TookEffect {
+				randomTook++
+			}
+		case !f.Random && f.Outcome == FaultNoEffect:
+			step := f.Detail
+			if step == "" {
+				step = strings.TrimSpace(f.Kind + " " + f.Target)
+			}
+			why := f.Error
+			if why == "" {
+				why = "no reason recorded"
+			}
+			unknown(fmt.Sprintf("scheduled fault %s did not take effect: %s", step, why))
+		}
+	}
+	if randomDone > 0 && randomTook == 0 {
+		unknown("no random fault took effect")
+	}
+	if g.Order == PerKey || g.Gaps == None {
+		for i, s := range v.subs {
+			if v.subEffects[i] && !v.subApplied[i] && !v.subTimed[i] {
+				unknown("order in " + s.name + " not judged: its effect rows carry no commit_time and its consumers wrote no apply ops (row order is insert order, not commit order)")
+			}
+		}
 	}
 	switch {
 	case slices.ContainsFunc(r.Anomalies, func(an Anomaly) bool { return an.Fatal }):
@@ -948,12 +1258,18 @@ func (a *analyzer) finish(replay func(func([]history.Op) error) error) *Result {
 	return r
 }
 
-// judge classifies what subscription si did with event ei.
-func (v *view) judge(st *SubscriptionStats, ei int32, e *event, si int32, se *subEvent, established bool) {
-	add := func(k Kind, b Boundary) {
-		v.findings = append(v.findings, finding{kind: k, sub: si, event: ei, boundary: b})
+// judge classifies what subscription s (index si) did with event ei.
+func (v *view) judge(st *SubscriptionStats, s *gsub, ei int32, e *event, si int32, se *subEvent, f facts) {
+	add := func(k Kind, b Boundary, detail string) {
+		v.findings = append(v.findings, finding{kind: k, sub: si, event: ei, boundary: b, detail: detail})
 	}
+	// Once the final read is complete the effects ledger is authoritative:
+	// an event is applied iff it has an effect row. Before, apply ops are
+	// all there is.
 	effects := max(se.applies, se.effects)
+	if f.final {
+		effects = se.effects
+	}
 	st.Deliveries += int64(se.deliveries)
 	st.Effects += int64(effects)
 	if se.deliveries > 0 {
@@ -961,7 +1277,7 @@ func (v *view) judge(st *SubscriptionStats, ei int32, e *event, si int32, se *su
 	}
 	if se.deliveries > 1 {
 		st.Redelivered++
-		add(Redelivered, "")
+		add(Redelivered, "", "")
 	}
 	if effects > 0 {
 		st.Applied++
@@ -973,39 +1289,82 @@ func (v *view) judge(st *SubscriptionStats, ei int32, e *event, si int32, se *su
 	if dlq {
 		st.DeadLettered++
 	}
-	if se.flags&sSkipped != 0 {
+	inbox := f.final && v.subInbox[si]
+	skipped := se.flags&sSkipped != 0
+	if !skipped && inbox && se.flags&sInbox != 0 && effects == 0 && !dlq && e.key >= 0 && e.version > 0 &&
+		v.maxApplied[int(si)*v.nk+int(e.key)] > e.version {
+		// Taken in (inbox mark) but not applied, while a later version
+		// was: the version guard skipped it, with no skip-stale op.
+		skipped = true
+	}
+	if skipped {
 		st.StaleSkipped++
-		add(StaleSkipped, "")
+		add(StaleSkipped, "", "")
 	}
 	if !e.committed() {
 		if effects > 0 && !e.indeterminate() {
 			st.Unexpected++
-			add(Unexpected, boundary(e, se))
+			add(Unexpected, boundary(e, se), "")
 		}
 		return
 	}
 	if effects > 1 {
 		st.DuplicateEffect++
-		add(DuplicateEffect, boundary(e, se))
+		add(DuplicateEffect, boundary(e, se), "")
+	}
+	if effects > 0 && e.flags&cPoison != 0 {
+		st.PoisonApplied++
+		add(PoisonApplied, "", "")
 	}
 	if dlq && e.flags&cPoison == 0 {
-		add(WronglyDeadLettered, "")
+		add(WronglyDeadLettered, "", "")
+	}
+	if inbox {
+		switch {
+		case se.flags&sInbox != 0 && effects == 0 && !dlq && !skipped:
+			st.InboxMismatch++
+			add(InboxMismatch, "", "inbox mark without its effect")
+		case effects > 0 && se.flags&sInbox == 0:
+			st.InboxMismatch++
+			add(InboxMismatch, "", "effect without its inbox mark")
+		}
 	}
 	if effects > 0 || dlq {
 		return
 	}
+	b := boundary(e, se)
+	detail := ""
+	if b == BrokerDLQ {
+		detail = "in the broker's dead-letter queue"
+		if n := v.brokerAttempt(s, int(ei)); n > 0 {
+			detail += " after " + strconv.FormatInt(n, 10) + " deliveries"
+		}
+	}
 	switch {
-	case se.flags&sSkipped != 0:
-		add(Gap, "")
-	case !established:
+	case skipped:
+		add(Gap, "", "")
+	case f.final && se.applies > 0:
+		st.Lost++
+		add(Lost, Applied, "apply ok but no effect in the ledger")
+	case !f.drained || !f.final:
 		st.Unseen++
-		add(Unseen, boundary(e, se))
+		add(Unseen, b, detail)
 	case e.flags&cPoison != 0:
-		add(DLQUnaccounted, boundary(e, se))
+		add(DLQUnaccounted, b, detail)
 	default:
 		st.Lost++
-		add(Lost, boundary(e, se))
+		add(Lost, b, detail)
 	}
+}
+
+// brokerAttempt returns how many deliveries event i had before the broker
+// dead-lettered it in subscription s, 0 if unknown.
+func (v *view) brokerAttempt(s *gsub, i int) int64 {
+	r := v.refs[i]
+	if p := s.parts[r.shard]; p != nil {
+		return p.brokerDLQ[r.local]
+	}
+	return 0
 }
 
 var kindRank = func() map[Kind]int {
@@ -1016,7 +1375,7 @@ var kindRank = func() map[Kind]int {
 	return m
 }()
 
-var boundaryOrder = []Boundary{Committed, Published, Delivered, Applied, Acked}
+var boundaryOrder = []Boundary{Committed, Published, Delivered, BrokerDLQ, Applied, Acked}
 
 // group turns findings into Anomalies and Shown, sorted by kind,
 // subscription name, then event first appearance.
@@ -1043,7 +1402,7 @@ func (v *view) group(r *Result, opts Options) {
 		if f0.sub >= 0 {
 			an.Subscription = v.subs[f0.sub].name
 		}
-		var byBoundary [5]int
+		var byBoundary [6]int
 		for n, f := range fs {
 			if n < opts.MaxEvents {
 				an.Events = append(an.Events, v.events[f.event].id)

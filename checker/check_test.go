@@ -74,6 +74,12 @@ func effect(id, sub string) history.Value {
 	return history.Value{Table: history.TableEffects, Event: id, Consumer: sub}
 }
 
+// timed gives an effects row its commit_time.
+func timed(v history.Value, commitTime int64) history.Value {
+	v.CommitTime = commitTime
+	return v
+}
+
 // found returns kind → subscription → event ids.
 func found(as []Anomaly) map[Kind][]string {
 	m := map[Kind][]string{}
@@ -109,7 +115,7 @@ func TestCheckEdges(t *testing.T) {
 		{
 			name:  "invoked commit never completed, never observed",
 			h:     new(builder).op("producer-1", history.Invoke, history.Commit, ev("e1", "k", 1)).drain().finalRead().h,
-			valid: Valid, shown: map[Kind][]string{InDoubt: {":e1"}},
+			valid: Unknown, shown: map[Kind][]string{InDoubt: {":e1"}}, // nothing was exercised
 		},
 		{
 			name:  "info commit observed only by its outbox row",
@@ -130,11 +136,12 @@ func TestCheckEdges(t *testing.T) {
 			valid: Valid,
 		},
 		{
-			name: "ledger only, version 1 applied after version 2",
+			// Ordered by commit_time, not row order: e2 committed first.
+			name: "ledger only, version 1 committed after version 2",
 			g:    Guarantees{Order: PerKey, Subscriptions: []string{"inv"}},
 			h: new(builder).commit("e1", "k", 1, history.OK).commit("e2", "k", 2, history.OK).drain().
-				finalRead(effect("e2", "inv"), effect("e1", "inv")).h,
-			valid: Invalid, anomalies: map[Kind][]string{OrderRegression: {"inv:e1"}},
+				finalRead(timed(effect("e1", "inv"), 9000), timed(effect("e2", "inv"), 8000)).h,
+			valid: Invalid, anomalies: map[Kind][]string{OrderRegression: {"inv:e1"}, Gap: {"inv:e1"}},
 		},
 		{
 			name: "ledger only, duplicate effect",
@@ -180,7 +187,7 @@ func TestCheckEdges(t *testing.T) {
 		{
 			name:  "double effect allowed at-least-once",
 			g:     Guarantees{Loss: None, DuplicateEffects: Allowed, Subscriptions: []string{"inv"}},
-			h:     new(builder).commit("e1", "k", 1, history.OK).consume("e1", "inv").apply("e1", "inv").drain().finalRead().h,
+			h:     new(builder).commit("e1", "k", 1, history.OK).consume("e1", "inv").apply("e1", "inv").drain().finalRead(effect("e1", "inv"), effect("e1", "inv")).h,
 			valid: Valid, anomalies: map[Kind][]string{DuplicateEffect: {"inv:e1"}},
 		},
 		{
@@ -197,22 +204,22 @@ func TestCheckEdges(t *testing.T) {
 			name: "order regression",
 			g:    Guarantees{Order: PerKey, Subscriptions: []string{"inv"}},
 			h: new(builder).commit("e1", "k", 1, history.OK).commit("e2", "k", 2, history.OK).
-				consume("e2", "inv").consume("e1", "inv").drain().finalRead().h,
-			valid: Invalid, anomalies: map[Kind][]string{OrderRegression: {"inv:e1"}},
+				consume("e2", "inv").consume("e1", "inv").drain().finalRead(effect("e2", "inv"), effect("e1", "inv")).h,
+			valid: Invalid, anomalies: map[Kind][]string{OrderRegression: {"inv:e1"}, Gap: {"inv:e1"}},
 		},
 		{
 			name: "concurrent applies are no regression",
 			g:    Guarantees{Order: PerKey, Subscriptions: []string{"inv"}},
 			h: new(builder).commit("e1", "k", 1, history.OK).commit("e2", "k", 2, history.OK).
 				op("c1", history.Invoke, history.Apply, sv("e1", "inv")).op("c2", history.Invoke, history.Apply, sv("e2", "inv")).
-				op("c2", history.OK, history.Apply, sv("e2", "inv")).op("c1", history.OK, history.Apply, sv("e1", "inv")).drain().finalRead().h,
+				op("c2", history.OK, history.Apply, sv("e2", "inv")).op("c1", history.OK, history.Apply, sv("e1", "inv")).drain().finalRead(effect("e2", "inv"), effect("e1", "inv")).h,
 			valid: Valid,
 		},
 		{
 			name: "stale skip is a gap",
 			g:    Guarantees{Gaps: None, Subscriptions: []string{"inv"}},
 			h: new(builder).commit("e1", "k", 1, history.OK).commit("e2", "k", 2, history.OK).
-				consume("e2", "inv").deliver("e1", "inv").op("consumer-inv", history.OK, history.SkipStale, sv("e1", "inv")).drain().finalRead().h,
+				consume("e2", "inv").deliver("e1", "inv").op("consumer-inv", history.OK, history.SkipStale, sv("e1", "inv")).drain().finalRead(effect("e2", "inv")).h,
 			valid: Invalid, anomalies: map[Kind][]string{Gap: {"inv:e1"}}, shown: map[Kind][]string{StaleSkipped: {"inv:e1"}},
 		},
 		{
@@ -227,7 +234,7 @@ func TestCheckEdges(t *testing.T) {
 		{
 			name:  "subscriptions from a setup op",
 			g:     Guarantees{},
-			h:     new(builder).op("harness", history.OK, history.Setup, history.Value{Subscriptions: []string{"a", "b"}}).commit("e1", "k", 1, history.OK).consume("e1", "a").drain().finalRead().h,
+			h:     new(builder).op("harness", history.OK, history.Setup, history.Value{Subscriptions: []string{"a", "b"}}).commit("e1", "k", 1, history.OK).consume("e1", "a").drain().finalRead(effect("e1", "a")).h,
 			valid: Invalid, anomalies: map[Kind][]string{Lost: {"b:e1"}},
 		},
 	}
@@ -365,7 +372,7 @@ func TestPresets(t *testing.T) {
 
 func TestCheckFilesUnorderedFallsBack(t *testing.T) {
 	// A file whose times go backwards is read whole and sorted.
-	b := new(builder).commit("e1", "k", 1, history.OK).consume("e1", "inv").drain().finalRead()
+	b := new(builder).commit("e1", "k", 1, history.OK).consume("e1", "inv").drain().finalRead(effect("e1", "inv"))
 	h := slices.Clone(b.h)
 	h[0], h[1] = h[1], h[0]
 	var buf []byte
@@ -395,7 +402,11 @@ func TestRunLevelOpsNamingAnEventCountOnce(t *testing.T) {
 			op("nemesis", history.OK, history.Crash, history.Value{Event: id, Target: "consumer-inv"}).
 			op("nemesis", history.OK, history.Restart, history.Value{Event: id, Target: "consumer-inv"})
 	}
-	b.drain().finalRead()
+	var rows []history.Value
+	for i := range 20 {
+		rows = append(rows, effect("e"+strconv.Itoa(i), "inv"))
+	}
+	b.drain().finalRead(rows...)
 	for _, n := range []int{1, 2, 3} {
 		shards = n
 		r := Check(b.h, Options{Guarantees: Guarantees{Subscriptions: []string{"inv"}}})

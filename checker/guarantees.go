@@ -29,8 +29,8 @@ const (
 // Guarantees are what a scenario promises, as allowed or fatal anomaly
 // kinds (Jepsen's allowed error types). The zero value promises the most:
 // no loss, no duplicate effects; order and gaps are not promised unless
-// set. unexpected, dlq-unaccounted and wrongly-dead-lettered are always
-// fatal.
+// set. unexpected, dlq-unaccounted, wrongly-dead-lettered,
+// poison-applied and inbox-mismatch are always fatal.
 type Guarantees struct {
 	Loss             Allowance `json:"loss" yaml:"loss"`                           // lost: default none
 	DuplicateEffects Allowance `json:"duplicate-effects" yaml:"duplicate-effects"` // duplicate-effect: default none
@@ -111,7 +111,7 @@ func (g Guarantees) Fatal(k Kind) bool {
 		return g.Order != Unordered
 	case Gap:
 		return g.Gaps != Allowed
-	case Unexpected, DLQUnaccounted, WronglyDeadLettered:
+	case Unexpected, DLQUnaccounted, WronglyDeadLettered, PoisonApplied, InboxMismatch:
 		return true
 	}
 	return false

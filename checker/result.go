@@ -46,6 +46,14 @@ const (
 	DLQUnaccounted Kind = "dlq-unaccounted"
 	// WronglyDeadLettered: an event not marked poison is in the DLQ.
 	WronglyDeadLettered Kind = "wrongly-dead-lettered"
+	// PoisonApplied: a subscription applied an event marked poison: its
+	// consumer took garbage for an effect. Always fatal.
+	PoisonApplied Kind = "poison-applied"
+	// InboxMismatch: in a subscription that has an inbox, an inbox mark
+	// without its effect or an effect without its inbox mark. The two are
+	// written in one transaction, so either breaks its atomicity. Always
+	// fatal.
+	InboxMismatch Kind = "inbox-mismatch"
 )
 
 // Kinds shown in results that are not anomalies.
@@ -69,7 +77,7 @@ const (
 // AnomalyKinds lists the anomaly kinds in the order results show them.
 // Each call returns a new slice, so no caller can reorder another's.
 func AnomalyKinds() []Kind {
-	return []Kind{Lost, DuplicateEffect, Unexpected, OrderRegression, Gap, DLQUnaccounted, WronglyDeadLettered}
+	return []Kind{Lost, DuplicateEffect, Unexpected, OrderRegression, Gap, DLQUnaccounted, WronglyDeadLettered, PoisonApplied, InboxMismatch}
 }
 
 // ShownKinds lists the non-anomaly kinds in the order results show them.
@@ -83,11 +91,12 @@ type Boundary string
 
 // Boundaries, in pipeline order.
 const (
-	Committed Boundary = "committed" // commit ok (or recovered); never confirmed by the broker
-	Published Boundary = "published" // broker confirmed the publish (or outbox row marked published)
-	Delivered Boundary = "delivered" // the broker delivered it to the subscription
-	Applied   Boundary = "applied"   // the subscription's effect is durable
-	Acked     Boundary = "acked"     // the subscription acked it
+	Committed Boundary = "committed"  // commit ok (or recovered); never confirmed by the broker
+	Published Boundary = "published"  // broker confirmed the publish (or outbox row marked published)
+	Delivered Boundary = "delivered"  // the broker delivered it to the subscription
+	BrokerDLQ Boundary = "broker-dlq" // in a dead-letter queue the harness set up on the broker
+	Applied   Boundary = "applied"    // the subscription's effect is durable
+	Acked     Boundary = "acked"      // the subscription acked it
 )
 
 // Result is the outcome of a check. It marshals to the stable
@@ -105,14 +114,52 @@ type Result struct {
 	// in the order of [AnomalyKinds] then subscription name.
 	Anomalies []Anomaly `json:"anomalies"`
 	// Shown has the non-anomaly kinds, in the order of [ShownKinds].
-	Shown  []Anomaly `json:"shown"`
-	Series Series    `json:"series"`
+	Shown []Anomaly `json:"shown"`
+	// Faults lists every fault the nemesis injected, in the order they
+	// started, with whether it took effect and the evidence, so a report
+	// can show each window next to what it did.
+	Faults []Fault `json:"faults"`
+	Series Series  `json:"series"`
 }
+
+// Fault is one fault window of the history: a fault invoke and the op that
+// completed it.
+type Fault struct {
+	Kind   string `json:"fault"`  // "kill", "partition", "failpoint", ...
+	Target string `json:"target"` // the service, link or worker hit
+	Detail string `json:"detail"` // the schedule step
+	// StartNS and EndNS bound the window in ns since the run started. A
+	// fault never completed (the history was cut) ends at the history's
+	// last op.
+	StartNS int64 `json:"start_ns"`
+	EndNS   int64 `json:"end_ns"`
+	// Outcome is what completed it: "took-effect" (ok: healed, and it
+	// bit), "no-effect" (fail: not injected, or in place but it never
+	// bit), "heal-failed" (info: injected, the heal failed; it counts as
+	// taking effect) or "cut" (never completed: no evidence either way).
+	Outcome    string `json:"outcome"`
+	TookEffect bool   `json:"took_effect"`
+	// Random: the step came from a seeded random schedule, where a fault
+	// that did not bite is reported and not counted.
+	Random   bool   `json:"random"`
+	Evidence string `json:"evidence,omitempty"` // what showed it bit
+	Error    string `json:"error,omitempty"`    // why it did not, or why its heal failed
+}
+
+// The outcomes of a [Fault].
+const (
+	FaultTookEffect = "took-effect"
+	FaultNoEffect   = "no-effect"
+	FaultHealFailed = "heal-failed"
+	FaultCut        = "cut"
+)
 
 // Facts are what the run established; Valid needs DrainComplete and
 // FinalRead "complete".
 type Facts struct {
-	// Drain is "complete", "timed-out" or "missing".
+	// Drain is "complete", "quiet" (it ended after a quiet window, with
+	// nothing to show that nothing was pending: events not applied are
+	// unseen, not lost), "timed-out" or "missing".
 	Drain string `json:"drain"`
 	// FinalRead is "complete", "failed", "incomplete" (started, history
 	// ends before its closing op) or "missing".
@@ -136,7 +183,7 @@ type Counts struct {
 	Committed     int64 `json:"committed"`     // acknowledged + recovered
 	Published     int64 `json:"published"`     // committed events the broker confirmed
 	Poison        int64 `json:"poison"`
-	Faults        int64 `json:"faults"`
+	Faults        int64 `json:"faults"` // faults that took effect (ok or info), not invokes
 	Crashes       int64 `json:"crashes"`
 	Restarts      int64 `json:"restarts"`
 }
@@ -157,6 +204,8 @@ type SubscriptionStats struct {
 	DuplicateEffect int64  `json:"duplicate_effect"`
 	Unexpected      int64  `json:"unexpected"`
 	Unseen          int64  `json:"unseen"`
+	PoisonApplied   int64  `json:"poison_applied"`
+	InboxMismatch   int64  `json:"inbox_mismatch"`
 }
 
 // Anomaly is every finding of one kind in one subscription.
