@@ -2,11 +2,11 @@ package runner
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 	"github.com/deliverycheck/deliverycheck/scenarios"
 )
 
@@ -68,21 +68,19 @@ func TestContainersRuntimeDebezium(t *testing.T) {
 }
 
 // requireContainers skips t unless the containers runtime can run
-// PostgreSQL and Kafka here (and fails it when
-// DELIVERYCHECK_REQUIRE_CONTAINERS says the runtime must be there).
+// PostgreSQL and Kafka here (and fails it under
+// testenv.RequireContainers, which says the runtime must be there).
 func requireContainers(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts real servers")
-	}
+	testenv.SkipIfShort(t, "starts real servers")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rt, why := cluster.ResolveRuntime(ctx, cluster.Auto, cluster.ImageList(nil, []string{cluster.Postgres, cluster.Kafka}))
 	if rt != cluster.Containers {
-		if os.Getenv("DELIVERYCHECK_REQUIRE_CONTAINERS") != "" {
-			t.Fatalf("containers runtime required but unavailable: %s", why)
+		if why == "" {
+			why = "runtime resolved to " + rt
 		}
-		t.Skipf("containers runtime unavailable: %s", why)
+		testenv.MustHaveContainers(t, why)
 	}
 }
 
