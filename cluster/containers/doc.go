@@ -23,4 +23,7 @@
 //     local runtime makes, not a log line.
 //   - Engine detection never panics (testcontainers does when it finds no
 //     engine): see [Detect].
+//   - The network containers join is settled once, before services start
+//     in parallel, instead of lazily by each create (three racing creates
+//     failed the first run on a fresh engine): see network.go.
 package containers
