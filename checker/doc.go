@@ -15,15 +15,24 @@
 // (info, or invoked and never completed) and something downstream proves it
 // (a publish, a delivery, an effect, its outbox row), as Jepsen's Kafka
 // checker does; such an event is shown as recovered, an indeterminate one
-// never observed as in-doubt. Each subscription is judged on its own: it
+// never observed as in-doubt. Only what happens after the commit's invoke
+// proves it, and nothing that follows from a publish the producer made
+// itself before committing. Each subscription is judged on its own: it
 // must apply every committed event exactly once (or dead-letter it if it
-// is poison). Effects are counted from apply ok ops and from the effects
-// table of the final read, whichever shows more.
+// is poison, and never apply a poison one). Once the final read is
+// complete its effects ledger is authoritative: an event is applied iff
+// it has an effect row. Order is judged by when effects committed (an
+// effect row's commit_time, else its apply ops' times); equal times are
+// not ordered. Where a subscription has an inbox, inbox marks and effects
+// must agree. Only the final-read attempt that completed counts.
 //
 // # Verdict
 //
 // The verdict is Invalid if any anomaly the guarantees do not allow was
-// found; otherwise Valid only if the drain completed and the final read is
-// complete, and Unknown if not. Without those facts an event not yet
-// applied is shown as unseen, not lost.
+// found; otherwise Valid only if the drain completed, the final read is
+// complete and something was exercised (a commit took effect, every
+// scheduled fault took effect, some fault of a random schedule did), and
+// Unknown if not. Without those facts an event not yet applied is shown
+// as unseen, not lost. [Result.Faults] lists each fault window with its
+// outcome and evidence.
 package checker
