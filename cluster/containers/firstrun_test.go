@@ -2,6 +2,7 @@ package containers
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -108,4 +109,72 @@ func removeUnusedNetwork(t *testing.T, ctx context.Context, eng Engine, name str
 		t.Fatalf("remove network %s: %v", name, err)
 	}
 	t.Logf("removed network %s: the engine now has no testcontainers network, as before its first run", name)
+}
+
+// TestEnsureNetwork covers both ways ensureNetwork settles the network:
+// the engine's bridge when it lists one (nothing is created), else the
+// fallback network, created once however many runtimes ask at once.
+func TestEnsureNetwork(t *testing.T) {
+	testenv.SkipIfShort(t, "talks to the container engine")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	eng := requireEngine(t, ctx)
+	cli, err := newClient(eng.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	fallback := fmt.Sprintf("deliverycheck-test-%d", time.Now().UnixNano())
+	defer func() {
+		if err := cli.NetworkRemove(context.Background(), fallback); err != nil && !client.IsErrNotFound(err) {
+			t.Errorf("remove %s: %v", fallback, err)
+		}
+	}()
+	for _, tc := range []struct {
+		name    string
+		bridge  string
+		callers int
+		want    string
+	}{
+		{"engine's bridge", testcontainers.Bridge, 1, testcontainers.Bridge},
+		{"no bridge: fallback created by one of three", "no-such-bridge", 3, fallback},
+		{"no bridge: fallback already there", "no-such-bridge", 1, fallback},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, gctx := errgroup.WithContext(ctx)
+			got := make([]string, tc.callers)
+			for i := range got {
+				g.Go(func() (err error) {
+					got[i], err = ensureNetworkNamed(gctx, cli, log, tc.bridge, fallback)
+					return err
+				})
+			}
+			if err := g.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range got {
+				if name != tc.want {
+					t.Errorf("network %q, want %q", name, tc.want)
+				}
+			}
+			list, err := cli.NetworkList(ctx, network.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, nw := range list {
+				if nw.Name == fallback {
+					n++
+				}
+			}
+			want := 0
+			if tc.want == fallback {
+				want = 1
+			}
+			if n != want {
+				t.Errorf("%d networks named %s, want %d", n, fallback, want)
+			}
+		})
+	}
 }

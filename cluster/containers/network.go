@@ -52,6 +52,12 @@ var networkMu sync.Mutex
 // else testcontainers' fallback network, created here. It returns the
 // network's name.
 func ensureNetwork(ctx context.Context, cli *client.Client, log *slog.Logger) (string, error) {
+	return ensureNetworkNamed(ctx, cli, log, testcontainers.Bridge, testcontainers.ReaperDefault)
+}
+
+// ensureNetworkNamed is ensureNetwork with the names as parameters, so a
+// test can take the fallback path on an engine that has a bridge.
+func ensureNetworkNamed(ctx context.Context, cli *client.Client, log *slog.Logger, bridge, fallback string) (string, error) {
 	networkMu.Lock()
 	defer networkMu.Unlock()
 	has := func(name string) (bool, error) {
@@ -61,10 +67,10 @@ func ensureNetwork(ctx context.Context, cli *client.Client, log *slog.Logger) (s
 		}
 		return slices.ContainsFunc(list, func(n network.Summary) bool { return n.Name == name }), nil
 	}
-	if ok, err := has(testcontainers.Bridge); err != nil || ok {
-		return testcontainers.Bridge, err
+	if ok, err := has(bridge); err != nil || ok {
+		return bridge, err
 	}
-	name := testcontainers.ReaperDefault
+	name := fallback
 	if ok, err := has(name); err != nil || ok {
 		return name, err
 	}
@@ -80,6 +86,8 @@ func ensureNetwork(ctx context.Context, cli *client.Client, log *slog.Logger) (s
 			return "", fmt.Errorf("create network %s: %w", name, err)
 		}
 	}
-	log.Info("created the containers' network (the engine has no bridge network)", "network", name)
+	if err == nil {
+		log.Info("created the containers' network (the engine has no bridge network)", "network", name)
+	}
 	return name, nil
 }
