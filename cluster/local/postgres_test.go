@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,4 +206,72 @@ func BenchmarkPostgresRestart(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestPostgresCloseLeavesNoSharedMemory: however a server's life ends
+// before Close, nothing of its shared memory outlives it: no System V
+// segment, no /dev/shm file (issue 19: a killed PostgreSQL leaves both).
+func TestPostgresCloseLeavesNoSharedMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		before func(ctx context.Context, pg *Postgres) error
+	}{
+		{"running", func(context.Context, *Postgres) error { return nil }},
+		{"paused", func(ctx context.Context, pg *Postgres) error { return pg.Pause(ctx) }},
+		{"killed with -9", func(ctx context.Context, pg *Postgres) error { return pg.Kill(ctx) }},
+		{"stopped", func(ctx context.Context, pg *Postgres) error { return pg.Stop(ctx) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testenv.SkipIfShort(t, "starts a real PostgreSQL server")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			shmBefore := shmFiles(t)
+			pg, err := NewPostgres(PostgresOptions{})
+			testenv.MustHaveServer(t, "postgres", err)
+			if err := pg.Start(ctx); err != nil {
+				pg.Close()
+				t.Fatal(err)
+			}
+			pg.mu.Lock()
+			postmaster := pg.p.pgid // the group leader
+			pg.mu.Unlock()
+			if err := tc.before(ctx, pg); err != nil {
+				pg.Close()
+				t.Fatal(err)
+			}
+			if err := pg.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for name := range shmFiles(t) {
+				if !shmBefore[name] {
+					t.Errorf("/dev/shm/%s left behind", name)
+				}
+			}
+			b, err := os.ReadFile("/proc/sysvipc/shm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range strings.Split(string(b), "\n")[1:] {
+				if f := strings.Fields(l); len(f) > 4 && f[4] == strconv.Itoa(postmaster) {
+					t.Errorf("System V segment %s (created by the postmaster, pid %d) left behind", f[1], postmaster)
+				}
+			}
+		})
+	}
+}
+
+// shmFiles is the set of PostgreSQL.* files in /dev/shm.
+func shmFiles(t *testing.T) map[string]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/dev/shm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "PostgreSQL.") {
+			out[e.Name()] = true
+		}
+	}
+	return out
 }
