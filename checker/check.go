@@ -938,7 +938,6 @@ func (a *analyzer) merge() *view {
 	}
 	nk := len(v.keyNames)
 	v.nk = nk
-	v.maxApplied = make([]int64, len(v.subs)*nk)
 	a.fold(v, keyMap, subIndexOf)
 	// Order regressions: per subscription and key, a first effect that
 	// began after the first effect of a higher version was done. Counting
@@ -1078,38 +1077,67 @@ func (a *analyzer) fold(v *view, keyMap, subIndexOf [][]int32) {
 		for li, sub := range s.subs {
 			g := subIndexOf[si][li]
 			v.subApplied[g] = v.subApplied[g] || sub.applyOps
+			var any uint8
+			effects := false
 			for j := range sub.ev {
 				se := &sub.ev[j]
+				if se.frFlags == 0 && se.effects == 0 {
+					continue
+				}
 				if !counts(se.frAttempt) {
 					se.effects, se.frFlags = 0, 0
+					continue
 				}
 				se.flags |= se.frFlags
 				if se.frFlags&sDLQRow != 0 {
 					se.flags |= sDLQ
 				}
-				v.subInbox[g] = v.subInbox[g] || se.flags&sInbox != 0
-				v.subTimed[g] = v.subTimed[g] || se.flags&sTimed != 0
-				v.subEffects[g] = v.subEffects[g] || se.effects > 0
-				if se.effects > 0 || se.applies > 0 {
-					e := &s.events[j]
-					if e.key >= 0 && e.version > 0 {
-						m := &v.maxApplied[int(g)*v.nk+int(keyMap[si][e.key])]
-						*m = max(*m, e.version)
-					}
+				any |= se.frFlags
+				effects = effects || se.effects > 0
+			}
+			v.subInbox[g] = v.subInbox[g] || any&sInbox != 0
+			v.subTimed[g] = v.subTimed[g] || any&sTimed != 0
+			v.subEffects[g] = v.subEffects[g] || effects
+		}
+	}
+	// The highest version applied per key, for subscriptions with an inbox
+	// (an inbox mark without an effect under a later version is a skip).
+	for si, s := range a.shards {
+		for li, sub := range s.subs {
+			g := subIndexOf[si][li]
+			if !v.subInbox[g] {
+				continue
+			}
+			if v.maxApplied == nil {
+				v.maxApplied = make([]int64, len(v.subs)*v.nk)
+			}
+			for j := range sub.ev {
+				se := &sub.ev[j]
+				if se.effects == 0 && se.applies == 0 {
+					continue
+				}
+				if e := &s.events[j]; e.key >= 0 && e.version > 0 {
+					m := &v.maxApplied[int(g)*v.nk+int(keyMap[si][e.key])]
+					*m = max(*m, e.version)
 				}
 			}
 		}
+	}
+	for _, s := range a.shards {
 		if !counts(s.attempt) {
 			s.ledger = nil
 		}
 		// An effect row's commit_time orders it; apply ops order the rest.
-		recs := s.ledger
-		for _, r := range s.applies {
-			if sub := s.subs[r.sub]; int(r.event) >= len(sub.ev) || sub.ev[r.event].flags&sTimed == 0 {
-				recs = append(recs, r)
+		if len(s.ledger) > 0 {
+			recs := s.applies[:0]
+			for _, r := range s.applies {
+				if sub := s.subs[r.sub]; int(r.event) >= len(sub.ev) || sub.ev[r.event].flags&sTimed == 0 {
+					recs = append(recs, r)
+				}
 			}
+			s.applies = append(recs, s.ledger...)
 		}
-		s.applies, s.ledger = recs, nil
+		s.ledger = nil
 	}
 }
 

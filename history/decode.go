@@ -77,11 +77,14 @@ func (in *interner) get(b []byte) string {
 // does. It then refuses, as json.Unmarshal would not, an op the checker
 // could misjudge (see [CheckOp]).
 func UnmarshalLine(line []byte, op *Op) error {
+	*op = Op{}
 	return unmarshalLine(line, op, nil)
 }
 
+// unmarshalLine is UnmarshalLine into an op that is already zero: readers
+// decode into zeroed slots, and one pass less over a ~300-byte op per line
+// is measurable.
 func unmarshalLine(line []byte, op *Op, in *interner) error {
-	*op = Op{}
 	d := decoder{b: line, in: in}
 	if err := d.op(op); err == nil {
 		return checkOp(op, d.nonASCII)

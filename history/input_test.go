@@ -2,6 +2,7 @@ package history
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -78,5 +79,36 @@ func TestNewValueFieldsRoundTrip(t *testing.T) {
 	var fast Op
 	if err := d.op(&fast); err != nil {
 		t.Fatalf("the fast path declined %s: %v", line, err)
+	}
+}
+
+// TestDecodeSlotsStartZero: readers decode into slots without resetting
+// them, so no field of a torn line, or of an op of an earlier chunk, may
+// leak into the next op.
+func TestDecodeSlotsStartZero(t *testing.T) {
+	full := func(t int) string {
+		return fmt.Sprintf(`{"index":0,"time":%d,"process":"p","type":"ok","f":"apply","value":{"event":"e1","key":"k","version":3,"consumer":"c","error":"x","detail":"d","subscriptions":["a"]}}`, t)
+	}
+	short := func(t int) string { return fmt.Sprintf(`{"index":1,"time":%d,"process":"p","type":"ok","f":"ack","value":{}}`, t) }
+	var content string
+	for i := range 50 {
+		content += full(2*i) + "\n" + short(2*i+1) + "\n"
+	}
+	content += full(100)[:len(full(100))-30] + "\n" + short(101) + "\n"
+	p := writeFile(t, "f.jsonl", content)
+	for _, size := range []int{1 << 20, 300, 64} {
+		old := chunkSize
+		chunkSize = size
+		var got History
+		_, err := ScanFiles([]string{p}, func(b []Op) error { got = append(got, b...); return nil })
+		chunkSize = old
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range got {
+			if op.F == "ack" && !reflect.DeepEqual(op.Value, Value{}) {
+				t.Fatalf("chunk %d: ack op carries leftover fields: %+v", size, op.Value)
+			}
+		}
 	}
 }

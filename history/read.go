@@ -132,12 +132,19 @@ func (c *chunk) decode(file string, in *interner) {
 			c.afterBad = true
 			return
 		}
-		c.ops = append(c.ops, Op{})
+		// Decode into the next slot as it is: every slot past len(c.ops)
+		// is zero (fresh, or cleared by putOps and by the error path below).
+		if len(c.ops) < cap(c.ops) {
+			c.ops = c.ops[:len(c.ops)+1]
+		} else {
+			c.ops = append(c.ops, Op{})
+		}
 		op := &c.ops[len(c.ops)-1]
 		err := unmarshalLine(l, op, in)
 		if err == nil {
 			continue
 		}
+		*op = Op{}
 		c.ops = c.ops[:len(c.ops)-1]
 		if bytes.HasPrefix(l, bom) {
 			err = fmt.Errorf("%w: %w", errBOM, err)
