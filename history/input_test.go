@@ -89,7 +89,9 @@ func TestDecodeSlotsStartZero(t *testing.T) {
 	full := func(t int) string {
 		return fmt.Sprintf(`{"index":0,"time":%d,"process":"p","type":"ok","f":"apply","value":{"event":"e1","key":"k","version":3,"consumer":"c","error":"x","detail":"d","subscriptions":["a"]}}`, t)
 	}
-	short := func(t int) string { return fmt.Sprintf(`{"index":1,"time":%d,"process":"p","type":"ok","f":"ack","value":{}}`, t) }
+	short := func(t int) string {
+		return fmt.Sprintf(`{"index":1,"time":%d,"process":"p","type":"ok","f":"ack","value":{}}`, t)
+	}
 	var content string
 	for i := range 50 {
 		content += full(2*i) + "\n" + short(2*i+1) + "\n"
