@@ -42,11 +42,15 @@ func (f fixture) ops() history.History {
 		h = append(h, history.Op{Index: int64(len(h)), Time: t, Process: p, Type: typ, F: fn, Value: v})
 	}
 	ms := int64(time.Millisecond)
+	// effects is the ledger: one row per apply ok, read back at the end.
+	var effects []history.Value
 	add(ms, "harness", history.OK, history.Setup, history.Value{Subscriptions: []string{"inventory", email}})
 	events := []struct{ id, key string }{{"e1", "k1"}, {"e2", "k1"}, {"e3", "k2"}, {"e4", "k3"}, {e5, key5}, {"e6", "k2"}}
 	ver := map[string]int64{}
+	versions := map[string]int64{}
 	for _, e := range events {
 		ver[e.key]++
+		versions[e.id] = ver[e.key]
 		p := "producer-0"
 		add(40*ms, p, history.Invoke, history.Commit, history.Value{Event: e.id, Key: e.key})
 		add(5*ms, p, history.OK, history.Commit, history.Value{Event: e.id, Key: e.key, Version: ver[e.key]})
@@ -62,8 +66,7 @@ func (f fixture) ops() history.History {
 	}
 	add(100*ms, "nemesis", history.OK, history.Fault, history.Value{Fault: "partition", Target: "relay-0"})
 	for i, e := range events {
-		v := ver[e.key]
-		_ = v
+		v := versions[e.id]
 		for _, sub := range []string{"inventory", email} {
 			if sub == email && e.id == "e4" && !f.clean {
 				continue
@@ -73,6 +76,7 @@ func (f fixture) ops() history.History {
 			add(30*ms, c, history.OK, history.Deliver, val)
 			add(ms, c, history.Invoke, history.Apply, val)
 			add(5*ms, c, history.OK, history.Apply, val)
+			effects = append(effects, history.Value{Table: history.TableEffects, Event: e.id, Key: e.key, Version: v, Consumer: sub})
 			if sub == "inventory" && e.id == "e3" && !f.clean {
 				add(ms, "nemesis", history.Info, history.Crash, history.Value{Target: c, Detail: "failpoint consumer.after-commit-before-ack"})
 				add(100*ms, "harness", history.OK, history.Restart, history.Value{Target: c})
@@ -80,6 +84,7 @@ func (f fixture) ops() history.History {
 				add(30*ms, c, history.OK, history.Deliver, val)
 				add(ms, c, history.Invoke, history.Apply, val)
 				add(5*ms, c, history.OK, history.Apply, val)
+				effects = append(effects, history.Value{Table: history.TableEffects, Event: e.id, Key: e.key, Version: v, Consumer: sub})
 			}
 			if sub == email && e.id == "e6" {
 				val.Attempt = 2
@@ -97,6 +102,9 @@ func (f fixture) ops() history.History {
 	add(ms, "harness", history.Invoke, history.FinalRead, history.Value{})
 	for _, e := range events {
 		add(ms, "harness", history.OK, history.FinalRead, history.Value{Table: history.TableOutbox, Event: e.id, Key: e.key, Published: true})
+	}
+	for _, v := range effects {
+		add(ms, "harness", history.OK, history.FinalRead, v)
 	}
 	add(ms, "harness", history.OK, history.FinalRead, history.Value{})
 	return h

@@ -191,7 +191,7 @@ func TestLineage(t *testing.T) {
 	for _, c := range ex.Chain {
 		stages = append(stages, c.Stage+": "+c.Summary)
 	}
-	want := []string{"commit: ok", "publish: ok", "deliver: ok ×2, attempts 1–2", "apply: ok ×2, attempts 1–2", "ack: ok", "final-read: ok"}
+	want := []string{"commit: ok", "publish: ok", "deliver: ok ×2, attempts 1–2", "apply: ok ×2, attempts 1–2", "ack: ok", "final-read: ok ×3"}
 	if !slices.Equal(stages, want) {
 		t.Errorf("chain %q\nwant  %q", stages, want)
 	}

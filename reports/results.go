@@ -84,6 +84,8 @@ var guarantees = []struct {
 	{checker.Unexpected, "no phantom effects"},
 	{checker.DLQUnaccounted, "poison dead-lettered"},
 	{checker.WronglyDeadLettered, "only poison dead-lettered"},
+	{checker.PoisonApplied, "poison never applied"},
+	{checker.InboxMismatch, "inbox and effects agree"},
 }
 
 // Checks lists every guarantee per subscription with what the run

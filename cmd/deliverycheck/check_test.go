@@ -33,6 +33,9 @@ func TestCheckCmdExitCodes(t *testing.T) {
 	apply := op("consumer-inv-1", history.OK, history.Apply, history.Value{Event: "e1", Consumer: "inv"})
 	drain := op("harness", history.OK, history.Drain, history.Value{})
 	readDone := op("harness", history.OK, history.FinalRead, history.Value{})
+	// The effects ledger is authoritative: an apply is lasting only with
+	// its effect row.
+	effect := op("harness", history.OK, history.FinalRead, history.Value{Table: history.TableEffects, Event: "e1", Consumer: "inv", Key: "k", Version: 1})
 	tests := []struct {
 		name string
 		args func(t *testing.T) []string
@@ -40,7 +43,7 @@ func TestCheckCmdExitCodes(t *testing.T) {
 		out  string
 	}{
 		{"valid", func(t *testing.T) []string {
-			return []string{writeHistory(t, commit, apply, drain, readDone), "--subscription", "inv"}
+			return []string{writeHistory(t, commit, apply, drain, effect, readDone), "--subscription", "inv"}
 		}, exitValid, "VALID"},
 		{"invalid", func(t *testing.T) []string {
 			return []string{writeHistory(t, commit, drain, readDone), "--subscription", "inv"}

@@ -31,12 +31,15 @@ func TestReportCmd(t *testing.T) {
 	drain := op("harness", history.OK, history.Drain, history.Value{})
 	readStart := op("harness", history.Invoke, history.FinalRead, history.Value{})
 	readDone := op("harness", history.OK, history.FinalRead, history.Value{})
+	// The effects ledger is authoritative: an apply is lasting only with
+	// its effect row.
+	effect := op("harness", history.OK, history.FinalRead, history.Value{Table: history.TableEffects, Event: "e1", Consumer: "inv", Key: "k", Version: 1})
 	tests := []struct {
 		name string
 		dir  func(t *testing.T) string
 		code int
 	}{
-		{"valid", func(t *testing.T) string { return runDir(t, setup, commit, apply, drain, readStart, readDone) }, exitValid},
+		{"valid", func(t *testing.T) string { return runDir(t, setup, commit, apply, drain, readStart, effect, readDone) }, exitValid},
 		{"invalid", func(t *testing.T) string { return runDir(t, setup, commit, drain, readStart, readDone) }, exitInvalid},
 		{"unknown", func(t *testing.T) string { return runDir(t, setup, commit, apply) }, exitUnknown},
 		{"not a run folder", func(t *testing.T) string { return t.TempDir() }, exitBadInput},
