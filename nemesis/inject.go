@@ -202,6 +202,13 @@ func (e *Env) serviceFault(ctx context.Context, f Fault) (effect, error) {
 			return effect{}, err
 		}
 		e.record(history.OK, history.Restart, history.Value{Target: name, Detail: "graceful restart by the nemesis"})
+		if name == cluster.RabbitMQ {
+			// A clean restart after the queues were declared is all the
+			// first kill's clean restart is for: do not do it again.
+			e.mu.Lock()
+			e.rabbitRestarted = true
+			e.mu.Unlock()
+		}
 		return effect{undo: noop, bit: evidence(name + " stopped gracefully and started again")}, nil
 	}
 }
