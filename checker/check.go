@@ -649,7 +649,7 @@ func (s *shard) op(op *history.Op, pos int64) {
 // window without anything to show that nothing was pending (a team's
 // relay, whose outbox the harness cannot see): events not yet applied are
 // then unseen, not lost.
-const DrainQuiet = "quiet"
+const DrainQuiet = history.ReasonQuiet
 
 // finalRead follows a final read's brackets. Each invoke starts an attempt;
 // the last one to get its closing ok is the one whose rows count.
@@ -735,7 +735,7 @@ func (s *shard) fault(op *history.Op) {
 		}
 		s.openFaults[k] = len(s.faults)
 		s.faults = append(s.faults, Fault{Kind: v.Fault, Target: v.Target, Detail: v.Detail,
-			StartNS: op.Time, EndNS: -1, Outcome: FaultCut, Random: v.Reason == "random"})
+			StartNS: op.Time, EndNS: -1, Outcome: FaultCut, Random: v.Reason == history.ReasonRandom})
 		return
 	}
 	i, ok := s.openFaults[k]
@@ -748,7 +748,7 @@ func (s *shard) fault(op *history.Op) {
 	}
 	f := &s.faults[i]
 	f.EndNS = op.Time
-	f.Random = f.Random || v.Reason == "random"
+	f.Random = f.Random || v.Reason == history.ReasonRandom
 	f.Evidence, f.Error = v.Evidence, v.Error
 	switch op.Type {
 	case history.OK:

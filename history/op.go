@@ -88,6 +88,18 @@ const (
 	FinalRead F = "final-read" // harness: one ok per row of the final state, bracketed by invoke/ok without table
 )
 
+// Reasons with a meaning of their own, in value.reason.
+const (
+	// ReasonRandom marks a fault op (invoke and completion) whose step
+	// came from a seeded random schedule: such a fault that did not bite
+	// is reported and not counted, and the run needs one that did.
+	ReasonRandom = "random"
+	// ReasonQuiet marks a drain ok that ended after a quiet window with
+	// nothing to show that nothing was pending (a relay the harness
+	// cannot see into): what is not applied then is unseen, not lost.
+	ReasonQuiet = "quiet"
+)
+
 // Final-read tables, the value.table of a [FinalRead] row.
 const (
 	TableOutbox  = "outbox"  // a row of the producer's outbox: event, source, key, version, published

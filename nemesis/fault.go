@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/deliverycheck/deliverycheck/history"
 )
 
 // Kind is what a fault does.
@@ -128,7 +130,7 @@ type Step struct {
 }
 
 // ReasonRandom is the [Step.Reason] of every step of a random schedule.
-const ReasonRandom = "random"
+const ReasonRandom = history.ReasonRandom
 
 // String renders s as ParseStep reads it.
 func (s Step) String() string {

@@ -443,7 +443,7 @@ func (t *timeline) op(op *history.Op) {
 		case history.Invoke:
 			t.open[k] = len(t.faults)
 			t.faults = append(t.faults, FaultWindow{Name: op.Value.Fault, Target: op.Value.Target, Detail: op.Value.Detail, Start: op.Time,
-				Random: op.Value.Reason == "random"}) // TODO(consolidate): history.ReasonRandom
+				Random: op.Value.Reason == history.ReasonRandom})
 		default:
 			if i, ok := t.open[k]; ok {
 				f := &t.faults[i]

@@ -72,7 +72,11 @@ func TestDrainEndsByQuietOnlyOnFacts(t *testing.T) {
 			if res.Valid != tc.verdict {
 				t.Errorf("verdict %s %v, want %s", res.Valid, res.Reasons, tc.verdict)
 			}
-			if drain := lastOp(t, files, history.Drain); drain.Value.Detail == "" {
+			drain := lastOp(t, files, history.Drain)
+			if quiet := drain.Value.Reason == history.ReasonQuiet; quiet == tc.drained {
+				t.Errorf("drain %s reason %q: a drain ended by quiet without the facts must say so (reason %s)", drain.Type, drain.Value.Reason, history.ReasonQuiet)
+			}
+			if drain.Value.Detail == "" {
 				t.Error("the drain op says nothing")
 			} else {
 				t.Logf("drain: %s %s", drain.Type, drain.Value.Detail)

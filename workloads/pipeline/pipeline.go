@@ -651,7 +651,7 @@ func (r *Run) Drain(ctx context.Context) (bool, error) {
 				settled, why := r.nothingPending(ctx, p)
 				detail += "; " + why
 				if !settled {
-					_, err := r.rec.Record(history.Info, history.Drain, history.Value{Detail: detail})
+					_, err := r.rec.Record(history.OK, history.Drain, history.Value{Reason: history.ReasonQuiet, Detail: detail})
 					return false, err
 				}
 			}
