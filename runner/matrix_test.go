@@ -131,6 +131,10 @@ func TestDetectionRates(t *testing.T) {
 	if dest == "" {
 		dest = "matrix.md"
 	}
+	out := t.TempDir()
+	if os.Getenv("DELIVERYCHECK_KEEP") != "" {
+		out = filepath.Join(os.TempDir(), "deliverycheck-rates")
+	}
 	var lines []string
 	var fpRuns, fp int
 	only := strings.Split(os.Getenv("DELIVERYCHECK_MATRIX_ONLY"), ",") // name prefixes, e.g. "bad-"
@@ -141,10 +145,12 @@ func TestDetectionRates(t *testing.T) {
 		hits := 0
 		var unknown int
 		for seed := 1; seed <= n; seed++ {
-			o := runScenario(t, s, uint64(seed), t.TempDir())
-			ok, _ := met(o)
+			o := runScenario(t, s, uint64(seed), out)
+			ok, why := met(o)
 			if ok {
 				hits++
+			} else {
+				t.Logf("%s seed %d: expectation not met: %s (%s)", s.Name, seed, why, o.Dir)
 			}
 			if o.Verdict.Validity == checker.Unknown {
 				unknown++
