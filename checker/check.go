@@ -739,6 +739,15 @@ func (s *shard) fault(op *history.Op) {
 		return
 	}
 	i, ok := s.openFaults[k]
+	if !ok {
+		// A heal that does not repeat the step's detail still heals the
+		// fault its process opened on that target: the earliest one.
+		for ok2, j := range s.openFaults {
+			if ok2.process == k.process && ok2.fault == k.fault && ok2.target == k.target && (!ok || j < i) {
+				k, i, ok = ok2, j, true
+			}
+		}
+	}
 	if ok {
 		delete(s.openFaults, k)
 	} else {

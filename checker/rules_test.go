@@ -268,6 +268,20 @@ func TestFaultsReported(t *testing.T) {
 	}
 }
 
+// A heal that does not repeat its step's detail (a hand-written or a
+// team's nemesis) still closes the fault its process opened on that
+// target, rather than leaving it cut and adding a window of no length.
+func TestFaultHealWithoutDetail(t *testing.T) {
+	b := new(builder).commit("e0", "k", 1, history.OK).consume("e0", "inv").
+		op("nemesis", history.Invoke, history.Fault, history.Value{Fault: "partition", Target: "relay-0", Detail: "relay→broker both ways"}).
+		op("nemesis", history.OK, history.Fault, history.Value{Fault: "partition", Target: "relay-0"}).
+		drain().finalRead(effect("e0", "inv"))
+	r := Check(b.h, Options{Guarantees: Guarantees{Subscriptions: []string{"inv"}}})
+	if len(r.Faults) != 1 || r.Faults[0].Outcome != FaultTookEffect || r.Faults[0].Detail != "relay→broker both ways" || r.Counts.Faults != 1 {
+		t.Errorf("faults = %+v (counted %d), want one that took effect", r.Faults, r.Counts.Faults)
+	}
+}
+
 // TestBadInputIsAnError: rules 7 and 8 from files: a typeless op or ids
 // that differ only in invalid UTF-8 are bad input, never a verdict.
 func TestBadInputIsAnError(t *testing.T) {

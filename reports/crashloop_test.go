@@ -46,7 +46,7 @@ func TestCrashLoopExplainsTheVerdict(t *testing.T) {
 		t.Fatal(err)
 	}
 	var run Run
-	if err := run.Complete(dir); err != nil {
+	if err := run.Complete(dir, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(run.CrashLoops) != 1 {

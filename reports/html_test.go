@@ -99,7 +99,7 @@ func TestViewModel(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			run, res := tt.run()
 			if res != nil {
-				fillFromOps(t, &run, fixtureOpsFor(tt.name))
+				fillFromOps(t, &run, fixtureOpsFor(tt.name), res)
 			}
 			v := newView(run, res)
 			if v.Verdict != tt.verdict {
@@ -156,8 +156,8 @@ func fixtureOpsFor(name string) history.History {
 	return fixture{drain: history.OK, clean: true}.ops()
 }
 
-// fillFromOps is Run.FillFromHistory over an in-memory history.
-func fillFromOps(t *testing.T, r *Run, h history.History) {
+// fillFromOps is Run.Complete over an in-memory history and its result.
+func fillFromOps(t *testing.T, r *Run, h history.History, res *checker.Result) {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "h.jsonl")
 	var b []byte
@@ -170,6 +170,7 @@ func fillFromOps(t *testing.T, r *Run, h history.History) {
 	if err := r.FillFromHistory([]string{p}); err != nil {
 		t.Fatal(err)
 	}
+	r.Faults = FaultWindows(res)
 }
 
 // An example's lineage crosses every boundary in pipeline order, with the
@@ -259,10 +260,12 @@ func TestHTMLEscapesUntrustedText(t *testing.T) {
 	f := fixture{drain: history.OK, hostile: true}
 	dir := f.writeRunDir(t)
 	run := f.run()
-	if err := run.FillFromHistory(mustHistoryFiles(t, dir)); err != nil {
+	if err := run.Complete(dir, f.result()); err != nil {
 		t.Fatal(err)
 	}
-	run.linkLogs(dir)
+	if len(run.Faults) == 0 {
+		t.Fatal("no fault window: the hostile fault detail would go untested")
+	}
 	run.HarnessError = xssScript + "\n" + xssAttr
 	run.External = []External{{Workers: []string{"consumer-x-0"}, Command: "./consumer " + xssAttr, Failpoints: []string{xssScript}}}
 	var b bytes.Buffer

@@ -245,24 +245,29 @@ func ReadRunDir(dir string) (Run, *checker.Result, error) {
 			return Run{}, nil, fmt.Errorf("reports: check %s: %w", dir, err)
 		}
 	}
-	if err := run.Complete(dir); err != nil {
+	if err := run.Complete(dir, res); err != nil {
 		return Run{}, nil, err
 	}
 	return run, res, nil
 }
 
-// Complete fills in what the run record of the folder dir lacks from the
-// folder itself: fault windows, marks, processes and crash loops from its
-// history, and each process's log. The run command calls it before it
-// writes results.json and the report, and `deliverycheck report` when it
-// reads a folder back, so both show the same run.
-func (r *Run) Complete(dir string) error {
+// Complete fills in what the run record of the folder dir lacks: its
+// fault windows from the checker's result res (which judged whether each
+// took effect; nil leaves them as they are), marks, processes and crash
+// loops from the folder's history, and each process's log. The run
+// command calls it before it writes results.json and the report, and
+// `deliverycheck report` when it reads a folder back, so both show the
+// same run.
+func (r *Run) Complete(dir string, res *checker.Result) error {
 	paths, err := HistoryFiles(dir)
 	if err != nil {
 		return err
 	}
 	if err := r.FillFromHistory(paths); err != nil {
 		return err
+	}
+	if len(r.Faults) == 0 && res != nil {
+		r.Faults = FaultWindows(res)
 	}
 	r.linkLogs(dir)
 	if len(r.CrashLoops) == 0 {
@@ -347,13 +352,30 @@ func decodeResults(b []byte) (Results, error) {
 	return env, nil
 }
 
+// FaultWindows are the fault windows of a checked history, in start
+// order, as the checker judged them: whether each took effect, and its
+// evidence or error, is the checker's call, made once.
+func FaultWindows(res *checker.Result) []FaultWindow {
+	out := make([]FaultWindow, 0, len(res.Faults))
+	for _, f := range res.Faults {
+		w := FaultWindow{Name: f.Kind, Target: f.Target, Detail: f.Detail, Start: f.StartNS, End: f.EndNS,
+			Evidence: f.Evidence, Error: f.Error, Missed: f.Outcome == checker.FaultNoEffect, Random: f.Random}
+		if f.Outcome == checker.FaultCut {
+			w.End = 0 // never healed: it lasted to the end of the run
+		}
+		out = append(out, w)
+	}
+	slices.SortStableFunc(out, func(a, b FaultWindow) int { return cmp.Compare(a.Start, b.Start) })
+	return out
+}
+
 // FillFromHistory derives from the history files what the run record
-// lacks: fault windows (fault invoke → ok), crash and restart marks, and
-// one process per writer with its op count and crashes. Fields the run
-// command already filled are kept. It reads the history once, keeping only
-// those few ops.
+// lacks: crash and restart marks, and one process per writer with its op
+// count and crashes. Fields the run command already filled are kept. It
+// reads the history once, keeping only those few ops. (Fault windows come
+// from the checker's result: [FaultWindows].)
 func (r *Run) FillFromHistory(paths []string) error {
-	if len(paths) == 0 || (len(r.Faults) > 0 && len(r.Marks) > 0 && len(r.Processes) > 0) {
+	if len(paths) == 0 || (len(r.Marks) > 0 && len(r.Processes) > 0) {
 		return nil
 	}
 	t := newTimeline()
@@ -374,9 +396,6 @@ func (r *Run) FillFromHistory(paths []string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("reports: read history: %w", err)
-	}
-	if len(r.Faults) == 0 {
-		r.Faults = t.faultWindows()
 	}
 	if len(r.Marks) == 0 {
 		r.Marks = t.marks
@@ -415,14 +434,12 @@ func (r *Run) linkLogs(dir string) {
 
 // timeline collects the run-level ops of a history.
 type timeline struct {
-	open   map[[3]string]int // process, fault, target → index into faults
-	faults []FaultWindow
-	marks  []Mark
-	procs  map[string]*Process
+	marks []Mark
+	procs map[string]*Process
 }
 
 func newTimeline() *timeline {
-	return &timeline{open: map[[3]string]int{}, procs: map[string]*Process{}}
+	return &timeline{procs: map[string]*Process{}}
 }
 
 func (t *timeline) proc(name string) *Process {
@@ -437,21 +454,6 @@ func (t *timeline) proc(name string) *Process {
 func (t *timeline) op(op *history.Op) {
 	t.proc(op.Process).Ops++
 	switch op.F {
-	case history.Fault:
-		k := [3]string{op.Process, op.Value.Fault, op.Value.Target}
-		switch op.Type {
-		case history.Invoke:
-			t.open[k] = len(t.faults)
-			t.faults = append(t.faults, FaultWindow{Name: op.Value.Fault, Target: op.Value.Target, Detail: op.Value.Detail, Start: op.Time,
-				Random: op.Value.Reason == history.ReasonRandom})
-		default:
-			if i, ok := t.open[k]; ok {
-				f := &t.faults[i]
-				f.End = max(op.Time, f.Start+1)
-				f.Evidence, f.Error, f.Missed = op.Value.Evidence, op.Value.Error, op.Type == history.Fail
-				delete(t.open, k)
-			}
-		}
 	case history.Crash, history.Restart:
 		if op.Type != history.OK && op.Type != history.Info {
 			return
@@ -483,12 +485,6 @@ func (t *timeline) op(op *history.Op) {
 		}
 		t.marks = append(t.marks, Mark{Time: op.Time, Kind: kind, Target: target, Detail: detail})
 	}
-}
-
-func (t *timeline) faultWindows() []FaultWindow {
-	out := slices.Clone(t.faults)
-	slices.SortStableFunc(out, func(a, b FaultWindow) int { return cmp.Compare(a.Start, b.Start) })
-	return out
 }
 
 func (t *timeline) processes() []Process {

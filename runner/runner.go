@@ -199,7 +199,7 @@ func writeAll(out *Outcome, meta *reports.Run, res *checker.Result, log *slog.Lo
 	if out.HarnessErr != nil {
 		meta.HarnessError = out.HarnessErr.Error()
 	}
-	cerr := meta.Complete(out.Dir)
+	cerr := meta.Complete(out.Dir, res)
 	if cerr != nil {
 		log.Warn("complete run record", "err", cerr)
 	}
