@@ -2,8 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -72,7 +70,12 @@ func TestDrainEndsByQuietOnlyOnFacts(t *testing.T) {
 			if res.Valid != tc.verdict {
 				t.Errorf("verdict %s %v, want %s", res.Valid, res.Reasons, tc.verdict)
 			}
-			drain := lastOp(t, files, history.Drain)
+			var drain history.Op
+			for _, op := range runHistory(t, r) {
+				if op.F == history.Drain && op.Type != history.Invoke {
+					drain = op
+				}
+			}
 			if quiet := drain.Value.Reason == history.ReasonQuiet; quiet == tc.drained {
 				t.Errorf("drain %s reason %q: a drain ended by quiet without the facts must say so (reason %s)", drain.Type, drain.Value.Reason, history.ReasonQuiet)
 			}
@@ -83,30 +86,4 @@ func TestDrainEndsByQuietOnlyOnFacts(t *testing.T) {
 			}
 		})
 	}
-}
-
-// lastOp is the last op of kind f in the harness's history.
-func lastOp(t *testing.T, files []string, f history.F) history.Op {
-	t.Helper()
-	var last history.Op
-	for _, p := range files {
-		if filepath.Base(p) != "harness.jsonl" {
-			continue
-		}
-		fh, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, _, err := history.Read(fh, p)
-		fh.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, op := range h {
-			if op.F == f && op.Type != history.Invoke {
-				last = op
-			}
-		}
-	}
-	return last
 }
