@@ -5,6 +5,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/reports"
+	"github.com/deliverycheck/deliverycheck/runner"
+	"github.com/deliverycheck/deliverycheck/scenarios"
 )
 
 // TestUsageErrorsExitBadInput: every usage mistake exits 3, as --help
@@ -35,5 +40,26 @@ func TestUsageErrorsExitBadInput(t *testing.T) {
 				t.Errorf("stderr %q does not say %q", stderr.String(), tt.want)
 			}
 		})
+	}
+}
+
+// The printed line, the exit code and a suite row read the run's one
+// verdict: a checker result that is valid, from a run whose harness
+// failed, is UNKNOWN and exits 2 everywhere, as results.json says
+// (they used to print VALID and exit 0).
+func TestOutcomeSaysTheVerdict(t *testing.T) {
+	res := &checker.Result{Valid: checker.Valid, Facts: checker.Facts{Drain: "complete", FinalRead: "complete"}}
+	run := reports.Run{Scenario: "s", HarnessError: "finish: stop workers: timeout"}
+	o := &runner.Outcome{Result: res, Run: run, Verdict: reports.Judge(run, res), Dir: "runs/s/1"}
+	var out bytes.Buffer
+	printOutcome(&out, scenarios.Scenario{Name: "s"}, o)
+	if !strings.Contains(out.String(), "s: UNKNOWN (harness error: finish: stop workers: timeout)") {
+		t.Errorf("printed %q", out.String())
+	}
+	if o.ExitCode() != exitUnknown {
+		t.Errorf("exit %d, want %d", o.ExitCode(), exitUnknown)
+	}
+	if got := reports.NewResults(run, res).Verdict; got != o.Verdict.Validity {
+		t.Errorf("results.json says %s, the outcome %s", got, o.Verdict.Validity)
 	}
 }
