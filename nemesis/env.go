@@ -155,6 +155,14 @@ func (e *Env) mark(set *map[string]bool, name string, on bool) {
 	}
 }
 
+// isKilled reports whether the nemesis killed service name and has not
+// started it again.
+func (e *Env) isKilled(name string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.killed[name]
+}
+
 func (e *Env) snapshot(set map[string]bool) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -243,7 +251,7 @@ func HealAll(ctx context.Context, env *Env) error {
 		}
 	}
 	for _, name := range env.snapshot(env.pausedServices) {
-		if svc := env.service(name); svc != nil {
+		if svc := env.service(name); svc != nil && !env.isKilled(name) {
 			if err := svc.Resume(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("nemesis: resume %s: %w", name, err))
 				continue

@@ -188,13 +188,24 @@ func (e *Env) serviceFault(ctx context.Context, f Fault) (effect, error) {
 			return effect{}, err
 		}
 		e.mark(&e.pausedServices, name, true)
+		var killedMeanwhile bool
 		return effect{undo: func(ctx context.Context) error {
-			if err := svc.Resume(ctx); err != nil {
+			// A kill while paused (how an unconfirmed publisher is
+			// caught with writes in flight) leaves nothing stopped to
+			// resume: the kill's own heal starts the server running.
+			if e.isKilled(name) {
+				killedMeanwhile = true
+			} else if err := svc.Resume(ctx); err != nil {
 				return fmt.Errorf("resume %s: %w", name, err)
 			}
 			e.mark(&e.pausedServices, name, false)
 			return nil
-		}, bit: evidence(name + " paused (SIGSTOP), resumed")}, nil
+		}, bit: func() (string, error) {
+			if killedMeanwhile {
+				return name + " paused (SIGSTOP), then killed while paused", nil
+			}
+			return name + " paused (SIGSTOP), resumed", nil
+		}}, nil
 	default: // Restart
 		if err := svc.Restart(ctx); err != nil {
 			// A failed restart may have left it stopped: HealAll starts it.
