@@ -52,6 +52,44 @@ type Env struct {
 	// rabbitRestarted: the once-per-run clean restart of RabbitMQ before
 	// its first kill is done (see killService).
 	rabbitRestarted bool
+	// serviceLocks serialise what the nemesis does to one server, one
+	// token each: steps may overlap, but a kill that starts while a
+	// restart of the same server is still booting it would SIGTERM the
+	// booting node, and both would fail.
+	serviceLocks map[string]chan struct{}
+}
+
+// lockService waits until nothing else the nemesis does holds server
+// name, or ctx ends, and returns the unlock.
+func (e *Env) lockService(ctx context.Context, name string) (func(), error) {
+	e.mu.Lock()
+	if e.serviceLocks == nil {
+		e.serviceLocks = map[string]chan struct{}{}
+	}
+	l := e.serviceLocks[name]
+	if l == nil {
+		l = make(chan struct{}, 1)
+		e.serviceLocks[name] = l
+	}
+	e.mu.Unlock()
+	select {
+	case l <- struct{}{}:
+		return func() { <-l }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for another fault on %s: %w", name, ctx.Err())
+	}
+}
+
+// serviceTarget is the server a process fault acts on, "" for a network
+// fault, a failpoint or a worker.
+func (e *Env) serviceTarget(f Fault) string {
+	switch f.Kind {
+	case Kill, Pause, Restart:
+		if e.isService(f.Target) {
+			return e.recordedTarget(f)
+		}
+	}
+	return ""
 }
 
 // ActiveFault is a fault that has started and not been healed yet.
@@ -197,6 +235,13 @@ func (e *Env) heal(ctx context.Context, a *activeFault) error {
 		return nil
 	}
 	v := history.Value{Fault: string(a.Fault.Kind), Target: e.recordedTarget(a.Fault), Detail: a.Detail, Reason: a.reason}
+	if name := e.serviceTarget(a.Fault); name != "" {
+		unlock, err := e.lockService(ctx, name)
+		if err != nil {
+			return fmt.Errorf("nemesis: heal %s: %w", a.Fault, err)
+		}
+		defer unlock()
+	}
 	if err := a.undo(ctx); err != nil {
 		// A heal cut short by its context is not news: the schedule's
 		// final heal, on a fresh context, tries again and records that.

@@ -76,6 +76,15 @@ func (f Fault) Inject(ctx context.Context, env *Env) (heal func(context.Context)
 // inject is Inject with the detail to record (a schedule passes the step)
 // and the reason its ops carry ("random" for a random schedule's step).
 func (e *Env) inject(ctx context.Context, f Fault, detail, reason string) (*activeFault, error) {
+	if name := e.serviceTarget(f); name != "" {
+		// One thing at a time to a server: the fault starts (and its
+		// invoke is recorded) once the one before it is done.
+		unlock, err := e.lockService(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("nemesis: %s: %w", f, err)
+		}
+		defer unlock()
+	}
 	if note := e.cleanRestartNote(f); note != "" {
 		detail += " " + note
 	}

@@ -239,16 +239,18 @@ func seed(t *testing.T) int64 {
 	return 1
 }
 
-// A graceful restart of RabbitMQ earlier in the run is the clean restart
-// its first kill needs (queues declared, then a restart), so the kill does
-// not restart it a second time first: the matrix's rabbitmq-kill-broker
-// (restart at 0s, kill at 4s) sometimes ran out of its workload while that
-// second restart waited for a node still settling from the first.
+// Faults on one server take turns, and a graceful restart of RabbitMQ
+// earlier in the run is the clean restart its first kill needs (queues
+// declared, then a restart), so the kill neither restarts it a second
+// time nor lands while the first restart is still booting it: the
+// matrix's rabbitmq-kill-broker (restart at 0s, kill at 4s) failed both
+// ways when its restart took over 4 s on a loaded machine.
 func TestNemesisRestartCountsAsCleanRestart(t *testing.T) {
 	cfg := Config{Broker: "rabbitmq", Producers: 1, Rate: 50, Subscriptions: []string{"inventory"}}
-	// The restart takes up to ~4 s on a node that just declared its
-	// queues; the kill comes after it, never during it.
-	res, r := runPipelineWith(t, cfg, 8*time.Second, runSchedule("at 0s: restart broker", "at 6s: kill broker for 500ms"), effectivelyOnce())
+	// The restart takes 2 to 6 s on a node that just declared its queues:
+	// the kill, due at 1 s, waits for it rather than SIGTERMing a node
+	// that is booting (both failed when they overlapped).
+	res, r := runPipelineWith(t, cfg, 8*time.Second, runSchedule("at 0s: restart broker", "at 1s: kill broker for 500ms"), effectivelyOnce())
 	if res.Valid != checker.Valid {
 		t.Fatalf("judged %s: %v", res.Valid, res.Reasons)
 	}
