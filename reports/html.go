@@ -190,10 +190,11 @@ func faultEffect(f FaultWindow) string {
 
 func newView(run Run, res *checker.Result) view {
 	verdict := Judge(run, res)
+	checks := Checks(run, res)
 	v := view{
 		Verdict:      string(verdict.Validity),
 		Reasons:      verdict.Reasons,
-		Summary:      summary(run, res, Checks(run, res)),
+		Summary:      summary(run, res, checks),
 		HarnessError: run.HarnessError,
 		Scenario:     run.Scenario,
 		Description:  run.Description,
@@ -223,7 +224,7 @@ func newView(run Run, res *checker.Result) view {
 		}
 		v.Environment = append(v.Environment, kv{name, ver})
 	}
-	for _, c := range Checks(run, res) {
+	for _, c := range checks {
 		v.Checks = append(v.Checks, checkRow{Subscription: c.Subscription, Guarantee: c.Guarantee, Promised: c.Promised, Status: string(c.Status), Count: c.Count, Events: c.Events[:min(len(c.Events), 3)]})
 	}
 	for i, f := range run.Faults {

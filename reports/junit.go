@@ -128,7 +128,8 @@ func junitReport(run Run, res *checker.Result) junitSuites {
 		}
 	}
 	var out []string
-	for _, c := range Checks(run, res) {
+	checks := Checks(run, res)
+	for _, c := range checks {
 		if !c.Promised {
 			if c.Count > 0 {
 				out = append(out, fmt.Sprintf("allowed (not promised): %d %s in %s, e.g. %s", c.Count, c.Kind, c.Subscription, strings.Join(c.Events, ", ")))
@@ -169,7 +170,7 @@ func junitReport(run Run, res *checker.Result) junitSuites {
 		}
 	}
 	if res != nil {
-		out = append(out, summary(run, res, Checks(run, res)))
+		out = append(out, summary(run, res, checks))
 	}
 	s.SystemOut = strings.Join(out, "\n")
 	return junitSuites{Name: "deliverycheck", Tests: s.Tests, Failures: s.Failures, Errors: s.Errors, Skipped: s.Skipped, Time: s.Time, Suites: []junitSuite{s}}

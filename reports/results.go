@@ -153,14 +153,15 @@ func Judge(run Run, res *checker.Result) verdict.Verdict {
 func NewResults(run Run, res *checker.Result) Results {
 	run = run.normalized()
 	v := Judge(run, res)
+	checks := Checks(run, res)
 	r := Results{
 		SchemaVersion: SchemaVersion,
 		Verdict:       v.Validity,
 		Reasons:       nonNil(v.Reasons),
 		Expected:      v.Expected,
-		Summary:       summary(run, res, Checks(run, res)),
+		Summary:       summary(run, res, checks),
 		Run:           &run,
-		Checks:        Checks(run, res),
+		Checks:        checks,
 		Result:        res,
 	}
 	if v.Expected != nil {

@@ -104,7 +104,6 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 		Command: opts.Command, Started: time.Now().UTC(), Guarantees: spec.Guarantees, External: spec.External, Expect: spec.Expect,
 		Environment: reports.Environment{Runtime: opts.Runtime, Harness: harnessVersion(), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
 	}
-	out.Verdict = reports.Judge(meta, nil)
 
 	cl := opts.Cluster
 	if cl == nil {

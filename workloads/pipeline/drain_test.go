@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -38,20 +39,13 @@ func TestDrainEndsByQuietOnlyOnFacts(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer r.Close()
-			deadline := time.Now().Add(30 * time.Second)
-			for {
+			waitUntil(t, 30*time.Second, func() error {
 				c, err := r.Counts(ctx)
-				if err != nil {
-					t.Fatal(err)
+				if err == nil && c.Committed < 20 {
+					err = fmt.Errorf("only %d committed", c.Committed)
 				}
-				if c.Committed >= 20 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("only %d committed in 30s", c.Committed)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+				return err
+			})
 			drained, err := r.Finish(ctx)
 			if err != nil {
 				t.Fatal(err)
