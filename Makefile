@@ -52,15 +52,15 @@ demo: deps build
 
 bench: deps containers
 	$(IMAGES) $(GO) test -p 1 -run '^$$' -bench . -benchtime 3x ./cluster/...
-	$(GO) test -run '^$$' -bench 'BenchmarkPipeline$$' -benchtime 3x -timeout 30m ./workloads/pipeline
+	$(GO) test -run '^$$' -bench 'BenchmarkPipeline$$' -benchtime 3x -timeout 30m ./pipeline
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzReadLine -fuzztime 30s ./history
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./scenarios
 	$(GO) test -run '^$$' -fuzz FuzzParseStep -fuzztime 30s ./nemesis
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./failpoint
-	$(GO) test -run '^$$' -fuzz FuzzValidate -fuzztime 30s ./workloads/consumer
-	$(GO) test -run '^$$' -fuzz FuzzBind -fuzztime 30s ./workloads/producer
+	$(GO) test -run '^$$' -fuzz FuzzValidate -fuzztime 30s ./pipeline/consumer
+	$(GO) test -run '^$$' -fuzz FuzzBind -fuzztime 30s ./pipeline/producer
 
 # Every built-in scenario over 20 seeds: detection rate per known-bad cell,
 # false positives of the correct ones (3 to 4 hours on 2 cores; not part of

@@ -3,7 +3,7 @@ package runner
 import (
 	"testing"
 
-	"github.com/deliverycheck/deliverycheck/workloads/pipeline/pipelinetest"
+	"github.com/deliverycheck/deliverycheck/pipeline/pipelinetest"
 )
 
 // shared is the one set of servers the package's tests run on.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 	"github.com/deliverycheck/deliverycheck/scenarios"
-	"github.com/deliverycheck/deliverycheck/workloads/relay"
 )
 
 // matrixDuration keeps each scenario short in CI; faults scheduled later

@@ -20,9 +20,9 @@ import (
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/nemesis"
+	"github.com/deliverycheck/deliverycheck/pipeline"
 	"github.com/deliverycheck/deliverycheck/reports"
 	"github.com/deliverycheck/deliverycheck/verdict"
-	"github.com/deliverycheck/deliverycheck/workloads/pipeline"
 )
 
 // Spec is one run, already resolved from a scenario.

@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/nemesis"
+	"github.com/deliverycheck/deliverycheck/pipeline"
+	"github.com/deliverycheck/deliverycheck/pipeline/debezium"
+	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 	"github.com/deliverycheck/deliverycheck/reports"
 	"github.com/deliverycheck/deliverycheck/scenarios"
 	"github.com/deliverycheck/deliverycheck/verdict"
-	"github.com/deliverycheck/deliverycheck/workloads/debezium"
-	"github.com/deliverycheck/deliverycheck/workloads/pipeline"
-	"github.com/deliverycheck/deliverycheck/workloads/relay"
 )
 
 // FromScenario resolves a scenario into a Spec: its pipeline, its fixed

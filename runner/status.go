@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/nemesis"
-	"github.com/deliverycheck/deliverycheck/workloads/pipeline"
+	"github.com/deliverycheck/deliverycheck/pipeline"
 )
 
 // startStatus shows a live line until ctx ends or the returned stop is

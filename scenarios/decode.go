@@ -17,9 +17,9 @@ import (
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/nemesis"
-	"github.com/deliverycheck/deliverycheck/workloads/consumer"
-	"github.com/deliverycheck/deliverycheck/workloads/producer"
-	"github.com/deliverycheck/deliverycheck/workloads/relay"
+	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
+	"github.com/deliverycheck/deliverycheck/pipeline/producer"
+	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 )
 
 // Error is one mistake in a scenario, with where it is. Parse, Set and

@@ -12,10 +12,10 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/nemesis"
-	"github.com/deliverycheck/deliverycheck/workloads/consumer"
-	"github.com/deliverycheck/deliverycheck/workloads/pipeline"
-	"github.com/deliverycheck/deliverycheck/workloads/producer"
-	"github.com/deliverycheck/deliverycheck/workloads/relay"
+	"github.com/deliverycheck/deliverycheck/pipeline"
+	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
+	"github.com/deliverycheck/deliverycheck/pipeline/producer"
+	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 )
 
 // errLines splits a joined error into its lines.

@@ -11,7 +11,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/cluster/containers"
 	"github.com/deliverycheck/deliverycheck/cluster/local"
-	"github.com/deliverycheck/deliverycheck/workloads/debezium"
+	"github.com/deliverycheck/deliverycheck/pipeline/debezium"
 )
 
 func newDoctorCmd() *cobra.Command {

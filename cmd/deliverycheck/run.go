@@ -14,9 +14,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/pipeline"
 	"github.com/deliverycheck/deliverycheck/runner"
 	"github.com/deliverycheck/deliverycheck/scenarios"
-	"github.com/deliverycheck/deliverycheck/workloads/pipeline"
 )
 
 // runFlags are the flags run and suite share.

@@ -5,8 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/deliverycheck/deliverycheck/pipeline/worker"
 	"github.com/deliverycheck/deliverycheck/workloads/supervisor"
-	"github.com/deliverycheck/deliverycheck/workloads/worker"
 )
 
 // newWorkerCmd is the hidden entry point of a pipeline process: the

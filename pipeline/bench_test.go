@@ -23,7 +23,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster/local"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/internal/testenv"
-	"github.com/deliverycheck/deliverycheck/workloads/relay"
+	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 )
 
 // benchClients is the concurrency of both the pipeline's producers and

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deliverycheck/deliverycheck/history"
-	"github.com/deliverycheck/deliverycheck/workloads/producer"
-	"github.com/deliverycheck/deliverycheck/workloads/schema"
+	"github.com/deliverycheck/deliverycheck/pipeline/producer"
+	"github.com/deliverycheck/deliverycheck/pipeline/schema"
 )
 
 // Bad contract input stops the run in Start, before any worker (let

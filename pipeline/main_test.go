@@ -3,7 +3,7 @@ package pipeline
 import (
 	"testing"
 
-	"github.com/deliverycheck/deliverycheck/workloads/pipeline/pipelinetest"
+	"github.com/deliverycheck/deliverycheck/pipeline/pipelinetest"
 )
 
 // servers are shared by every test of the package.

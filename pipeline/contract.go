@@ -17,10 +17,10 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
-	"github.com/deliverycheck/deliverycheck/workloads/debezium"
-	"github.com/deliverycheck/deliverycheck/workloads/producer"
+	"github.com/deliverycheck/deliverycheck/pipeline/debezium"
+	"github.com/deliverycheck/deliverycheck/pipeline/producer"
+	"github.com/deliverycheck/deliverycheck/pipeline/worker"
 	"github.com/deliverycheck/deliverycheck/workloads/supervisor"
-	"github.com/deliverycheck/deliverycheck/workloads/worker"
 )
 
 // The environment an external component is started with: everything it

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/deliverycheck/deliverycheck/workloads/broker"
-	"github.com/deliverycheck/deliverycheck/workloads/producer"
+	"github.com/deliverycheck/deliverycheck/broker"
+	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 )
 
 func testConsumer(t testing.TB) *Consumer {

@@ -25,13 +25,13 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/history"
-	"github.com/deliverycheck/deliverycheck/workloads/consumer"
-	"github.com/deliverycheck/deliverycheck/workloads/debezium"
-	"github.com/deliverycheck/deliverycheck/workloads/producer"
-	"github.com/deliverycheck/deliverycheck/workloads/relay"
-	"github.com/deliverycheck/deliverycheck/workloads/schema"
+	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
+	"github.com/deliverycheck/deliverycheck/pipeline/debezium"
+	"github.com/deliverycheck/deliverycheck/pipeline/producer"
+	"github.com/deliverycheck/deliverycheck/pipeline/relay"
+	"github.com/deliverycheck/deliverycheck/pipeline/schema"
+	"github.com/deliverycheck/deliverycheck/pipeline/worker"
 	"github.com/deliverycheck/deliverycheck/workloads/supervisor"
-	"github.com/deliverycheck/deliverycheck/workloads/worker"
 )
 
 // Config is the shape of one run's pipeline.

@@ -18,9 +18,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
-	"github.com/deliverycheck/deliverycheck/workloads/broker"
 )
 
 // Variant is how the relay finds rows and publishes them.
@@ -41,7 +41,7 @@ const (
 	Unroutable Variant = "unroutable"
 	// Debezium is correct and not this package's: Debezium's outbox event
 	// router in Kafka Connect reads the outbox from the WAL (package
-	// workloads/debezium). At-least-once: a crash before its offsets are
+	// pipeline/debezium). At-least-once: a crash before its offsets are
 	// flushed republishes.
 	Debezium Variant = "debezium"
 )
@@ -106,7 +106,7 @@ func New(cfg Config, db *pgxpool.Pool, pub broker.Publisher, rec *history.Record
 		return nil, err
 	}
 	if cfg.Variant == Debezium {
-		return nil, errors.New("relay: the debezium relay runs in Kafka Connect (workloads/debezium), not in a worker")
+		return nil, errors.New("relay: the debezium relay runs in Kafka Connect (pipeline/debezium), not in a worker")
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 100

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/deliverycheck/deliverycheck/workloads/broker"
+	"github.com/deliverycheck/deliverycheck/broker"
 )
 
 func TestSegments(t *testing.T) {

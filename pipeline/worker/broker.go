@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/deliverycheck/deliverycheck/workloads/broker"
+	"github.com/deliverycheck/deliverycheck/broker"
 )
 
 // Broker says which broker a run uses and how its topology is named.

@@ -30,9 +30,9 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
-	"github.com/deliverycheck/deliverycheck/workloads/consumer"
-	"github.com/deliverycheck/deliverycheck/workloads/producer"
-	"github.com/deliverycheck/deliverycheck/workloads/relay"
+	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
+	"github.com/deliverycheck/deliverycheck/pipeline/producer"
+	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 )
 
 // Roles.

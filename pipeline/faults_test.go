@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/checker"
-	"github.com/deliverycheck/deliverycheck/workloads/consumer"
-	"github.com/deliverycheck/deliverycheck/workloads/producer"
-	"github.com/deliverycheck/deliverycheck/workloads/relay"
+	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
+	"github.com/deliverycheck/deliverycheck/pipeline/producer"
+	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 )
 
 // faultCase is one pipeline run under one fault, with the verdict the

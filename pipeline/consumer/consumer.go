@@ -25,10 +25,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
-	"github.com/deliverycheck/deliverycheck/workloads/broker"
-	"github.com/deliverycheck/deliverycheck/workloads/producer"
+	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 )
 
 // Variant is how the consumer dedupes, orders and acks.

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/pipeline/worker"
 	"github.com/deliverycheck/deliverycheck/workloads/supervisor"
-	"github.com/deliverycheck/deliverycheck/workloads/worker"
 )
 
 // Main is a TestMain body: in a process the supervisor started as a worker
