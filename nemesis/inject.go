@@ -1,6 +1,7 @@
 package nemesis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -484,7 +485,7 @@ func (e *Env) network(f Fault) (effect, error) {
 	// fault's in the chain and sees the traffic the fault acts on.
 	limit := int64(0)
 	if f.Kind == LimitData {
-		limit = or(f.Bytes, DefaultBytes)
+		limit = cmp.Or(f.Bytes, DefaultBytes)
 	}
 	w, err := l.Watch(d, limit)
 	if err != nil {
@@ -495,15 +496,15 @@ func (e *Env) network(f Fault) (effect, error) {
 	case Partition:
 		typ, err = "timeout", l.Partition(d)
 	case Latency:
-		typ, err = "latency", l.Latency(d, or(f.Latency, DefaultLatency), f.Jitter)
+		typ, err = "latency", l.Latency(d, cmp.Or(f.Latency, DefaultLatency), f.Jitter)
 	case Bandwidth:
-		typ, err = "bandwidth", l.Bandwidth(d, or(f.Rate, DefaultRate))
+		typ, err = "bandwidth", l.Bandwidth(d, cmp.Or(f.Rate, DefaultRate))
 	case ResetPeer:
 		typ, err = "reset_peer", l.ResetPeer(d, f.Delay)
 	case LimitData:
 		typ, err = "limit_data", l.LimitData(d, limit)
 	case SlowClose:
-		typ, err = "slow_close", l.SlowClose(d, or(f.Delay, DefaultSlowClose))
+		typ, err = "slow_close", l.SlowClose(d, cmp.Or(f.Delay, DefaultSlowClose))
 	}
 	if err != nil {
 		// A toxic may be in place in one direction of two.
@@ -535,17 +536,17 @@ func networkEvidence(f Fault, where string, t link.Traffic) (string, error) {
 	case Partition:
 		return fmt.Sprintf("%s: %s held, %s held back", where, conns, data), nil
 	case Latency:
-		by := or(f.Latency, DefaultLatency).String()
+		by := cmp.Or(f.Latency, DefaultLatency).String()
 		if f.Jitter > 0 {
 			by += "±" + f.Jitter.String()
 		}
 		return fmt.Sprintf("%s: %s delayed, %s delayed by %s", where, conns, data, by), nil
 	case Bandwidth:
-		return fmt.Sprintf("%s: %s throttled to %d KB/s, %s through", where, conns, or(f.Rate, DefaultRate), data), nil
+		return fmt.Sprintf("%s: %s throttled to %d KB/s, %s through", where, conns, cmp.Or(f.Rate, DefaultRate), data), nil
 	case ResetPeer:
 		return fmt.Sprintf("%s: %s reset, %s sent into the reset", where, conns, data), nil
 	case LimitData:
-		limit := or(f.Bytes, DefaultBytes)
+		limit := cmp.Or(f.Bytes, DefaultBytes)
 		if t.Reached == 0 {
 			return "", fmt.Errorf("%s crossed %s during the window, none carried the %d B limit", conns, where, limit)
 		}
@@ -554,7 +555,7 @@ func networkEvidence(f Fault, where string, t link.Traffic) (string, error) {
 		if t.Closed == 0 {
 			return "", fmt.Errorf("%s crossed %s during the window, none closed", conns, where)
 		}
-		return fmt.Sprintf("%s: %s closed late (by %s)", where, plural(t.Closed, "connection"), or(f.Delay, DefaultSlowClose)), nil
+		return fmt.Sprintf("%s: %s closed late (by %s)", where, plural(t.Closed, "connection"), cmp.Or(f.Delay, DefaultSlowClose)), nil
 	}
 	return fmt.Sprintf("%s: %s, %s", where, conns, data), nil
 }
@@ -576,12 +577,4 @@ func sizeOf(n int64) string {
 	default:
 		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 	}
-}
-
-func or[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -217,7 +218,7 @@ func newView(run Run, res *checker.Result) view {
 			v.Environment = append(v.Environment, p)
 		}
 	}
-	for _, name := range slices.Sorted(mapKeys(e.Servers)) {
+	for _, name := range slices.Sorted(maps.Keys(e.Servers)) {
 		ver := e.Servers[name]
 		if img := e.Images[name]; img != "" {
 			ver += " (image " + img + ")"
@@ -427,14 +428,4 @@ func groupDigits(v int64) string {
 		return "-" + b.String()
 	}
 	return b.String()
-}
-
-func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,7 +113,7 @@ func junitReport(run Run, res *checker.Result) junitSuites {
 	if run.Environment.Runtime != "" {
 		s.Properties = append(s.Properties, junitProperty{"runtime", run.Environment.Runtime})
 	}
-	for _, k := range sortedKeys(run.Environment.Servers) {
+	for _, k := range slices.Sorted(maps.Keys(run.Environment.Servers)) {
 		s.Properties = append(s.Properties, junitProperty{"server." + k, run.Environment.Servers[k]})
 	}
 
@@ -217,10 +218,6 @@ func failureBody(c Check, a *checker.Anomaly) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
-}
-
-func sortedKeys(m map[string]string) []string {
-	return slices.Sorted(mapKeys(m))
 }
 
 // JUnitFile writes junit.xml to path (through a temporary file).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/internal/logtail"
 	"github.com/deliverycheck/deliverycheck/verdict"
 )
 
@@ -310,16 +311,14 @@ func logTail(path string, n int) string {
 	if err != nil {
 		return ""
 	}
-	var lines []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			if len(l) > 300 {
-				l = l[:300] + "…"
-			}
-			lines = append(lines, l)
+	lines := logtail.Lines(b, n)
+	for i, l := range lines {
+		if l = strings.TrimSpace(l); len(l) > 300 {
+			l = l[:300] + "…"
 		}
+		lines[i] = l
 	}
-	return strings.Join(lines[max(0, len(lines)-n):], " | ")
+	return strings.Join(lines, " | ")
 }
 
 // decodeResults reads results.json: the versioned envelope, or a bare

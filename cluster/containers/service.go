@@ -21,7 +21,7 @@ import (
 	"github.com/testcontainers/testcontainers-go/wait"
 
 	"github.com/deliverycheck/deliverycheck/cluster/freeport"
-	"github.com/deliverycheck/deliverycheck/cluster/probe"
+	"github.com/deliverycheck/deliverycheck/internal/logtail"
 )
 
 // spec is what differs between the three services.
@@ -203,11 +203,11 @@ func (s *Service) waitReady(ctx context.Context) error {
 		}
 		last = err
 		if st, ierr := s.state(ctx); ierr == nil && !st.Running {
-			return fmt.Errorf("container exited (code %d) before it was ready: %v\n%s", st.ExitCode, err, probe.LogTail(s.Logs(), 20))
+			return fmt.Errorf("container exited (code %d) before it was ready: %v\n%s", st.ExitCode, err, logtail.File(s.Logs(), 20))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not ready: %w (last probe: %v)\n%s", ctx.Err(), last, probe.LogTail(s.Logs(), 20))
+			return fmt.Errorf("not ready: %w (last probe: %v)\n%s", ctx.Err(), last, logtail.File(s.Logs(), 20))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/cluster/guard"
-	"github.com/deliverycheck/deliverycheck/cluster/probe"
+	"github.com/deliverycheck/deliverycheck/internal/logtail"
 )
 
 // Options are common to every local service.
@@ -117,9 +117,9 @@ func (b *base) waitReady(ctx context.Context, p *proc, logPath string, ready fun
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s exited during start (%v): %w\n%s", b.name, p.err, last, probe.LogTail(logPath, 20))
+			return fmt.Errorf("%s exited during start (%v): %w\n%s", b.name, p.err, last, logtail.File(logPath, 20))
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready: %w (last probe: %v)\n%s", b.name, ctx.Err(), last, probe.LogTail(logPath, 20))
+			return fmt.Errorf("%s not ready: %w (last probe: %v)\n%s", b.name, ctx.Err(), last, logtail.File(logPath, 20))
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 250*time.Millisecond)

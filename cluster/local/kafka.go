@@ -26,6 +26,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster/freeport"
 	"github.com/deliverycheck/deliverycheck/cluster/guard"
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
+	"github.com/deliverycheck/deliverycheck/internal/logtail"
 )
 
 // DefaultKafkaVersion is the Apache Kafka release run when none is asked for.
@@ -768,7 +769,7 @@ func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard.Guar
 		return fmt.Errorf("format: %w", ctx.Err())
 	}
 	if fp.err != nil {
-		return fmt.Errorf("format: %w\n%s", fp.err, probe.LogTail(logPath, 20))
+		return fmt.Errorf("format: %w\n%s", fp.err, logtail.File(logPath, 20))
 	}
 	if err := copyFile(filepath.Join(data, "bootstrap.checkpoint"), filepath.Join(tmp, "bootstrap.checkpoint")); err != nil {
 		return fmt.Errorf("format: %w", err)
@@ -801,9 +802,9 @@ func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard.Guar
 		}
 		select {
 		case <-bp.done:
-			return fmt.Errorf("training broker exited (%v)\n%s", bp.err, probe.LogTail(logPath, 20))
+			return fmt.Errorf("training broker exited (%v)\n%s", bp.err, logtail.File(logPath, 20))
 		case <-ctx.Done():
-			return fmt.Errorf("training broker: %w\n%s", ctx.Err(), probe.LogTail(logPath, 20))
+			return fmt.Errorf("training broker: %w\n%s", ctx.Err(), logtail.File(logPath, 20))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

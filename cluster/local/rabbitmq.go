@@ -20,6 +20,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/cluster/freeport"
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
+	"github.com/deliverycheck/deliverycheck/internal/logtail"
 )
 
 // RabbitMQ credentials every local node is configured with. They are
@@ -436,7 +437,7 @@ func (r *RabbitMQ) startEPMD(ctx context.Context) error {
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("epmd exited (%v)\n%s", p.err, probe.LogTail(filepath.Join(r.dir, "epmd.log"), 10))
+			return fmt.Errorf("epmd exited (%v)\n%s", p.err, logtail.File(filepath.Join(r.dir, "epmd.log"), 10))
 		case <-ctx.Done():
 			return fmt.Errorf("epmd not listening on %s: %w", addr, ctx.Err())
 		case <-time.After(10 * time.Millisecond):

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/cluster/link"
+	"github.com/deliverycheck/deliverycheck/internal/logtail"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
@@ -200,7 +201,7 @@ func TestRabbitMQ(t *testing.T) {
 	closed := false
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("tail of %s:\n%s", r.Logs(), probe.LogTail(r.Logs(), 80))
+			t.Logf("tail of %s:\n%s", r.Logs(), logtail.File(r.Logs(), 80))
 		}
 		if !closed {
 			_ = r.Close()
@@ -379,7 +380,7 @@ func TestRabbitMQ(t *testing.T) {
 		}
 		t.Logf("restart from paused took %v", time.Since(start))
 		if sigterms() != before+1 {
-			t.Errorf("node log shows no clean SIGTERM shutdown:\n%s", probe.LogTail(r.Logs(), 120))
+			t.Errorf("node log shows no clean SIGTERM shutdown:\n%s", logtail.File(r.Logs(), 120))
 		}
 		rec.record(r)
 		got := getAll(t, ctx, r, "dc.graceful", 1)

@@ -5,11 +5,9 @@
 package probe
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -134,19 +132,4 @@ func DialAMQP(ctx context.Context, url string) (*amqp.Connection, error) {
 		}()
 	}
 	return conn, nil
-}
-
-// LogTail is the last n lines of the server log at path, for the error
-// that says a server never became ready: both runtimes end such errors
-// with what the server last said. It is "" when the log cannot be read.
-func LogTail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
 }
