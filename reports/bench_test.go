@@ -28,7 +28,7 @@ func BenchmarkHTML(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	run := Run{Scenario: "bench", Command: "deliverycheck run bench --seed 1"}
+	run := Record{Scenario: "bench", Command: "deliverycheck run bench --seed 1"}
 	if err := run.FillFromHistory([]string{path}); err != nil {
 		b.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestCrashLoopExplainsTheVerdict(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, LogsDir, "consumer-inv-0.log"), []byte(logLines), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var run Run
+	var run Record
 	if err := run.Complete(dir, nil); err != nil {
 		t.Fatal(err)
 	}

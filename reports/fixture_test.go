@@ -115,8 +115,8 @@ func (f fixture) result() *checker.Result {
 	return checker.Check(f.ops(), checker.Options{Guarantees: g})
 }
 
-func (f fixture) run() Run {
-	r := Run{
+func (f fixture) run() Record {
+	r := Record{
 		Scenario:    "order-confirmation",
 		Description: "order confirmations consumed by inventory and email",
 		Seed:        42,

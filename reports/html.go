@@ -41,7 +41,7 @@ func parseTemplate() (*template.Template, error) {
 // Content-Security-Policy forbids scripts, so a hostile payload, header or
 // error text is shown, never run. res may be nil when the harness failed
 // before checking.
-func HTML(w io.Writer, run Run, res *checker.Result) error {
+func HTML(w io.Writer, run Record, res *checker.Result) error {
 	t, err := parseTemplate()
 	if err != nil {
 		return err
@@ -53,7 +53,7 @@ func HTML(w io.Writer, run Run, res *checker.Result) error {
 }
 
 // HTMLFile writes the report to path (through a temporary file).
-func HTMLFile(path string, run Run, res *checker.Result) error {
+func HTMLFile(path string, run Record, res *checker.Result) error {
 	if err := writeFile(path, func(w io.Writer) error { return HTML(w, run, res) }); err != nil {
 		return fmt.Errorf("reports: %w", err)
 	}
@@ -189,7 +189,7 @@ func faultEffect(f FaultWindow) string {
 	return s
 }
 
-func newView(run Run, res *checker.Result) view {
+func newView(run Record, res *checker.Result) view {
 	verdict := Judge(run, res)
 	checks := Checks(run, res)
 	v := view{

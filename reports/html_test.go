@@ -26,7 +26,7 @@ func statuses(v view) map[string]string {
 func TestViewModel(t *testing.T) {
 	tests := []struct {
 		name       string
-		run        func() (Run, *checker.Result)
+		run        func() (Record, *checker.Result)
 		verdict    string
 		summary    []string // substrings of the banner sentence
 		checks     map[string]string
@@ -39,7 +39,7 @@ func TestViewModel(t *testing.T) {
 	}{
 		{
 			name:    "invalid: duplicate and loss",
-			run:     func() (Run, *checker.Result) { f := fixture{drain: history.OK}; return f.run(), f.result() },
+			run:     func() (Record, *checker.Result) { f := fixture{drain: history.OK}; return f.run(), f.result() },
 			verdict: "invalid",
 			summary: []string{"No loss broke in email (1 lost)", "no duplicate effects broke in inventory (1 duplicate-effect)", "per-key order", "held"},
 			checks: map[string]string{"inventory: no loss": "held", "inventory: no duplicate effects": "broken", "email: no loss": "broken",
@@ -49,7 +49,7 @@ func TestViewModel(t *testing.T) {
 		},
 		{
 			name: "valid",
-			run: func() (Run, *checker.Result) {
+			run: func() (Record, *checker.Result) {
 				f := fixture{drain: history.OK, clean: true}
 				return f.run(), f.result()
 			},
@@ -60,7 +60,7 @@ func TestViewModel(t *testing.T) {
 		},
 		{
 			name: "unknown: drain timed out",
-			run: func() (Run, *checker.Result) {
+			run: func() (Record, *checker.Result) {
 				f := fixture{drain: history.Info, clean: true}
 				return f.run(), f.result()
 			},
@@ -71,7 +71,7 @@ func TestViewModel(t *testing.T) {
 		},
 		{
 			name: "harness error after checking: valid becomes unknown",
-			run: func() (Run, *checker.Result) {
+			run: func() (Record, *checker.Result) {
 				f := fixture{drain: history.OK, clean: true}
 				r := f.run()
 				r.HarnessError = "postgres: kill -9 did not stop pid 4242"
@@ -84,7 +84,7 @@ func TestViewModel(t *testing.T) {
 		},
 		{
 			name: "harness error before any history",
-			run: func() (Run, *checker.Result) {
+			run: func() (Record, *checker.Result) {
 				r := fixture{}.run()
 				r.HarnessError = "rabbitmq did not start: port in use"
 				r.Guarantees.Subscriptions = []string{"inventory"}
@@ -156,8 +156,8 @@ func fixtureOpsFor(name string) history.History {
 	return fixture{drain: history.OK, clean: true}.ops()
 }
 
-// fillFromOps is Run.Complete over an in-memory history and its result.
-func fillFromOps(t *testing.T, r *Run, h history.History, res *checker.Result) {
+// fillFromOps is Record.Complete over an in-memory history and its result.
+func fillFromOps(t *testing.T, r *Record, h history.History, res *checker.Result) {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "h.jsonl")
 	var b []byte
@@ -225,7 +225,7 @@ func TestPlotsBounded(t *testing.T) {
 	for i := range buckets {
 		res.Series.Latency = append(res.Series.Latency, checker.LatencyPoint{Bucket: i, Count: 1, P50: 1e6, P95: 2e6, P99: 3e6, Max: 4e6})
 	}
-	var run Run
+	var run Record
 	for i := range 3000 {
 		s := int64(i) * 1e9
 		run.Faults = append(run.Faults, FaultWindow{Name: "latency", Start: s, End: s + 2e9})

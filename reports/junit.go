@@ -79,7 +79,7 @@ type junitProblem struct {
 //
 // Guarantees not promised are not testcases; their findings are listed in
 // the suite's system-out.
-func JUnit(w io.Writer, run Run, res *checker.Result) error {
+func JUnit(w io.Writer, run Record, res *checker.Result) error {
 	b, err := xml.MarshalIndent(junitReport(run, res), "", "  ")
 	if err != nil {
 		return fmt.Errorf("reports: junit: %w", err)
@@ -91,7 +91,7 @@ func JUnit(w io.Writer, run Run, res *checker.Result) error {
 	return err
 }
 
-func junitReport(run Run, res *checker.Result) junitSuites {
+func junitReport(run Record, res *checker.Result) junitSuites {
 	name := run.Scenario
 	if name == "" {
 		name = "deliverycheck"
@@ -221,7 +221,7 @@ func failureBody(c Check, a *checker.Anomaly) string {
 }
 
 // JUnitFile writes junit.xml to path (through a temporary file).
-func JUnitFile(path string, run Run, res *checker.Result) error {
+func JUnitFile(path string, run Record, res *checker.Result) error {
 	if err := writeFile(path, func(w io.Writer) error { return JUnit(w, run, res) }); err != nil {
 		return fmt.Errorf("reports: %w", err)
 	}

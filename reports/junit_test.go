@@ -63,7 +63,7 @@ func outcome(c xCase) string {
 func TestJUnit(t *testing.T) {
 	tests := []struct {
 		name    string
-		run     func() (Run, *checker.Result)
+		run     func() (Record, *checker.Result)
 		cases   map[string]string // testcase → outcome; every testcase must be listed
 		message map[string]string // testcase → substring of its problem message
 		body    map[string]string // testcase → substring of its problem body
@@ -71,7 +71,7 @@ func TestJUnit(t *testing.T) {
 	}{
 		{
 			name: "invalid",
-			run:  func() (Run, *checker.Result) { f := fixture{drain: history.OK}; return f.run(), f.result() },
+			run:  func() (Record, *checker.Result) { f := fixture{drain: history.OK}; return f.run(), f.result() },
 			cases: map[string]string{
 				"email: no loss": "failure", "email: no duplicate effects": "pass", "email: per-key order": "pass", "email: no gaps": "pass",
 				"email: no phantom effects": "pass", "email: poison dead-lettered": "pass", "email: only poison dead-lettered": "pass",
@@ -87,7 +87,7 @@ func TestJUnit(t *testing.T) {
 		},
 		{
 			name: "unknown verdict: guarantees skipped, not passed",
-			run: func() (Run, *checker.Result) {
+			run: func() (Record, *checker.Result) {
 				f := fixture{drain: history.Info, clean: true}
 				r := f.run()
 				r.Guarantees, _ = checker.ParseGuarantees("at-least-once")
@@ -105,7 +105,7 @@ func TestJUnit(t *testing.T) {
 		},
 		{
 			name: "harness error is an error, not a failure",
-			run: func() (Run, *checker.Result) {
+			run: func() (Record, *checker.Result) {
 				r := fixture{}.run()
 				r.HarnessError = "kafka did not start: " + xssScript
 				r.Guarantees, _ = checker.ParseGuarantees("at-most-once,subscriptions=inventory")
@@ -118,12 +118,12 @@ func TestJUnit(t *testing.T) {
 		},
 		{
 			name: "no subscription: one verdict testcase",
-			run: func() (Run, *checker.Result) {
+			run: func() (Record, *checker.Result) {
 				h := history.History{
 					{Process: "producer-0", Type: history.OK, F: history.Commit, Value: history.Value{Event: "e1", Key: "k", Version: 1}},
 					{Time: 1, Process: "harness", Type: history.OK, F: history.Drain},
 				}
-				return Run{Scenario: "bare"}, checker.Check(h, checker.Options{})
+				return Record{Scenario: "bare"}, checker.Check(h, checker.Options{})
 			},
 			cases:   map[string]string{"verdict": "skipped"},
 			message: map[string]string{"verdict": "unknown: "},

@@ -140,7 +140,7 @@ func downsample(values []float64, n int) (idx []float64, out []float64) {
 }
 
 // layout lays out the lines, ticks, bands and marks of one plot.
-func layout(id, title, unit string, a axis, ss []series, run Run) plotView {
+func layout(id, title, unit string, a axis, ss []series, run Record) plotView {
 	ymax := 0.0
 	for _, s := range ss {
 		for _, v := range s.values {
@@ -334,7 +334,7 @@ func fmtNs(ns int64) string {
 }
 
 // plots lays out the three time-series plots of a result.
-func plots(run Run, res *checker.Result) []plotView {
+func plots(run Record, res *checker.Result) []plotView {
 	s := res.Series
 	bucketNs := max(s.BucketNanos, 1)
 	tmax := int64(max(s.Buckets, 1)) * bucketNs

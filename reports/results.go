@@ -37,8 +37,8 @@ type Results struct {
 	Expected       *verdict.Expectation `json:"expected,omitempty"`
 	ExpectationMet *bool                `json:"expectation_met,omitempty"`
 	// Summary is the verdict banner's sentence: what held and what did not.
-	Summary string `json:"summary"`
-	Run     *Run   `json:"run"`
+	Summary string  `json:"summary"`
+	Run     *Record `json:"run"`
 	// Checks has every guarantee per subscription, promised or not, in the
 	// order of the report's guarantees table.
 	Checks []Check `json:"checks"`
@@ -91,7 +91,7 @@ var guarantees = []struct {
 // Checks lists every guarantee per subscription with what the run
 // observed. The subscriptions are the checker's (declared and seen), or
 // the declared ones when there is no result.
-func Checks(run Run, res *checker.Result) []Check {
+func Checks(run Record, res *checker.Result) []Check {
 	g := run.Guarantees
 	var subs []string
 	if res != nil {
@@ -141,7 +141,7 @@ func Checks(run Run, res *checker.Result) []Check {
 // problems (its harness error, crash-looping components) and the
 // scenario's expectation. Everything a run folder says about the verdict
 // reads it.
-func Judge(run Run, res *checker.Result) verdict.Verdict {
+func Judge(run Record, res *checker.Result) verdict.Verdict {
 	var problems []string
 	if run.HarnessError != "" {
 		problems = append(problems, "harness error: "+oneLine(run.HarnessError))
@@ -150,7 +150,7 @@ func Judge(run Run, res *checker.Result) verdict.Verdict {
 }
 
 // NewResults builds the results.json envelope.
-func NewResults(run Run, res *checker.Result) Results {
+func NewResults(run Record, res *checker.Result) Results {
 	run = run.normalized()
 	v := Judge(run, res)
 	checks := Checks(run, res)
@@ -179,7 +179,7 @@ func nonNil[T any](s []T) []T {
 
 // WriteResultsJSON writes the results.json envelope, indented. The output
 // depends only on its inputs, byte for byte.
-func WriteResultsJSON(w io.Writer, run Run, res *checker.Result) error {
+func WriteResultsJSON(w io.Writer, run Record, res *checker.Result) error {
 	b, err := json.MarshalIndent(NewResults(run, res), "", "  ")
 	if err != nil {
 		return fmt.Errorf("reports: results.json: %w", err)
@@ -192,7 +192,7 @@ func WriteResultsJSON(w io.Writer, run Run, res *checker.Result) error {
 // folder dir, each through a temporary file renamed into place, so a
 // reader never sees half a file. It writes all three even when one fails,
 // and returns every failure.
-func WriteAll(dir string, run Run, res *checker.Result) error {
+func WriteAll(dir string, run Record, res *checker.Result) error {
 	var errs []string
 	for _, f := range []struct {
 		name  string

@@ -31,16 +31,16 @@ func compileSchema(t *testing.T) *jsonschema.Schema {
 func TestResultsSchema(t *testing.T) {
 	sch := compileSchema(t)
 	hostile := fixture{drain: history.OK, hostile: true}
-	cases := map[string]func() (Run, *checker.Result){
-		"invalid": func() (Run, *checker.Result) { f := fixture{drain: history.OK}; return f.run(), f.result() },
-		"valid": func() (Run, *checker.Result) {
+	cases := map[string]func() (Record, *checker.Result){
+		"invalid": func() (Record, *checker.Result) { f := fixture{drain: history.OK}; return f.run(), f.result() },
+		"valid": func() (Record, *checker.Result) {
 			f := fixture{drain: history.OK, clean: true}
 			return f.run(), f.result()
 		},
-		"unknown":   func() (Run, *checker.Result) { f := fixture{drain: history.Info}; return f.run(), f.result() },
-		"hostile":   func() (Run, *checker.Result) { return hostile.run(), hostile.result() },
-		"no result": func() (Run, *checker.Result) { return Run{Scenario: "x", HarnessError: "boom"}, nil },
-		"from a run folder": func() (Run, *checker.Result) {
+		"unknown":   func() (Record, *checker.Result) { f := fixture{drain: history.Info}; return f.run(), f.result() },
+		"hostile":   func() (Record, *checker.Result) { return hostile.run(), hostile.result() },
+		"no result": func() (Record, *checker.Result) { return Record{Scenario: "x", HarnessError: "boom"}, nil },
+		"from a run folder": func() (Record, *checker.Result) {
 			run, res, err := ReadRunDir(fixture{drain: history.OK}.writeRunDir(t))
 			if err != nil {
 				t.Fatal(err)

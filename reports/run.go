@@ -18,12 +18,14 @@ import (
 	"github.com/deliverycheck/deliverycheck/verdict"
 )
 
-// Run is what a run folder records about the run itself, beside the
-// checker's findings: run.json holds it, and results.json embeds it. The
-// run command fills it; [Run.FillFromHistory] derives what is missing
+// Record is a run's account of itself, beside the checker's findings:
+// what ran, where, and what happened to it (faults, crashes, processes).
+// run.json holds it, and results.json embeds it. (It is not named Run:
+// runner.Run runs one, and a run folder holds more than this.) The
+// run command fills it; [Record.FillFromHistory] derives what is missing
 // (faults, crashes, processes) from the history, so a folder written by an
 // older harness or a test still renders a complete report.
-type Run struct {
+type Record struct {
 	// Scenario names the scenario (built-in name or file).
 	Scenario    string `json:"scenario"`
 	Description string `json:"description,omitempty"`
@@ -156,7 +158,7 @@ const (
 // WriteRunJSON writes run as indented JSON (run.json). The run command
 // writes it when the run starts and again when it ends, so a harness that
 // dies half-way still leaves what it was doing.
-func WriteRunJSON(w io.Writer, run Run) error {
+func WriteRunJSON(w io.Writer, run Record) error {
 	b, err := json.MarshalIndent(run.normalized(), "", "  ")
 	if err != nil {
 		return fmt.Errorf("reports: run.json: %w", err)
@@ -167,7 +169,7 @@ func WriteRunJSON(w io.Writer, run Run) error {
 
 // normalized gives nil slices as empty ones, so the JSON has [] rather
 // than null where the schema promises an array.
-func (r Run) normalized() Run {
+func (r Record) normalized() Record {
 	if r.Faults == nil {
 		r.Faults = []FaultWindow{}
 	}
@@ -202,38 +204,38 @@ func HistoryFiles(dir string) ([]string, error) {
 // run's guarantees. results.json may also be a bare checker result, as
 // `deliverycheck check` writes it. What the run record lacks (faults,
 // crashes, processes) is derived from the history when there is one.
-func ReadRunDir(dir string) (Run, *checker.Result, error) {
-	var run Run
+func ReadRunDir(dir string) (Record, *checker.Result, error) {
+	var run Record
 	haveRun := false
 	if b, err := os.ReadFile(filepath.Join(dir, RunFile)); err == nil {
 		if err := json.Unmarshal(b, &run); err != nil {
-			return Run{}, nil, fmt.Errorf("reports: %s: %w", filepath.Join(dir, RunFile), err)
+			return Record{}, nil, fmt.Errorf("reports: %s: %w", filepath.Join(dir, RunFile), err)
 		}
 		haveRun = true
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return Run{}, nil, fmt.Errorf("reports: %w", err)
+		return Record{}, nil, fmt.Errorf("reports: %w", err)
 	}
 
 	var res *checker.Result
 	if b, err := os.ReadFile(filepath.Join(dir, ResultsFile)); err == nil {
 		env, err := decodeResults(b)
 		if err != nil {
-			return Run{}, nil, fmt.Errorf("reports: %s: %w", filepath.Join(dir, ResultsFile), err)
+			return Record{}, nil, fmt.Errorf("reports: %s: %w", filepath.Join(dir, ResultsFile), err)
 		}
 		res = env.Result
 		if !haveRun && env.Run != nil {
 			run, haveRun = *env.Run, true
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return Run{}, nil, fmt.Errorf("reports: %w", err)
+		return Record{}, nil, fmt.Errorf("reports: %w", err)
 	}
 
 	paths, err := HistoryFiles(dir)
 	if err != nil {
-		return Run{}, nil, err
+		return Record{}, nil, err
 	}
 	if !haveRun && res == nil && len(paths) == 0 {
-		return Run{}, nil, fmt.Errorf("reports: %s is not a run folder: no %s, %s or history", dir, RunFile, ResultsFile)
+		return Record{}, nil, fmt.Errorf("reports: %s is not a run folder: no %s, %s or history", dir, RunFile, ResultsFile)
 	}
 	if !haveRun {
 		run.Scenario = filepath.Base(filepath.Clean(dir))
@@ -243,11 +245,11 @@ func ReadRunDir(dir string) (Run, *checker.Result, error) {
 	}
 	if res == nil && len(paths) > 0 {
 		if res, err = checker.CheckFiles(paths, checker.Options{Guarantees: run.Guarantees}); err != nil {
-			return Run{}, nil, fmt.Errorf("reports: check %s: %w", dir, err)
+			return Record{}, nil, fmt.Errorf("reports: check %s: %w", dir, err)
 		}
 	}
 	if err := run.Complete(dir, res); err != nil {
-		return Run{}, nil, err
+		return Record{}, nil, err
 	}
 	return run, res, nil
 }
@@ -259,7 +261,7 @@ func ReadRunDir(dir string) (Run, *checker.Result, error) {
 // command calls it before it writes results.json and the report, and
 // `deliverycheck report` when it reads a folder back, so both show the
 // same run.
-func (r *Run) Complete(dir string, res *checker.Result) error {
+func (r *Record) Complete(dir string, res *checker.Result) error {
 	paths, err := HistoryFiles(dir)
 	if err != nil {
 		return err
@@ -284,7 +286,7 @@ const CrashLoopAfter = 3
 
 // crashLoops explains each process that crashed on its own at least
 // CrashLoopAfter times, with the last lines of its log.
-func (r *Run) crashLoops(dir string) []string {
+func (r *Record) crashLoops(dir string) []string {
 	var out []string
 	for _, p := range r.Processes {
 		if p.OwnCrashes < CrashLoopAfter {
@@ -373,7 +375,7 @@ func FaultWindows(res *checker.Result) []FaultWindow {
 // count and crashes. Fields the run command already filled are kept. It
 // reads the history once, keeping only those few ops. (Fault windows come
 // from the checker's result: [FaultWindows].)
-func (r *Run) FillFromHistory(paths []string) error {
+func (r *Record) FillFromHistory(paths []string) error {
 	if len(paths) == 0 || (len(r.Marks) > 0 && len(r.Processes) > 0) {
 		return nil
 	}
@@ -408,7 +410,7 @@ func (r *Run) FillFromHistory(paths []string) error {
 // linkLogs points each process without a log at logs/<name>.log when that
 // file exists, and adds a process for every other log in the folder (the
 // servers' logs), so the report links every log there is.
-func (r *Run) linkLogs(dir string) {
+func (r *Record) linkLogs(dir string) {
 	logs, _ := filepath.Glob(filepath.Join(dir, LogsDir, "*.log"))
 	named := map[string]bool{}
 	for i := range r.Processes {

@@ -10,7 +10,7 @@ import (
 
 // summary is the verdict banner's one sentence: what held, what did not,
 // and what could not be established.
-func summary(run Run, res *checker.Result, checks []Check) string {
+func summary(run Record, res *checker.Result, checks []Check) string {
 	if res == nil {
 		return fmt.Sprintf("The harness failed before there was a history to check (%s), so no guarantee was tested.", oneLine(run.HarnessError))
 	}

@@ -73,7 +73,7 @@ type Options struct {
 type Outcome struct {
 	Dir    string
 	Result *checker.Result
-	Run    reports.Run
+	Run    reports.Record
 	// HarnessErr is the harness's own failure (a server did not start, the
 	// run was interrupted): the verdict is then at best unknown.
 	HarnessErr error
@@ -99,7 +99,7 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 		return nil, err
 	}
 	out := &Outcome{Dir: dir}
-	meta := reports.Run{
+	meta := reports.Record{
 		Scenario: spec.Name, Description: spec.Description, Seed: spec.Seed,
 		Command: opts.Command, Started: time.Now().UTC(), Guarantees: spec.Guarantees, External: spec.External, Expect: spec.Expect,
 		Environment: reports.Environment{Runtime: opts.Runtime, Harness: harnessVersion(), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
@@ -193,7 +193,7 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 // marks, processes from the history), decides the verdict and writes the
 // run folder; it is called on every path out of Run, so the outcome and
 // the folder always say the same.
-func writeAll(out *Outcome, meta *reports.Run, res *checker.Result, log *slog.Logger) error {
+func writeAll(out *Outcome, meta *reports.Record, res *checker.Result, log *slog.Logger) error {
 	meta.Finished = time.Now().UTC()
 	if out.HarnessErr != nil {
 		meta.HarnessError = out.HarnessErr.Error()

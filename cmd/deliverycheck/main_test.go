@@ -49,7 +49,7 @@ func TestUsageErrorsExitBadInput(t *testing.T) {
 // (they used to print VALID and exit 0).
 func TestOutcomeSaysTheVerdict(t *testing.T) {
 	res := &checker.Result{Valid: checker.Valid, Facts: checker.Facts{Drain: "complete", FinalRead: "complete"}}
-	run := reports.Run{Scenario: "s", HarnessError: "finish: stop workers: timeout"}
+	run := reports.Record{Scenario: "s", HarnessError: "finish: stop workers: timeout"}
 	o := &runner.Outcome{Result: res, Run: run, Verdict: reports.Judge(run, res), Dir: "runs/s/1"}
 	var out bytes.Buffer
 	printOutcome(&out, scenarios.Scenario{Name: "s"}, o)
