@@ -1,7 +1,12 @@
-// Package broker is the pipeline's view of a message broker: a [Publisher]
-// the relay (and the dual-write producer) sends events with, and a
-// [Subscriber] a consumer takes deliveries from. kafka.go and rabbitmq.go
-// implement both over franz-go and amqp091-go.
+// Package broker is the pipeline's client of a message broker: adapters
+// over Kafka (franz-go) and RabbitMQ (amqp091-go) that set up the topology,
+// publish events and take deliveries.
+//
+// A [Publisher] is what the relay (and the dual-write producer) sends
+// events with, a [Subscriber] what a consumer takes deliveries from. The
+// kafka_*.go and rabbitmq_*.go files implement both, split by role:
+// topology, publisher, subscriber, and offset commits (Kafka) or acks
+// (RabbitMQ).
 //
 // The interfaces carry exactly the facts the checker needs: whether the
 // broker confirmed a publish (or whether that is unknown), and for each

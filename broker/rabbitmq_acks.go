@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -8,6 +9,131 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
+
+// settle settles d with op on its session's acks (see [rabbitAcks]), at
+// most once per delivery, and only on the channel d came from while that
+// channel is still the current one.
+//
+// AMQP acks have no reply: success means the frame was written, not that
+// the broker processed it. If the connection drops right after, the
+// broker redelivers, which the consumer's inbox dedupes.
+//
+// The frame is small and normally written at once; only a broker that
+// stopped reading can block it, and then ctx ending closes the connection
+// (the message is redelivered). A frame that cannot be written means the
+// socket is gone (the library may not have noticed yet): the broker will
+// redeliver everything unsettled on this channel, so this delivery and its
+// siblings are stale, and the session is killed so that later settles of
+// the siblings say so at once.
+func (r *RabbitSubscriber) settle(ctx context.Context, what string, d *Delivery, op func(a *rabbitAcks, tag uint64) error) error {
+	h, err := r.claim(ctx, what, d)
+	if err != nil {
+		return err
+	}
+	// The acks are this generation's own: if its channel died since the
+	// claim, the frame fails instead of reaching a newer channel.
+	stop := context.AfterFunc(ctx, h.sess.kill)
+	defer stop()
+	if err := op(h.sess.acks, h.tag); err != nil {
+		// The tracker's error already starts "rabbitmq settle tag N",
+		// as held acks report it with no caller to add context.
+		return fmt.Errorf("%s %s: %w", what, d.ID, err)
+	}
+	return nil
+}
+
+// claim checks that d can be settled, on the current channel, and marks
+// it settled so that it never is twice: a second ack of one tag makes
+// RabbitMQ close the channel (PRECONDITION_FAILED), which would strand
+// every other delivery on it.
+func (r *RabbitSubscriber) claim(ctx context.Context, what string, d *Delivery) (*rabbitHandle, error) {
+	h, ok := d.Handle().(*rabbitHandle)
+	if !ok || h.owner != r {
+		return nil, fmt.Errorf("rabbitmq %s: delivery of %q is not from this subscriber (%s)", what, d.ID, r.sub)
+	}
+	r.mu.Lock()
+	cur := r.sess
+	r.mu.Unlock()
+	if cur != h.sess || h.sess.broken(h.sess.ch) {
+		return nil, fmt.Errorf("rabbitmq %s %s tag %d (gen %d): %w", what, d.ID, h.tag, h.sess.gen, ErrStaleDelivery)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("rabbitmq %s %s tag %d: %w", what, d.ID, h.tag, err)
+	}
+	if !h.settled.CompareAndSwap(false, true) {
+		return nil, fmt.Errorf("rabbitmq %s %s tag %d: already acked, retried or dead-lettered", what, d.ID, h.tag)
+	}
+	return h, nil
+}
+
+// Ack implements [Subscriber]: d's tag is acked at once, covering the
+// acks held below it if it is the lowest outstanding one.
+func (r *RabbitSubscriber) Ack(ctx context.Context, d *Delivery) error {
+	return r.settle(ctx, "ack", d, (*rabbitAcks).now)
+}
+
+// AckAsync implements [AsyncAcker]: the batch's acks are held together
+// until every delivery before them on the channel is settled (at most
+// rabbitAckHold), then go out with the acks they cover as one multiple
+// ack. A channel receives nil once the frame covering its delivery is
+// written.
+func (r *RabbitSubscriber) AckAsync(ctx context.Context, ds []*Delivery) []<-chan error {
+	outs := make([]<-chan error, len(ds))
+	var sess *subSession
+	var tags []uint64
+	var at []int
+	flush := func() {
+		if len(tags) == 0 {
+			return
+		}
+		stop := context.AfterFunc(ctx, sess.kill)
+		for i, c := range sess.acks.later(tags...) {
+			outs[at[i]] = c
+		}
+		stop()
+		tags, at = tags[:0], at[:0]
+	}
+	for i, d := range ds {
+		h, err := r.claim(ctx, "ack", d)
+		if err != nil {
+			c := make(chan error, 1)
+			c <- err
+			outs[i] = c
+			continue
+		}
+		if h.sess != sess {
+			flush()
+			sess = h.sess
+		}
+		tags, at = append(tags, h.tag), append(at, i)
+	}
+	flush()
+	return outs
+}
+
+// Retry implements [Subscriber]: basic.nack with requeue. The quorum queue
+// counts it in x-delivery-count; past RabbitConfig.DeliveryLimit the broker
+// dead-letters the message to the DLQ itself (x-death reason
+// "delivery_limit") instead of delivering it again.
+func (r *RabbitSubscriber) Retry(ctx context.Context, d *Delivery) error {
+	return r.settle(ctx, "retry", d, func(a *rabbitAcks, tag uint64) error { return a.nack(tag, true) })
+}
+
+// DeadLetter implements [Subscriber]: basic.nack without requeue, which
+// the queue dead-letters through the DLX to RabbitDeadLetterQueue(sub)
+// (x-death reason "rejected").
+//
+// AMQP cannot attach headers to a nack, so reason does not travel with
+// the message: the consumer records it with its own dead-letter row, and
+// here it is only logged. The DLQ copy carries the original headers and
+// x-death (queue, reason, count, time).
+func (r *RabbitSubscriber) DeadLetter(ctx context.Context, d *Delivery, reason string) error {
+	err := r.settle(ctx, "dead-letter", d, func(a *rabbitAcks, tag uint64) error { return a.nack(tag, false) })
+	if err == nil {
+		r.log.Debug("dead-lettered", "event", d.ID, "attempt", d.Attempt, "reason", reason)
+	}
+	return err
+}
 
 // rabbitAcks settles one channel's deliveries in as few frames as it can.
 //
