@@ -15,7 +15,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster/link"
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
-	"github.com/deliverycheck/deliverycheck/workloads/supervisor"
+	"github.com/deliverycheck/deliverycheck/process/supervisor"
 )
 
 // Defaults for a fault's zero parameters.

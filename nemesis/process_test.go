@@ -14,7 +14,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/nemesis"
-	"github.com/deliverycheck/deliverycheck/workloads/supervisor"
+	"github.com/deliverycheck/deliverycheck/process/supervisor"
 )
 
 // The worker half of these tests: the test binary started by a real

@@ -20,7 +20,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/pipeline/debezium"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/pipeline/worker"
-	"github.com/deliverycheck/deliverycheck/workloads/supervisor"
+	"github.com/deliverycheck/deliverycheck/process/supervisor"
 )
 
 // The environment an external component is started with: everything it

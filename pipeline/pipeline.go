@@ -31,7 +31,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 	"github.com/deliverycheck/deliverycheck/pipeline/schema"
 	"github.com/deliverycheck/deliverycheck/pipeline/worker"
-	"github.com/deliverycheck/deliverycheck/workloads/supervisor"
+	"github.com/deliverycheck/deliverycheck/process/supervisor"
 )
 
 // Config is the shape of one run's pipeline.

@@ -14,7 +14,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
-	"github.com/deliverycheck/deliverycheck/cluster/guard"
+	"github.com/deliverycheck/deliverycheck/process/guard"
 )
 
 // Labels on every container this runtime creates.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/docker/docker/client"
 
-	"github.com/deliverycheck/deliverycheck/cluster/guard"
+	"github.com/deliverycheck/deliverycheck/process/guard"
 )
 
 // Options configure a Runtime.

@@ -10,8 +10,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/deliverycheck/deliverycheck/cluster/guard"
 	"github.com/deliverycheck/deliverycheck/internal/logtail"
+	"github.com/deliverycheck/deliverycheck/process"
+	"github.com/deliverycheck/deliverycheck/process/guard"
 )
 
 // Options are common to every local service.
@@ -36,7 +37,7 @@ type base struct {
 	g    *guard.Guard
 
 	mu     sync.Mutex
-	p      *proc // the running server, nil when stopped
+	p      *process.Group // the running server, nil when stopped
 	closed bool
 }
 
@@ -75,37 +76,37 @@ func (b *base) Name() string { return b.name }
 func (b *base) Dir() string { return b.dir }
 
 // running returns the live server process or an error naming the state.
-func (b *base) running() (*proc, error) {
+func (b *base) running() (*process.Group, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.p == nil || b.p.exited() {
+	if b.p == nil || b.p.Exited() {
 		return nil, fmt.Errorf("%s: not running", b.name)
 	}
 	return b.p, nil
 }
 
 // launch starts the server process and records it as the running one.
-func (b *base) launch(spec procSpec) (*proc, error) {
+func (b *base) launch(spec process.Spec) (*process.Group, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return nil, fmt.Errorf("%s: closed", b.name)
 	}
-	if b.p != nil && !b.p.exited() {
-		return nil, fmt.Errorf("%s: already running (pid %d)", b.name, b.p.pgid)
+	if b.p != nil && !b.p.Exited() {
+		return nil, fmt.Errorf("%s: already running (pid %d)", b.name, b.p.PGID())
 	}
-	p, err := startProc(spec, b.g)
+	p, err := process.Start(spec, b.g)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", b.name, err)
 	}
 	b.p = p
-	b.log.Debug("started", "pid", p.pgid)
+	b.log.Debug("started", "pid", p.PGID())
 	return p, nil
 }
 
 // waitReady polls ready until it succeeds, the server exits, or ctx ends.
 // The error carries the tail of logPath so a failed start explains itself.
-func (b *base) waitReady(ctx context.Context, p *proc, logPath string, ready func(context.Context) error) error {
+func (b *base) waitReady(ctx context.Context, p *process.Group, logPath string, ready func(context.Context) error) error {
 	delay := 20 * time.Millisecond
 	var last error
 	for {
@@ -116,8 +117,8 @@ func (b *base) waitReady(ctx context.Context, p *proc, logPath string, ready fun
 			return nil
 		}
 		select {
-		case <-p.done:
-			return fmt.Errorf("%s exited during start (%v): %w\n%s", b.name, p.err, last, logtail.File(logPath, 20))
+		case <-p.Done():
+			return fmt.Errorf("%s exited during start (%v): %w\n%s", b.name, p.Err(), last, logtail.File(logPath, 20))
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready: %w (last probe: %v)\n%s", b.name, ctx.Err(), last, logtail.File(logPath, 20))
 		case <-time.After(delay):
@@ -132,10 +133,10 @@ func (b *base) Kill(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := p.kill(ctx); err != nil {
+	if err := p.Kill(ctx); err != nil {
 		return fmt.Errorf("kill %s: %w", b.name, err)
 	}
-	b.log.Debug("killed", "pid", p.pgid)
+	b.log.Debug("killed", "pid", p.PGID())
 	return nil
 }
 
@@ -146,13 +147,13 @@ func (b *base) ExitStatus() string {
 	b.mu.Lock()
 	p := b.p
 	b.mu.Unlock()
-	if p == nil || !p.exited() {
+	if p == nil || !p.Exited() {
 		return ""
 	}
-	if p.err == nil {
+	if p.Err() == nil {
 		return "exit status 0"
 	}
-	return p.err.Error()
+	return p.Err().Error()
 }
 
 // stopWith stops the running server gracefully with sig.
@@ -160,10 +161,10 @@ func (b *base) stopWith(ctx context.Context, sig syscall.Signal) error {
 	b.mu.Lock()
 	p := b.p
 	b.mu.Unlock()
-	if p == nil || (p.exited() && len(p.pids()) == 0) {
+	if p == nil || (p.Exited() && len(p.PIDs()) == 0) {
 		return nil
 	}
-	if err := p.stop(ctx, sig); err != nil {
+	if err := p.Stop(ctx, sig); err != nil {
 		return fmt.Errorf("stop %s: %w", b.name, err)
 	}
 	return nil
@@ -175,7 +176,7 @@ func (b *base) Pause(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return p.signal(syscall.SIGSTOP)
+	return p.Signal(syscall.SIGSTOP)
 }
 
 // Resume implements cluster.Service (SIGCONT to the whole group).
@@ -184,7 +185,7 @@ func (b *base) Resume(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return p.signal(syscall.SIGCONT)
+	return p.Signal(syscall.SIGCONT)
 }
 
 // PIDs implements cluster.PIDer.
@@ -193,7 +194,7 @@ func (b *base) PIDs() []int {
 	defer b.mu.Unlock()
 	var out []int
 	if b.p != nil {
-		out = append(out, b.p.pids()...)
+		out = append(out, b.p.PIDs()...)
 	}
 	if b.g.Open() {
 		out = append(out, b.g.PID())
@@ -217,7 +218,7 @@ func (b *base) closeBase(extra func() error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if p != nil {
-		if err := p.kill(ctx); err != nil {
+		if err := p.Kill(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -24,9 +24,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/deliverycheck/deliverycheck/cluster/freeport"
-	"github.com/deliverycheck/deliverycheck/cluster/guard"
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
 	"github.com/deliverycheck/deliverycheck/internal/logtail"
+	"github.com/deliverycheck/deliverycheck/process"
+	"github.com/deliverycheck/deliverycheck/process/guard"
 )
 
 // DefaultKafkaVersion is the Apache Kafka release run when none is asked for.
@@ -186,7 +187,7 @@ func (k *Kafka) Start(ctx context.Context) error {
 		// Leave nothing half-started behind: a failed Start is stopped.
 		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		return errors.Join(fmt.Errorf("start kafka: %w", err), p.kill(kctx))
+		return errors.Join(fmt.Errorf("start kafka: %w", err), p.Kill(kctx))
 	}
 	k.mu.Lock()
 	k.running = "Apache Kafka " + prep.version
@@ -351,7 +352,7 @@ type kafkaPrep struct {
 // a test broker needs no peak throughput. The class data sharing archive
 // roughly halves start time again. PerfData is off and java.io.tmpdir is
 // in the temp dir, so a killed JVM leaves nothing in /tmp.
-func (p *kafkaPrep) brokerSpec(dir string, heapMB int, log, dumpCDS string) procSpec {
+func (p *kafkaPrep) brokerSpec(dir string, heapMB int, log, dumpCDS string) process.Spec {
 	args := []string{
 		fmt.Sprintf("-Xmx%dm", heapMB),
 		fmt.Sprintf("-Xms%dm", max(heapMB/2, 64)),
@@ -372,7 +373,7 @@ func (p *kafkaPrep) brokerSpec(dir string, heapMB int, log, dumpCDS string) proc
 		args = append(args, "-XX:SharedArchiveFile="+p.cds)
 	}
 	args = append(args, "-cp", p.classpath, "kafka.Kafka", filepath.Join(dir, "server.properties"))
-	return procSpec{path: p.java, args: args, dir: dir, log: log}
+	return process.Spec{Path: p.java, Args: args, Dir: dir, Log: log}
 }
 
 // KafkaJars returns the directory holding the broker jars of version:
@@ -751,25 +752,25 @@ func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard.Guar
 	logPath := filepath.Join(run, "kafka.log")
 
 	// 1. Format.
-	fmtSpec := procSpec{path: p.java, dir: run, log: logPath, args: []string{
+	fmtSpec := process.Spec{Path: p.java, Dir: run, Log: logPath, Args: []string{
 		"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
 		"-Djava.io.tmpdir=" + filepath.Join(run, "tmp"),
 		"-Dlog4j2.configurationFile=" + filepath.Join(run, "log4j2.properties"),
 		"-cp", p.classpath, "kafka.tools.StorageTool", "format",
 		"-t", kafkaUUID(), "-c", filepath.Join(run, "server.properties"),
 	}}
-	fp, err := startProc(fmtSpec, g)
+	fp, err := process.Start(fmtSpec, g)
 	if err != nil {
 		return fmt.Errorf("format: %w", err)
 	}
 	select {
-	case <-fp.done:
+	case <-fp.Done():
 	case <-ctx.Done():
-		_ = fp.kill(context.Background())
+		_ = fp.Kill(context.Background())
 		return fmt.Errorf("format: %w", ctx.Err())
 	}
-	if fp.err != nil {
-		return fmt.Errorf("format: %w\n%s", fp.err, logtail.File(logPath, 20))
+	if fp.Err() != nil {
+		return fmt.Errorf("format: %w\n%s", fp.Err(), logtail.File(logPath, 20))
 	}
 	if err := copyFile(filepath.Join(data, "bootstrap.checkpoint"), filepath.Join(tmp, "bootstrap.checkpoint")); err != nil {
 		return fmt.Errorf("format: %w", err)
@@ -777,14 +778,14 @@ func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard.Guar
 
 	// 2. Class data sharing archive from one start and graceful stop.
 	jsa := filepath.Join(tmp, "classes.jsa")
-	bp, err := startProc(p.brokerSpec(run, 512, logPath, jsa), g)
+	bp, err := process.Start(p.brokerSpec(run, 512, logPath, jsa), g)
 	if err != nil {
 		return fmt.Errorf("training broker: %w", err)
 	}
 	killed := false
 	defer func() {
 		if !killed {
-			_ = bp.kill(context.Background())
+			_ = bp.Kill(context.Background())
 		}
 	}()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(ep), kgo.DialTimeout(time.Second))
@@ -801,8 +802,8 @@ func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard.Guar
 			break
 		}
 		select {
-		case <-bp.done:
-			return fmt.Errorf("training broker exited (%v)\n%s", bp.err, logtail.File(logPath, 20))
+		case <-bp.Done():
+			return fmt.Errorf("training broker exited (%v)\n%s", bp.Err(), logtail.File(logPath, 20))
 		case <-ctx.Done():
 			return fmt.Errorf("training broker: %w\n%s", ctx.Err(), logtail.File(logPath, 20))
 		case <-time.After(100 * time.Millisecond):
@@ -810,7 +811,7 @@ func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard.Guar
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	err = bp.stop(sctx, syscall.SIGTERM)
+	err = bp.Stop(sctx, syscall.SIGTERM)
 	killed = true
 	if err != nil {
 		return fmt.Errorf("training broker: %w", err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/cluster/freeport"
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
+	"github.com/deliverycheck/deliverycheck/process"
 )
 
 // PostgresOptions configure a local PostgreSQL server.
@@ -170,9 +171,9 @@ func (p *Postgres) Start(ctx context.Context) error {
 	if err := p.initdb(ctx); err != nil {
 		return fmt.Errorf("start postgres: %w", err)
 	}
-	proc, err := p.launch(procSpec{
-		path: filepath.Join(p.bin, "postgres"),
-		args: []string{"-D", p.data, "-p", strconv.Itoa(p.port),
+	proc, err := p.launch(process.Spec{
+		Path: filepath.Join(p.bin, "postgres"),
+		Args: []string{"-D", p.data, "-p", strconv.Itoa(p.port),
 			"-c", "listen_addresses=127.0.0.1",
 			"-c", "unix_socket_directories=" + p.dir,
 			"-c", "fsync=on",
@@ -193,9 +194,9 @@ func (p *Postgres) Start(ctx context.Context) error {
 			// effects committed (pg_xact_commit_timestamp).
 			"-c", "track_commit_timestamp=on",
 		},
-		log:         p.logPath,
-		cred:        p.cred,
-		shutdownSig: syscall.SIGQUIT,
+		Log:         p.logPath,
+		Cred:        p.cred,
+		ShutdownSig: syscall.SIGQUIT,
 	})
 	if err != nil {
 		return fmt.Errorf("start postgres: %w", err)

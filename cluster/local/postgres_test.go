@@ -233,7 +233,7 @@ func TestPostgresCloseLeavesNoSharedMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 			pg.mu.Lock()
-			postmaster := pg.p.pgid // the group leader
+			postmaster := pg.p.PGID() // the group leader
 			pg.mu.Unlock()
 			if err := tc.before(ctx, pg); err != nil {
 				pg.Close()

@@ -21,6 +21,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster/freeport"
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
 	"github.com/deliverycheck/deliverycheck/internal/logtail"
+	"github.com/deliverycheck/deliverycheck/process"
 )
 
 // RabbitMQ credentials every local node is configured with. They are
@@ -70,7 +71,7 @@ type RabbitMQ struct {
 	scriptsDir string
 
 	mu      sync.Mutex
-	epmd    *proc
+	epmd    *process.Group
 	version string
 }
 
@@ -383,12 +384,12 @@ func (r *RabbitMQ) Start(ctx context.Context) error {
 	if err := r.startEPMD(ctx); err != nil {
 		return fmt.Errorf("start rabbitmq: %w", err)
 	}
-	p, err := r.launch(procSpec{
-		path: r.server,
-		env:  r.env(),
-		dir:  r.home(),
-		log:  r.logPath,
-		cred: r.cred,
+	p, err := r.launch(process.Spec{
+		Path: r.server,
+		Env:  r.env(),
+		Dir:  r.home(),
+		Log:  r.logPath,
+		Cred: r.cred,
 	})
 	if err != nil {
 		return fmt.Errorf("start rabbitmq: %w", err)
@@ -407,7 +408,7 @@ func (r *RabbitMQ) Start(ctx context.Context) error {
 func (r *RabbitMQ) startEPMD(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.epmd != nil && !r.epmd.exited() {
+	if r.epmd != nil && !r.epmd.Exited() {
 		return nil
 	}
 	r.base.mu.Lock()
@@ -416,12 +417,12 @@ func (r *RabbitMQ) startEPMD(ctx context.Context) error {
 	if closed {
 		return errors.New("rabbitmq: closed")
 	}
-	p, err := startProc(procSpec{
-		path: r.epmdBin,
-		args: []string{"-port", strconv.Itoa(r.epmdPort), "-address", "127.0.0.1"},
-		dir:  r.home(),
-		log:  filepath.Join(r.dir, "epmd.log"),
-		cred: r.cred,
+	p, err := process.Start(process.Spec{
+		Path: r.epmdBin,
+		Args: []string{"-port", strconv.Itoa(r.epmdPort), "-address", "127.0.0.1"},
+		Dir:  r.home(),
+		Log:  filepath.Join(r.dir, "epmd.log"),
+		Cred: r.cred,
 	}, r.g)
 	if err != nil {
 		return fmt.Errorf("epmd: %w", err)
@@ -436,8 +437,8 @@ func (r *RabbitMQ) startEPMD(ctx context.Context) error {
 			return nil
 		}
 		select {
-		case <-p.done:
-			return fmt.Errorf("epmd exited (%v)\n%s", p.err, logtail.File(filepath.Join(r.dir, "epmd.log"), 10))
+		case <-p.Done():
+			return fmt.Errorf("epmd exited (%v)\n%s", p.Err(), logtail.File(filepath.Join(r.dir, "epmd.log"), 10))
 		case <-ctx.Done():
 			return fmt.Errorf("epmd not listening on %s: %w", addr, ctx.Err())
 		case <-time.After(10 * time.Millisecond):
@@ -511,7 +512,7 @@ func (r *RabbitMQ) PIDs() []int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.epmd != nil {
-		out = append(out, r.epmd.pids()...)
+		out = append(out, r.epmd.PIDs()...)
 	}
 	return out
 }
@@ -528,7 +529,7 @@ func (r *RabbitMQ) Close() error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := p.kill(ctx); err != nil {
+		if err := p.Kill(ctx); err != nil {
 			return fmt.Errorf("epmd: %w", err)
 		}
 		return nil

@@ -235,7 +235,7 @@ func TestRabbitMQ(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Only the guard and epmd may outlive the server's kill.
-		keep := append([]int{r.g.PID()}, r.epmd.pids()...)
+		keep := append([]int{r.g.PID()}, r.epmd.PIDs()...)
 		for pid, name := range rec {
 			if alive(pid) && !slices.Contains(keep, pid) {
 				t.Fatalf("pid %d (%s) alive after kill", pid, name)

@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deliverycheck/deliverycheck/pipeline/worker"
-	"github.com/deliverycheck/deliverycheck/workloads/supervisor"
+	"github.com/deliverycheck/deliverycheck/process/supervisor"
 )
 
 // newWorkerCmd is the hidden entry point of a pipeline process: the

@@ -14,7 +14,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/pipeline/worker"
-	"github.com/deliverycheck/deliverycheck/workloads/supervisor"
+	"github.com/deliverycheck/deliverycheck/process/supervisor"
 )
 
 // Main is a TestMain body: in a process the supervisor started as a worker
