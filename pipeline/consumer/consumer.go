@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +27,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/internal/backoff"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 )
 
@@ -103,9 +103,8 @@ type Consumer struct {
 	rec *history.Recorder
 	fp  *failpoint.Set
 
-	mu   sync.Mutex
-	rng  *rand.Rand
-	acks sync.WaitGroup // asynchronous acks not yet answered
+	retry backoff.Policy // transient-error retries
+	acks  sync.WaitGroup // asynchronous acks not yet answered
 
 	applySQL string // this variant's [applySQL]
 }
@@ -144,7 +143,7 @@ func New(cfg Config, db *pgxpool.Pool, sub broker.Subscriber, rec *history.Recor
 	}
 	return &Consumer{
 		cfg: cfg, db: db, sub: sub, rec: rec, fp: fp,
-		rng:      rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)),
+		retry:    backoff.Policy{Base: cfg.BackoffBase, Cap: cfg.BackoffCap},
 		applySQL: applySQL(cfg.Variant != NoInbox, cfg.Variant != NoVersionGuard),
 	}, nil
 }
@@ -682,19 +681,7 @@ func (c *Consumer) work(ctx context.Context) error {
 	if c.cfg.Work <= 0 {
 		return nil
 	}
-	return wait(ctx, c.cfg.Work)
-}
-
-// wait waits d, or until ctx ends, whose error it then returns.
-func wait(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return backoff.Sleep(ctx, c.cfg.Work)
 }
 
 func (c *Consumer) commitConn(ctx context.Context, conn *pgxpool.Conn) error {
@@ -792,12 +779,5 @@ func metadata(d *broker.Delivery) string {
 
 // sleep waits a full-jitter exponential backoff for the given retry.
 func (c *Consumer) sleep(ctx context.Context, attempt int) {
-	ceil := c.cfg.BackoffBase << min(attempt, 16)
-	if ceil > c.cfg.BackoffCap || ceil <= 0 {
-		ceil = c.cfg.BackoffCap
-	}
-	c.mu.Lock()
-	d := time.Duration(c.rng.Int64N(int64(ceil) + 1))
-	c.mu.Unlock()
-	_ = wait(ctx, d)
+	_ = c.retry.Wait(ctx, attempt)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/internal/backoff"
 )
 
 // Variant is how the relay finds rows and publishes them.
@@ -124,7 +125,10 @@ func New(cfg Config, db *pgxpool.Pool, pub broker.Publisher, rec *history.Record
 // are retried with capped exponential backoff; only a failure to write the
 // history is returned.
 func (r *Relay) Run(ctx context.Context) error {
-	backoff := time.Duration(0)
+	// Not jittered: one relay's retries do not need spreading, and the
+	// scenarios' timings were tuned on these waits.
+	retry := backoff.Policy{Base: 10 * time.Millisecond, Cap: time.Second, Jitter: backoff.NoJitter}
+	failures := 0 // passes in a row that failed
 	for ctx.Err() == nil {
 		began := time.Now()
 		n, err := r.Once(ctx)
@@ -133,28 +137,16 @@ func (r *Relay) Run(ctx context.Context) error {
 		case errors.As(err, &herr):
 			return err
 		case err != nil:
-			backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
-			sleep(ctx, backoff)
+			_ = retry.Wait(ctx, failures)
+			failures++
 		case n >= r.cfg.Batch:
-			backoff = 0 // more rows are waiting
+			failures = 0 // more rows are waiting
 		default:
-			backoff = 0
-			sleep(ctx, r.cfg.Poll-time.Since(began))
+			failures = 0
+			_ = backoff.Sleep(ctx, r.cfg.Poll-time.Since(began))
 		}
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // historyError marks a failure to record, which must stop the worker.
