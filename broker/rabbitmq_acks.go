@@ -79,7 +79,7 @@ func (r *RabbitSubscriber) Ack(ctx context.Context, d *Delivery) error {
 // written.
 func (r *RabbitSubscriber) AckAsync(ctx context.Context, ds []*Delivery) []<-chan error {
 	outs := make([]<-chan error, len(ds))
-	var sess *subSession
+	var sess *rabbitChannel
 	var tags []uint64
 	var at []int
 	flush := func() {

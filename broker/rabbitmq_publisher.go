@@ -2,9 +2,7 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,34 +12,15 @@ import (
 )
 
 // RabbitPublisher is a [Publisher] over one AMQP connection and channel,
-// redialed when it drops. Publish calls are serialized.
+// redialed when it drops (see [rabbitSession]). Publish calls are
+// serialized.
 type RabbitPublisher struct {
-	cfg  RabbitConfig
+	*rabbitSession
 	mode RabbitPublishMode
-	log  *slog.Logger
 
 	pubMu sync.Mutex // serializes Publish
 	seq   uint64     // publish ids, under pubMu
-
-	// life ends at Close, so a Publish waiting to redial returns then.
-	life context.Context
-	end  context.CancelFunc
-
-	mu     sync.Mutex // guards sess, gen, closed
-	sess   *pubSession
-	gen    uint64
-	closed bool
 }
-
-// pubSession is one connection generation of a publisher.
-type pubSession struct {
-	*rabbitConn
-	gen     uint64
-	ch      *amqp.Channel
-	returns chan amqp.Return
-}
-
-func (s *pubSession) dead() bool { return s.ch.IsClosed() || s.conn.IsClosed() }
 
 // NewRabbitPublisher returns a publisher in the given mode. It connects on
 // the first Publish, so it can be made before the broker is up. The caller
@@ -54,94 +33,23 @@ func NewRabbitPublisher(cfg RabbitConfig, mode RabbitPublishMode) (*RabbitPublis
 	if _, err := ParseRabbitPublishMode(string(mode)); err != nil {
 		return nil, err
 	}
-	p := &RabbitPublisher{cfg: cfg, mode: mode, log: cfg.Logger.With("broker", "rabbitmq", "publisher", string(mode))}
-	p.life, p.end = context.WithCancel(context.Background())
+	p := &RabbitPublisher{mode: mode}
+	p.rabbitSession = newRabbitSession(cfg, cfg.Logger.With("broker", "rabbitmq", "publisher", string(mode)),
+		rabbitRole{name: "publisher", setup: p.setup, replaceDead: true})
 	return p, nil
 }
 
-// session returns a live session, redialing with backoff until one is up
-// or ctx ends.
-func (p *RabbitPublisher) session(ctx context.Context) (*pubSession, error) {
-	p.mu.Lock()
-	s, closed := p.sess, p.closed
-	p.mu.Unlock()
-	if closed {
-		return nil, errRabbitClosed
-	}
-	if s != nil && !s.dead() {
-		return s, nil
-	}
-	if s != nil {
-		p.drop(s)
-	}
-	var last error
-	for n := 1; ; n++ {
-		if err := backoff(ctx, p.cfg, n); err != nil {
-			return nil, fmt.Errorf("connect (%d attempts, last: %v): %w", n-1, last, err)
+// setup readies a new connection's channel for publishing.
+func (p *RabbitPublisher) setup(s *rabbitChannel) error {
+	if p.mode != RabbitUnconfirmed {
+		if err := s.ch.Confirm(false); err != nil {
+			return fmt.Errorf("confirm mode: %w", err)
 		}
-		s, err := p.connect(ctx)
-		if err == nil {
-			return s, nil
-		}
-		if errors.Is(err, errRabbitClosed) {
-			return nil, err
-		}
-		last = err
-		p.log.Debug("connect failed", "attempt", n, "err", err)
 	}
-}
-
-func (p *RabbitPublisher) connect(ctx context.Context) (*pubSession, error) {
-	c, err := dialRabbit(ctx, p.cfg, "publisher")
-	if err != nil {
-		return nil, err
-	}
-	stop := context.AfterFunc(ctx, c.kill)
-	s := &pubSession{rabbitConn: c}
-	err = func() error {
-		if s.ch, err = c.conn.Channel(); err != nil {
-			return fmt.Errorf("open channel: %w", err)
-		}
-		if p.mode != RabbitUnconfirmed {
-			if err := s.ch.Confirm(false); err != nil {
-				return fmt.Errorf("confirm mode: %w", err)
-			}
-		}
-		// Buffered, and drained while Publish waits for confirms: amqp091-go
-		// drops a return its listener does not take within 5s.
-		s.returns = s.ch.NotifyReturn(make(chan amqp.Return, 256))
-		return nil
-	}()
-	if !stop() && err == nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		c.close()
-		return nil, err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		c.close()
-		return nil, errRabbitClosed
-	}
-	p.gen++
-	s.gen = p.gen
-	p.sess = s
-	if s.gen > 1 {
-		p.log.Info("reconnected", "gen", s.gen)
-	}
-	return s, nil
-}
-
-// drop forgets s (if it is still current) and closes it.
-func (p *RabbitPublisher) drop(s *pubSession) {
-	p.mu.Lock()
-	if p.sess == s {
-		p.sess = nil
-	}
-	p.mu.Unlock()
-	s.close()
+	// Buffered, and drained while Publish waits for confirms: amqp091-go
+	// drops a return its listener does not take within 5s.
+	s.returns = s.ch.NotifyReturn(make(chan amqp.Return, 256))
+	return nil
 }
 
 // Publish implements [Publisher].
@@ -269,7 +177,7 @@ func (p *RabbitPublisher) Publish(ctx context.Context, evs []Event) []error {
 // and amqp091-go hands both over from its one reader goroutine in that
 // order: the return is in s.returns before dc is done, so draining after
 // done is enough to see it.
-func (p *RabbitPublisher) await(ctx context.Context, s *pubSession, dc *amqp.DeferredConfirmation, id, evID string, returned map[string]amqp.Return) error {
+func (p *RabbitPublisher) await(ctx context.Context, s *rabbitChannel, dc *amqp.DeferredConfirmation, id, evID string, returned map[string]amqp.Return) error {
 	rets := s.returns
 	for {
 		select {
@@ -319,14 +227,7 @@ func drainReturns(c chan amqp.Return, m map[string]amqp.Return) {
 // Close implements [Publisher]. A Publish in flight returns with its
 // outstanding confirms unknown.
 func (p *RabbitPublisher) Close() error {
-	p.mu.Lock()
-	s := p.sess
-	p.sess, p.closed = nil, true
-	p.mu.Unlock()
-	p.end()
-	if s != nil {
-		s.close()
-	}
+	p.close()
 	return nil
 }
 

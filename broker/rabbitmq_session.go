@@ -2,13 +2,17 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"math/rand/v2"
+	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/deliverycheck/deliverycheck/internal/backoff"
 )
 
 // RabbitMQ connections and reconnection.
@@ -17,8 +21,9 @@ import (
 // Config.Recovery is set (it is nil by default and marked experimental),
 // and it then reuses the same *Channel, whose delivery tags and publish
 // sequence numbers restart from 1 underneath the caller. This adapter does
-// not enable it: it redials itself with capped, jittered backoff, and
-// every connection is a new generation with its own channel. A publish
+// not enable it: a [rabbitSession], which the publisher and the
+// subscriber share, redials with capped, jittered backoff, and every
+// connection is a new generation with its own channel. A publish
 // confirm outstanding when its generation died is reported as unknown
 // ([ErrUnconfirmed]), and a delivery from a dead generation cannot be
 // acked, retried or dead-lettered ([ErrStaleDelivery]), so an old tag can
@@ -86,22 +91,179 @@ func dialRabbit(ctx context.Context, cfg RabbitConfig, name string) (*rabbitConn
 	return &rabbitConn{conn: conn, raw: raw}, nil
 }
 
-// backoff sleeps before connection attempt n (from 1): full jitter over
-// a doubling cap. It returns ctx's error if ctx ends first.
-func backoff(ctx context.Context, cfg RabbitConfig, n int) error {
-	if n <= 1 {
-		return ctx.Err()
+// rabbitSession is the connection a [RabbitPublisher] or a
+// [RabbitSubscriber] works over. It dials on first use, and once a
+// connection has dropped it dials again, with backoff (full jitter over a
+// ceiling doubling from ReconnectMin to ReconnectMax), until one is up or
+// the caller's ctx ends. Each connection is a new generation
+// ([rabbitChannel]) with its own channel, which the role's setup readies:
+// confirm mode and returns for a publisher, QoS and a consumer for a
+// subscriber. Calls of session must not overlap (Publish and Next are
+// serialized); the rest is safe for concurrent use.
+type rabbitSession struct {
+	cfg    RabbitConfig
+	log    *slog.Logger
+	role   rabbitRole
+	redial backoff.Policy
+
+	// life ends at Close, so a call waiting to redial returns then.
+	life context.Context
+	end  context.CancelFunc
+
+	mu     sync.Mutex // guards sess, gen, closed
+	sess   *rabbitChannel
+	gen    uint64
+	closed bool
+}
+
+// rabbitRole is what a publisher's and a subscriber's connections differ
+// in.
+type rabbitRole struct {
+	// name names the connection in the broker: "deliverycheck-" + name.
+	name string
+	// setup readies a new connection's channel for the role. It runs
+	// before the generation is numbered; an error closes the connection
+	// and counts as a failed attempt.
+	setup func(*rabbitChannel) error
+	// started, if set, runs once the generation is numbered, before it
+	// becomes the current one, with the session's lock held.
+	started func(*rabbitChannel)
+	// replaceDead makes session replace a current generation whose
+	// channel or connection has closed (a publisher's), instead of
+	// handing it out until its caller notices (a subscriber's, when its
+	// deliveries stop).
+	replaceDead bool
+}
+
+// rabbitChannel is one connection generation of a session: the
+// connection, its channel and what the role receives on it.
+type rabbitChannel struct {
+	*rabbitConn
+	gen uint64
+	ch  *amqp.Channel
+
+	// A publisher's: basic.return messages, buffered.
+	returns chan amqp.Return
+	// A subscriber's: the deliveries, and its tracker of their acks.
+	deliveries <-chan amqp.Delivery
+	acks       *rabbitAcks
+}
+
+// dead reports whether the library has seen the channel or the
+// connection close.
+func (c *rabbitChannel) dead() bool { return c.ch.IsClosed() || c.conn.IsClosed() }
+
+// end closes the generation, then fails the acks it was holding.
+func (c *rabbitChannel) end() {
+	c.close()
+	if c.acks != nil {
+		c.acks.close()
 	}
-	limit := cfg.ReconnectMin << min(n-2, 20)
-	if limit <= 0 || limit > cfg.ReconnectMax {
-		limit = cfg.ReconnectMax
+}
+
+// newRabbitSession returns a session that has not dialed yet; cfg has
+// its defaults.
+func newRabbitSession(cfg RabbitConfig, log *slog.Logger, role rabbitRole) *rabbitSession {
+	s := &rabbitSession{cfg: cfg, log: log, role: role,
+		redial: backoff.Policy{Base: cfg.ReconnectMin, Cap: cfg.ReconnectMax}}
+	s.life, s.end = context.WithCancel(context.Background())
+	return s
+}
+
+// session returns the current generation, or dials a new one, with
+// backoff, until one is up or ctx ends.
+func (r *rabbitSession) session(ctx context.Context) (*rabbitChannel, error) {
+	r.mu.Lock()
+	s, closed := r.sess, r.closed
+	r.mu.Unlock()
+	if closed {
+		return nil, errRabbitClosed
 	}
-	t := time.NewTimer(rand.N(limit) + 1)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
+	if s != nil && !(r.role.replaceDead && s.dead()) {
+		return s, nil
+	}
+	if s != nil {
+		r.drop(s)
+	}
+	var last error
+	for failed := 0; ; failed++ {
+		var wait time.Duration
+		if failed > 0 {
+			wait = r.redial.Delay(failed - 1)
+		}
+		if err := backoff.Sleep(ctx, wait); err != nil {
+			return nil, fmt.Errorf("connect (%d attempts, last: %v): %w", failed, last, err)
+		}
+		s, err := r.connect(ctx)
+		if err == nil {
+			return s, nil
+		}
+		if errors.Is(err, errRabbitClosed) {
+			return nil, err
+		}
+		last = err
+		r.log.Debug("connect failed", "attempt", failed+1, "err", err)
+	}
+}
+
+// connect dials one new generation and makes it the current one.
+func (r *rabbitSession) connect(ctx context.Context) (*rabbitChannel, error) {
+	c, err := dialRabbit(ctx, r.cfg, r.role.name)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, c.kill)
+	s := &rabbitChannel{rabbitConn: c}
+	err = func() error {
+		if s.ch, err = c.conn.Channel(); err != nil {
+			return fmt.Errorf("open channel: %w", err)
+		}
+		return r.role.setup(s)
+	}()
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		c.close()
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		c.close()
+		return nil, errRabbitClosed
+	}
+	r.gen++
+	s.gen = r.gen
+	if r.role.started != nil {
+		r.role.started(s)
+	}
+	r.sess = s
+	if s.gen > 1 {
+		r.log.Info("reconnected", "gen", s.gen)
+	}
+	return s, nil
+}
+
+// drop forgets s (if it is still current) and ends it.
+func (r *rabbitSession) drop(s *rabbitChannel) {
+	r.mu.Lock()
+	if r.sess == s {
+		r.sess = nil
+	}
+	r.mu.Unlock()
+	s.end()
+}
+
+// close ends the session: a call waiting to redial returns, and the
+// current generation ends.
+func (r *rabbitSession) close() {
+	r.mu.Lock()
+	s := r.sess
+	r.sess, r.closed = nil, true
+	r.mu.Unlock()
+	r.end()
+	if s != nil {
+		s.end()
 	}
 }

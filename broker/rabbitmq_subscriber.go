@@ -2,9 +2,7 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,41 +12,23 @@ import (
 )
 
 // RabbitSubscriber is a [Subscriber] consuming one queue with manual acks
-// and a prefetch limit, redialing when the connection drops.
+// and a prefetch limit, redialing when the connection drops (see
+// [rabbitSession]).
 type RabbitSubscriber struct {
-	cfg RabbitConfig
+	*rabbitSession
 	sub string
-	log *slog.Logger
 
 	nextMu sync.Mutex // serializes Next; guards stash
 	// stash holds a delivery NextBatch received but did not accept into a
 	// batch; the next Next or NextBatch hands it out first.
 	stash *Delivery
-
-	mu     sync.Mutex // guards sess, gen, closed
-	sess   *subSession
-	gen    uint64
-	closed bool
-
-	// life ends at Close, so a Next waiting (or redialing) returns then.
-	life context.Context
-	end  context.CancelFunc
-}
-
-// subSession is one connection generation of a subscriber.
-type subSession struct {
-	*rabbitConn
-	gen        uint64
-	ch         *amqp.Channel
-	deliveries <-chan amqp.Delivery
-	acks       *rabbitAcks
 }
 
 // rabbitHandle is a Delivery's handle: the channel generation and tag it
 // can be settled with, and whether it was.
 type rabbitHandle struct {
 	owner   *RabbitSubscriber
-	sess    *subSession
+	sess    *rabbitChannel
 	tag     uint64
 	settled atomic.Bool
 }
@@ -65,9 +45,26 @@ func NewRabbitSubscriber(cfg RabbitConfig, sub string) (*RabbitSubscriber, error
 	if err := validName("subscription", sub); err != nil {
 		return nil, err
 	}
-	r := &RabbitSubscriber{cfg: cfg, sub: sub, log: cfg.Logger.With("broker", "rabbitmq", "subscription", sub)}
-	r.life, r.end = context.WithCancel(context.Background())
+	r := &RabbitSubscriber{sub: sub}
+	r.rabbitSession = newRabbitSession(cfg, cfg.Logger.With("broker", "rabbitmq", "subscription", sub), rabbitRole{
+		name:  "subscriber-" + sub,
+		setup: r.setup,
+		// The tracker names its generation in its errors.
+		started: func(s *rabbitChannel) { s.acks = newRabbitAcks(s.ch, s.gen, s.kill) },
+	})
 	return r, nil
+}
+
+// setup readies a new connection's channel for consuming.
+func (r *RabbitSubscriber) setup(s *rabbitChannel) error {
+	if err := s.ch.Qos(r.cfg.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("qos: %w", err)
+	}
+	var err error
+	if s.deliveries, err = s.ch.Consume(r.sub, "", false, false, false, false, nil); err != nil {
+		return fmt.Errorf("consume %s: %w", r.sub, err)
+	}
+	return nil
 }
 
 // Next implements [Subscriber]. When the connection drops it redials
@@ -165,7 +162,7 @@ func (r *RabbitSubscriber) nextLocked(ctx context.Context) (*Delivery, error) {
 
 // delivery converts d. Nothing in d is trusted: headers of any type are
 // rendered as strings and a malformed x-delivery-count is ignored.
-func (r *RabbitSubscriber) delivery(s *subSession, d amqp.Delivery) *Delivery {
+func (r *RabbitSubscriber) delivery(s *rabbitChannel, d amqp.Delivery) *Delivery {
 	h := tableStrings(d.Headers)
 	// x-delivery-count is the number of earlier deliveries the quorum
 	// queue counted as failed (returned); absent on the first delivery.
@@ -237,101 +234,10 @@ func tableInt(v any) (int64, bool) {
 	return 0, false
 }
 
-func (r *RabbitSubscriber) session(ctx context.Context) (*subSession, error) {
-	r.mu.Lock()
-	s, closed := r.sess, r.closed
-	r.mu.Unlock()
-	if closed {
-		return nil, errRabbitClosed
-	}
-	if s != nil {
-		return s, nil // a dead one is noticed when its deliveries close
-	}
-	var last error
-	for n := 1; ; n++ {
-		if err := backoff(ctx, r.cfg, n); err != nil {
-			return nil, fmt.Errorf("connect (%d attempts, last: %v): %w", n-1, last, err)
-		}
-		s, err := r.connect(ctx)
-		if err == nil {
-			return s, nil
-		}
-		if errors.Is(err, errRabbitClosed) {
-			return nil, err
-		}
-		last = err
-		r.log.Debug("connect failed", "attempt", n, "err", err)
-	}
-}
-
-func (r *RabbitSubscriber) connect(ctx context.Context) (*subSession, error) {
-	c, err := dialRabbit(ctx, r.cfg, "subscriber-"+r.sub)
-	if err != nil {
-		return nil, err
-	}
-	stop := context.AfterFunc(ctx, c.kill)
-	s := &subSession{rabbitConn: c}
-	err = func() error {
-		if s.ch, err = c.conn.Channel(); err != nil {
-			return fmt.Errorf("open channel: %w", err)
-		}
-		if err := s.ch.Qos(r.cfg.Prefetch, 0, false); err != nil {
-			return fmt.Errorf("qos: %w", err)
-		}
-		if s.deliveries, err = s.ch.Consume(r.sub, "", false, false, false, false, nil); err != nil {
-			return fmt.Errorf("consume %s: %w", r.sub, err)
-		}
-		return nil
-	}()
-	if !stop() && err == nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		c.close()
-		return nil, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		c.close()
-		return nil, errRabbitClosed
-	}
-	r.gen++
-	s.gen = r.gen
-	s.acks = newRabbitAcks(s.ch, s.gen, s.kill)
-	r.sess = s
-	if s.gen > 1 {
-		r.log.Info("reconnected", "gen", s.gen)
-	}
-	return s, nil
-}
-
-func (r *RabbitSubscriber) drop(s *subSession) {
-	r.mu.Lock()
-	if r.sess == s {
-		r.sess = nil
-	}
-	r.mu.Unlock()
-	s.end()
-}
-
-// end closes the session, then fails the acks it was holding.
-func (s *subSession) end() {
-	s.close()
-	s.acks.close()
-}
-
 // Close implements [Subscriber]. Unacked deliveries return to the queue
 // (the quorum queue counts that as a failed delivery).
 func (r *RabbitSubscriber) Close() error {
-	r.mu.Lock()
-	s := r.sess
-	r.sess, r.closed = nil, true
-	r.mu.Unlock()
-	r.end()
-	if s != nil {
-		s.end()
-	}
+	r.close()
 	return nil
 }
 
