@@ -26,6 +26,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster/freeport"
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
 	"github.com/deliverycheck/deliverycheck/internal/logtail"
+	"github.com/deliverycheck/deliverycheck/internal/maven"
 	"github.com/deliverycheck/deliverycheck/process"
 	"github.com/deliverycheck/deliverycheck/process/guard"
 )
@@ -40,8 +41,6 @@ const DefaultKafkaVersion = "4.1.1"
 var kafkaPom []byte
 
 const (
-	installJava  = "apt-get install -y openjdk-17-jre-headless"
-	installMaven = "apt-get install -y maven"
 	// kafkaNodeID is the single node's id, broker and controller at once.
 	kafkaNodeID = 1
 	// kafkaStartTimeout bounds the wait for readiness when the caller's
@@ -379,10 +378,8 @@ func (p *kafkaPrep) brokerSpec(dir string, heapMB int, log, dumpCDS string) proc
 // KafkaJars returns the directory holding the broker jars of version:
 // $KAFKA_HOME/libs when KAFKA_HOME is set, else a per-user cache outside
 // the work tree (os.UserCacheDir()/deliverycheck/kafka-<version>/libs),
-// fetched from Maven Central with mvn on first use. The fetch goes to a
-// temp dir that is renamed into place, under a lock on the cache, so a
-// fetch that fails or is interrupted never leaves a half cache behind and
-// concurrent harnesses fetch once.
+// fetched from Maven Central with mvn on first use (see internal/maven:
+// into a temp dir renamed into place, under the cache's lock).
 func KafkaJars(ctx context.Context, version string) (string, error) {
 	if version == "" {
 		version = DefaultKafkaVersion
@@ -394,11 +391,7 @@ func KafkaJars(ctx context.Context, version string) (string, error) {
 	if os.Getenv("KAFKA_HOME") != "" {
 		return "", fmt.Errorf("kafka: KAFKA_HOME=%s has no broker jar in %s", os.Getenv("KAFKA_HOME"), dir)
 	}
-	root, err := kafkaCacheRoot()
-	if err != nil {
-		return "", err
-	}
-	unlock, err := lockKafkaCache(ctx, root)
+	unlock, err := maven.Lock(ctx)
 	if err != nil {
 		return "", fmt.Errorf("kafka: %w", err)
 	}
@@ -423,7 +416,7 @@ func KafkaJarsStatus(version string) (dir string, ok bool) {
 		_, err := kafkaJarVersion(dir)
 		return dir, err == nil
 	}
-	cache, err := kafkaCacheRoot()
+	cache, err := maven.Root()
 	if err != nil {
 		return "", false
 	}
@@ -432,55 +425,9 @@ func KafkaJarsStatus(version string) (dir string, ok bool) {
 	return dir, err == nil && v == version
 }
 
-// kafkaCacheRoot is os.UserCacheDir()/deliverycheck.
-func kafkaCacheRoot() (string, error) {
-	c, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("kafka: no cache dir: %w", err)
-	}
-	return filepath.Join(c, "deliverycheck"), nil
-}
-
-// lockKafkaCache takes an exclusive lock on the cache (flock on a file in
-// it), so that concurrent harnesses (go test runs packages in parallel)
-// fetch and build once and the others wait, instead of running mvn or a
-// training broker twice on a small machine. Under the lock, temp dirs
-// left by a holder that died are removed: only a holder makes them.
-func lockKafkaCache(ctx context.Context, root string) (unlock func(), err error) {
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(filepath.Join(root, ".kafka.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("wait for another deliverycheck preparing kafka: %w", ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	stale, _ := filepath.Glob(filepath.Join(root, "*", ".fetch-*"))
-	more, _ := filepath.Glob(filepath.Join(root, "*", ".build-*"))
-	for _, d := range append(stale, more...) {
-		os.RemoveAll(d)
-	}
-	return func() { f.Close() }, nil // closing the file drops the lock
-}
-
 // fetchKafkaJars fetches the broker jars of version into dest.
 func fetchKafkaJars(ctx context.Context, version, dest string) error {
-	if err := fetchMaven(ctx, kafkaPom, dest, "-Dkafka.version="+version); err != nil {
+	if err := maven.Fetch(ctx, kafkaPom, dest, "-Dkafka.version="+version); err != nil {
 		return fmt.Errorf("%w, or set KAFKA_HOME to a Kafka install", err)
 	}
 	if v, err := kafkaJarVersion(dest); err != nil || v != version {
@@ -488,93 +435,6 @@ func fetchKafkaJars(ctx context.Context, version, dest string) error {
 		return fmt.Errorf("mvn fetched no kafka_2.13-%s.jar (got %q, %v)", version, v, err)
 	}
 	return nil
-}
-
-// fetchMaven runs mvn on pom into a temp dir next to dest, copying the
-// runtime dependencies, and renames it into place. The caller holds the
-// cache lock.
-func fetchMaven(ctx context.Context, pomXML []byte, dest string, props ...string) error {
-	mvn, err := exec.LookPath("mvn")
-	if err != nil {
-		return fmt.Errorf("mvn not found on PATH (install with: %s)", installMaven)
-	}
-	if _, err := exec.LookPath("java"); err != nil {
-		return fmt.Errorf("java not found on PATH (install with: %s)", installJava)
-	}
-	parent := filepath.Dir(dest)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp(parent, ".fetch-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	pom := filepath.Join(tmp, "pom.xml")
-	if err := os.WriteFile(pom, pomXML, 0o644); err != nil {
-		return err
-	}
-	libs := filepath.Join(tmp, "libs")
-	args := append([]string{"-B", "-q", "-f", pom, "dependency:copy-dependencies", "-DincludeScope=runtime", "-DoutputDirectory=" + libs}, props...)
-	cmd := exec.CommandContext(ctx, mvn, args...)
-	cmd.Dir = tmp
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("mvn: %w\n%s", err, lastLines(out, 30))
-	}
-	return os.Rename(libs, dest)
-}
-
-// MavenJarsStatus says where MavenJars(name) keeps its jars and whether
-// they are there. It never fetches.
-func MavenJarsStatus(name string) (dir string, ok bool) {
-	root, err := kafkaCacheRoot()
-	if err != nil {
-		return "", false
-	}
-	dir = filepath.Join(root, name, "libs")
-	ents, err := os.ReadDir(dir)
-	return dir, err == nil && len(ents) > 0
-}
-
-// MavenJars returns a per-user cache directory (os.UserCacheDir()/
-// deliverycheck/<name>/libs) holding the runtime dependencies of pom,
-// fetched from Maven Central with mvn on first use: under the same lock,
-// into a temp dir renamed into place, as the broker's jars. props are -D
-// flags for mvn. Tools run next to the servers (Kafka Connect with
-// Debezium) get their jars this way.
-func MavenJars(ctx context.Context, name string, pom []byte, props ...string) (string, error) {
-	root, err := kafkaCacheRoot()
-	if err != nil {
-		return "", err
-	}
-	dir, ok := MavenJarsStatus(name)
-	if ok {
-		return dir, nil
-	}
-	unlock, err := lockKafkaCache(ctx, root)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", name, err)
-	}
-	defer unlock()
-	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
-		return dir, nil // fetched while we waited for the lock
-	}
-	if err := fetchMaven(ctx, pom, dir, props...); err != nil {
-		return "", fmt.Errorf("%s: fetch jars: %w", name, err)
-	}
-	return dir, nil
-}
-
-// lastLines returns the last n lines of b.
-func lastLines(b []byte, n int) string {
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 var kafkaJarRe = regexp.MustCompile(`^kafka_2\.1[0-9]-([0-9][0-9A-Za-z.]*(?:-[0-9A-Za-z.]+)?)\.jar$`)
@@ -629,7 +489,7 @@ func prepareKafka(ctx context.Context, version string, g *guard.Guard, log *slog
 	}
 	java, err := exec.LookPath("java")
 	if err != nil {
-		return nil, fmt.Errorf("kafka: java not found on PATH (install with: %s)", installJava)
+		return nil, fmt.Errorf("kafka: java not found on PATH (install with: %s)", maven.InstallJava)
 	}
 	if real, err := filepath.EvalSymlinks(java); err == nil {
 		java = real
@@ -647,13 +507,13 @@ func prepareKafka(ctx context.Context, version string, g *guard.Guard, log *slog
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
 	p := &kafkaPrep{java: java, libs: libs, version: exact, classpath: strings.Join(jars, ":")}
-	root, err := kafkaCacheRoot()
+	root, err := maven.Root()
 	if err != nil {
 		return nil, err
 	}
 	dir := filepath.Join(root, "kafka-prep", key)
 	if !fileExists(filepath.Join(dir, "bootstrap.checkpoint")) {
-		unlock, err := lockKafkaCache(ctx, root)
+		unlock, err := maven.Lock(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("kafka: %w", err)
 		}

@@ -27,7 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/deliverycheck/deliverycheck/cluster/local"
+	"github.com/deliverycheck/deliverycheck/internal/maven"
 )
 
 // Versions of what the relay runs.
@@ -41,15 +41,15 @@ var pom []byte
 
 // Jars returns the directory of Connect's and Debezium's jars, fetched
 // from Maven Central on first use into the per-user cache (see
-// local.MavenJars).
+// maven.Jars).
 func Jars(ctx context.Context) (string, error) {
-	return local.MavenJars(ctx, "debezium-"+Version+"-connect-"+ConnectVersion, pom)
+	return maven.Jars(ctx, "debezium-"+Version+"-connect-"+ConnectVersion, pom)
 }
 
 // JarsStatus says where the jars are or would be cached and whether they
 // are there; it never fetches (for `deliverycheck doctor`).
 func JarsStatus() (dir string, ok bool) {
-	return local.MavenJarsStatus("debezium-" + Version + "-connect-" + ConnectVersion)
+	return maven.JarsStatus("debezium-" + Version + "-connect-" + ConnectVersion)
 }
 
 // Config is one relay's connection to the run.
