@@ -302,7 +302,7 @@ func steadyRate(h history.History, warm time.Duration) (rate float64, lat []floa
 }
 
 // committed counts the outbox rows so far.
-func committed(ctx context.Context, b *testing.B, r *Run) int64 {
+func committed(ctx context.Context, b *testing.B, r *Deployment) int64 {
 	b.Helper()
 	var n int64
 	if err := r.DB().QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n); err != nil {

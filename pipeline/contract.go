@@ -65,7 +65,7 @@ var inboxColumns = []string{"event_id", "consumer", "source"}
 var deadLetterColumns = []string{"event_id", "consumer", "reason"}
 
 // contractEnv is the environment of external worker name.
-func (r *Run) contractEnv(name, role, sub string) []string {
+func (r *Deployment) contractEnv(name, role, sub string) []string {
 	b := r.broker
 	env := map[string]string{
 		EnvRole:            role,
@@ -106,13 +106,13 @@ func (r *Run) contractEnv(name, role, sub string) []string {
 }
 
 // failpointState is where worker name's armed failpoints are kept.
-func (r *Run) failpointState(name string) string {
+func (r *Deployment) failpointState(name string) string {
 	return filepath.Join(r.dir, HistoryDir, name+".failpoints")
 }
 
 // startExternal starts a team's component as a supervised command, with
 // the failpoints the scenario arms for it in its state file.
-func (r *Run) startExternal(ctx context.Context, name, role, sub string, ext External) error {
+func (r *Deployment) startExternal(ctx context.Context, name, role, sub string, ext External) error {
 	var terms []failpoint.Term
 	for _, s := range r.cfg.Failpoints[name] {
 		t, err := failpoint.ParseAny(s)
@@ -239,7 +239,7 @@ func checkColumns(ctx context.Context, conn *pgx.Conn, what, query string, cols 
 
 // startDebezium starts Debezium's outbox event router in Kafka Connect as
 // relay name, through the same contract as a team's relay.
-func (r *Run) startDebezium(ctx context.Context, name string) error {
+func (r *Deployment) startDebezium(ctx context.Context, name string) error {
 	if r.cfg.Broker != "kafka" {
 		return fmt.Errorf("pipeline: the debezium relay needs kafka, not %s", r.cfg.Broker)
 	}

@@ -35,13 +35,13 @@ type cpuSample struct {
 const ticksPerSecond = 100
 
 // startCPU samples every process of interest.
-func startCPU(ctx context.Context, b *testing.B, r *Run) *cpuMeter {
+func startCPU(ctx context.Context, b *testing.B, r *Deployment) *cpuMeter {
 	return &cpuMeter{start: cpuSamples(ctx, b, r)}
 }
 
 // perEvent returns, per group, the CPU microseconds spent since the meter
 // started divided by events.
-func (m *cpuMeter) perEvent(ctx context.Context, b *testing.B, r *Run, events int64) map[string]float64 {
+func (m *cpuMeter) perEvent(ctx context.Context, b *testing.B, r *Deployment, events int64) map[string]float64 {
 	out := map[string]float64{}
 	for pid, s := range cpuSamples(ctx, b, r) {
 		// A process the first sample missed began in the window (a
@@ -54,7 +54,7 @@ func (m *cpuMeter) perEvent(ctx context.Context, b *testing.B, r *Run, events in
 
 var workerName = regexp.MustCompile(`"process":"([a-z]+)`)
 
-func cpuSamples(ctx context.Context, b *testing.B, r *Run) map[int]cpuSample {
+func cpuSamples(ctx context.Context, b *testing.B, r *Deployment) map[int]cpuSample {
 	b.Helper()
 	out := map[int]cpuSample{}
 	add := func(pid int, group string) {

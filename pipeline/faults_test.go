@@ -20,7 +20,7 @@ type faultCase struct {
 	cfg     Config
 	d       time.Duration
 	// during runs while the workload runs (e.g. to pause workers).
-	during func(t *testing.T, r *Run)
+	during func(t *testing.T, r *Deployment)
 	g      checker.Guarantees
 	// wantKind is the anomaly an invalid run must show; "" means the run
 	// must be valid.
@@ -141,8 +141,8 @@ func TestCorrectUnderFailpoints(t *testing.T) { runFaultCases(t, correctUnderFai
 func TestKnownBadAreCaught(t *testing.T)      { runFaultCases(t, knownBad()) }
 
 // arm arms a failpoint in a running worker, as a nemesis does.
-func arm(worker, term string) func(*testing.T, *Run) {
-	return func(t *testing.T, r *Run) {
+func arm(worker, term string) func(*testing.T, *Deployment) {
+	return func(t *testing.T, r *Deployment) {
 		if err := r.Supervisor().Send(worker, "arm "+term); err != nil {
 			t.Fatal(err)
 		}
@@ -155,8 +155,8 @@ func arm(worker, term string) func(*testing.T, *Run) {
 // rows published that the frozen broker cannot have stored, and only then
 // kill -9s it: a bare kill can land while nothing is in flight, and an
 // unconfirmed relay then loses nothing that run.
-func pauseThenKillBroker(down time.Duration) func(*testing.T, *Run) {
-	return func(t *testing.T, r *Run) {
+func pauseThenKillBroker(down time.Duration) func(*testing.T, *Deployment) {
+	return func(t *testing.T, r *Deployment) {
 		svc := r.cl.Service(r.cfg.Broker)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()

@@ -22,8 +22,8 @@ import (
 
 // runSchedule runs a fixed nemesis timeline during the workload, as the
 // run command does, and checks that it left nothing broken.
-func runSchedule(steps ...string) func(*testing.T, *Run) {
-	return func(t *testing.T, r *Run) {
+func runSchedule(steps ...string) func(*testing.T, *Deployment) {
+	return func(t *testing.T, r *Deployment) {
 		var sched nemesis.Schedule
 		for _, s := range steps {
 			st, err := nemesis.ParseStep(s)
@@ -53,7 +53,7 @@ func runSchedule(steps ...string) func(*testing.T, *Run) {
 // (it bit; its evidence is in evidence), or fail for a random fault that
 // never bit, which a random schedule may draw (a partition of a link
 // nobody used in its window).
-func faultWindows(t *testing.T, r *Run) (open, healed []string, schedule string, evidence map[string]string) {
+func faultWindows(t *testing.T, r *Deployment) (open, healed []string, schedule string, evidence map[string]string) {
 	t.Helper()
 	h := runHistory(t, r)
 	started := map[string]int{}
@@ -198,7 +198,7 @@ func TestNemesisRandomSchedule(t *testing.T) {
 		t.Run(b, func(t *testing.T) {
 			cfg := Config{Broker: b, Producers: 2, Rate: 50, Subscriptions: []string{"inventory"}}
 			var sched nemesis.Schedule
-			during := func(t *testing.T, r *Run) {
+			during := func(t *testing.T, r *Deployment) {
 				// Links and workers only: server kills are the fixed
 				// timeline's business and cost seconds each.
 				targets := nemesis.DefaultTargets(r.Supervisor().Names())

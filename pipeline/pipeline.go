@@ -3,8 +3,8 @@
 // worker as a supervised process, and at the end stops the producers,
 // drains, and reads the final state into the history.
 //
-// Read [Config] and [Run] first. A nemesis drives faults through
-// [Run.Supervisor] (workers) and the cluster (servers and links).
+// Read [Config] and [Deployment] first. A nemesis drives faults through
+// [Deployment.Supervisor] (workers) and the cluster (servers and links).
 package pipeline
 
 import (
@@ -209,8 +209,10 @@ type External struct {
 	Dir string
 }
 
-// Run is one pipeline run in progress. The caller should call Close.
-type Run struct {
+// Deployment is a pipeline started on a cluster: its database, broker
+// topology, supervised workers and history, from Start until Close. The
+// caller should call Close.
+type Deployment struct {
 	cfg     Config
 	cl      *cluster.Cluster
 	dir     string
@@ -234,7 +236,7 @@ const HistoryDir = "history"
 // Start prepares the run in dir (history/ and logs/ are created there) and
 // starts every worker: consumers first, then relays, then producers.
 // workerCmd is the argv prefix that starts a worker process.
-func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, workerCmd []string, log *slog.Logger) (_ *Run, err error) {
+func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, workerCmd []string, log *slog.Logger) (_ *Deployment, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
@@ -246,7 +248,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 			return nil, fmt.Errorf("pipeline: %w", err)
 		}
 	}
-	r := &Run{cfg: cfg, cl: cl, dir: dir, base: time.Now(), log: log}
+	r := &Deployment{cfg: cfg, cl: cl, dir: dir, base: time.Now(), log: log}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, r.Close())
@@ -376,7 +378,7 @@ type quorumQueueWaiter interface {
 // RabbitMQ 3.10 writes a queue's Raft registration only every 500ms, and a
 // node killed before that loses the queue and every message confirmed into
 // it. A run that crashes the broker must not trip over that bug by accident.
-func (r *Run) waitQueuesDurable(ctx context.Context) error {
+func (r *Deployment) waitQueuesDurable(ctx context.Context) error {
 	w, ok := r.cl.Service(cluster.RabbitMQ).(quorumQueueWaiter)
 	if r.cfg.Broker != "rabbitmq" || !ok {
 		return nil
@@ -448,7 +450,7 @@ func producerGroups(n, procs int) [][]int {
 	return out
 }
 
-func (r *Run) spec(role, name string) worker.Spec {
+func (r *Deployment) spec(role, name string) worker.Spec {
 	return worker.Spec{
 		Role: role, Process: name,
 		History:      filepath.Join(r.dir, HistoryDir, name+".jsonl"),
@@ -460,7 +462,7 @@ func (r *Run) spec(role, name string) worker.Spec {
 	}
 }
 
-func (r *Run) start(ctx context.Context, spec worker.Spec) error {
+func (r *Deployment) start(ctx context.Context, spec worker.Spec) error {
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return fmt.Errorf("pipeline: %w", err)
@@ -473,29 +475,29 @@ func (r *Run) start(ctx context.Context, spec worker.Spec) error {
 }
 
 // Supervisor gives access to the workers, for faults.
-func (r *Run) Supervisor() *supervisor.Supervisor { return r.sup }
+func (r *Deployment) Supervisor() *supervisor.Supervisor { return r.sup }
 
 // Cluster is the cluster the run is on, for faults on servers and links.
-func (r *Run) Cluster() *cluster.Cluster { return r.cl }
+func (r *Deployment) Cluster() *cluster.Cluster { return r.cl }
 
 // Recorder is the harness's own history recorder (for nemesis ops).
-func (r *Run) Recorder() *history.Recorder { return r.rec }
+func (r *Deployment) Recorder() *history.Recorder { return r.rec }
 
 // Dir is the run's directory.
-func (r *Run) Dir() string { return r.dir }
+func (r *Deployment) Dir() string { return r.dir }
 
 // DB is the run's database.
-func (r *Run) DB() *pgxpool.Pool { return r.db }
+func (r *Deployment) DB() *pgxpool.Pool { return r.db }
 
 // HistoryFiles lists every history file of the run.
-func (r *Run) HistoryFiles() ([]string, error) {
+func (r *Deployment) HistoryFiles() ([]string, error) {
 	m, err := filepath.Glob(filepath.Join(r.dir, HistoryDir, "*.jsonl"))
 	slices.Sort(m)
 	return m, err
 }
 
 // StopProducers stops every producer, so nothing new is committed.
-func (r *Run) StopProducers(ctx context.Context) error {
+func (r *Deployment) StopProducers(ctx context.Context) error {
 	var errs []error
 	for _, w := range r.workers {
 		if strings.HasPrefix(w, "producer-") {
@@ -520,7 +522,7 @@ type progress struct {
 	relayDown bool
 }
 
-func (r *Run) progress(ctx context.Context, since time.Time) (progress, error) {
+func (r *Deployment) progress(ctx context.Context, since time.Time) (progress, error) {
 	var p progress
 	err := r.db.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM outbox WHERE published_at IS NULL),
@@ -554,16 +556,16 @@ func (r *Run) progress(ctx context.Context, since time.Time) (progress, error) {
 }
 
 // external reports whether any component is not the built-in pipeline's.
-func (r *Run) external() bool { return r.externalRelay() || len(r.cfg.System.Consumers) > 0 }
+func (r *Deployment) external() bool { return r.externalRelay() || len(r.cfg.System.Consumers) > 0 }
 
 // externalRelay reports whether the relay is a team's or Debezium, which
 // cannot tell the drain it is idle.
-func (r *Run) externalRelay() bool {
+func (r *Deployment) externalRelay() bool {
 	return r.cfg.System.Relay != nil || r.cfg.RelayVariant == relay.Debezium
 }
 
 // builtinRelays is how many relays note their idle polls in relay_idle.
-func (r *Run) builtinRelays() int64 {
+func (r *Deployment) builtinRelays() int64 {
 	if r.externalRelay() {
 		return 0
 	}
@@ -573,7 +575,7 @@ func (r *Run) builtinRelays() int64 {
 // teamProgress adds what the drain can know without a relay that reports
 // its idle polls: how far each subscription got. One query reads the
 // built-in and the team's effects and dead letters together.
-func (r *Run) teamProgress(ctx context.Context, p *progress) error {
+func (r *Deployment) teamProgress(ctx context.Context, p *progress) error {
 	union := `SELECT event_id, consumer, false AS team FROM effects UNION ALL SELECT event_id, consumer, false FROM dead_letters`
 	for _, q := range r.teamQueries() {
 		union += ` UNION ALL SELECT event_id::text, consumer::text, ` + strconv.FormatBool(q.Table == history.TableEffects) + ` FROM (` + q.SQL + `) AS t`
@@ -615,7 +617,7 @@ func (r *Run) teamProgress(ctx context.Context, p *progress) error {
 // counts while its replication slot is active (Connect is streaming). It
 // records the outcome as a drain op: ok when complete, info when the
 // deadline passed (the checker then cannot call the run valid).
-func (r *Run) Drain(ctx context.Context) (bool, error) {
+func (r *Deployment) Drain(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DrainTimeout)
 	defer cancel()
 	if _, err := r.rec.Record(history.Invoke, history.Drain, history.Value{}); err != nil {
@@ -676,7 +678,7 @@ func (r *Run) Drain(ctx context.Context) (bool, error) {
 // team's relay through its pending query (with the broker's backlog 0).
 // Debezium and a team's relay without one cannot be seen: events missing
 // after the quiet window are then unseen, not lost.
-func (r *Run) nothingPending(ctx context.Context, p progress) (bool, string) {
+func (r *Deployment) nothingPending(ctx context.Context, p progress) (bool, string) {
 	q := r.cfg.System.PendingQuery
 	if r.cfg.System.Relay == nil || strings.TrimSpace(q) == "" {
 		return false, "events still missing, and nothing shows the relay has none left to publish (a team's relay can declare system.pending_query): lost or late cannot be told"
@@ -696,19 +698,19 @@ func (r *Run) nothingPending(ctx context.Context, p progress) (bool, string) {
 // externalQuiet is how long a run with a team's relay must show no
 // progress before the drain gives up waiting for events still missing:
 // long enough for a crashed component to start again.
-func (r *Run) externalQuiet() time.Duration {
+func (r *Deployment) externalQuiet() time.Duration {
 	return max(r.cfg.Quiet, 10*time.Second)
 }
 
 // StopAll stops every worker (no drain).
-func (r *Run) StopAll(ctx context.Context) error { return r.sup.StopAll(ctx) }
+func (r *Deployment) StopAll(ctx context.Context) error { return r.sup.StopAll(ctx) }
 
 // FinalRead reads the final state into the history: the database's
 // tables and the team's, and what the broker's dead-letter queues hold
 // (rows of table broker-dlq), so an event the broker gave up on is
 // explained as such. A dead-letter read that fails is logged and left
 // out: it explains losses, it does not decide them.
-func (r *Run) FinalRead(ctx context.Context) error {
+func (r *Deployment) FinalRead(ctx context.Context) error {
 	var rows []history.Value
 	dls, err := r.broker.DeadLetters(ctx)
 	if err != nil {
@@ -725,7 +727,7 @@ func (r *Run) FinalRead(ctx context.Context) error {
 }
 
 // teamQueries are the final read's queries of the team's own tables.
-func (r *Run) teamQueries() []schema.Query {
+func (r *Deployment) teamQueries() []schema.Query {
 	var qs []schema.Query
 	if q := r.cfg.System.EffectsQuery; strings.TrimSpace(q) != "" {
 		qs = append(qs, schema.Query{Table: history.TableEffects, SQL: q, Source: producer.DefaultSource})
@@ -745,7 +747,7 @@ type Counts struct {
 }
 
 // Counts reads the live figures from the database.
-func (r *Run) Counts(ctx context.Context) (Counts, error) {
+func (r *Deployment) Counts(ctx context.Context) (Counts, error) {
 	var c Counts
 	err := r.db.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM outbox),
@@ -759,11 +761,11 @@ func (r *Run) Counts(ctx context.Context) (Counts, error) {
 }
 
 // Subscriptions are the run's subscriptions.
-func (r *Run) Subscriptions() []string { return r.cfg.Subscriptions }
+func (r *Deployment) Subscriptions() []string { return r.cfg.Subscriptions }
 
 // Finish stops the producers, drains, stops every worker and does the
 // final read. It returns whether the drain completed.
-func (r *Run) Finish(ctx context.Context) (bool, error) {
+func (r *Deployment) Finish(ctx context.Context) (bool, error) {
 	if err := r.StopProducers(ctx); err != nil {
 		return false, err
 	}
@@ -784,7 +786,7 @@ func (r *Run) Finish(ctx context.Context) (bool, error) {
 
 // Close stops whatever still runs and closes the run's files. It does not
 // touch the cluster.
-func (r *Run) Close() error {
+func (r *Deployment) Close() error {
 	var errs []error
 	if r.sup != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -24,7 +24,7 @@ func runPipeline(t *testing.T, cfg Config, d time.Duration, g checker.Guarantees
 
 // runPipelineWith is runPipeline with an action run during the workload;
 // it also returns the finished run for inspection.
-func runPipelineWith(t *testing.T, cfg Config, d time.Duration, during func(*testing.T, *Run), g checker.Guarantees) (*checker.Result, *Run) {
+func runPipelineWith(t *testing.T, cfg Config, d time.Duration, during func(*testing.T, *Deployment), g checker.Guarantees) (*checker.Result, *Deployment) {
 	t.Helper()
 	cl := servers.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -181,7 +181,7 @@ func TestProducerGroups(t *testing.T) {
 }
 
 // runHistory reads every history file of a finished run.
-func runHistory(tb testing.TB, r *Run) history.History {
+func runHistory(tb testing.TB, r *Deployment) history.History {
 	tb.Helper()
 	files, err := r.HistoryFiles()
 	if err != nil {

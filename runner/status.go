@@ -15,7 +15,7 @@ import (
 // yet applied by every subscription), dead letters and active faults. On
 // a TTY the line is rewritten in place; otherwise a plain line is logged
 // every 5 seconds, which is what CI logs want.
-func startStatus(ctx context.Context, opts Options, r *pipeline.Run, env *nemesis.Env) (stop func()) {
+func startStatus(ctx context.Context, opts Options, r *pipeline.Deployment, env *nemesis.Env) (stop func()) {
 	if opts.Status == nil {
 		return func() {}
 	}
