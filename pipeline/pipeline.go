@@ -1,7 +1,14 @@
-// Package pipeline wires producers, relays and consumers into one run on a
-// cluster: it creates the schema and the broker topology, starts every
-// worker as a supervised process, and at the end stops the producers,
-// drains, and reads the final state into the history.
+// Package pipeline deploys the outbox -> relay -> broker -> inbox pipeline
+// of one run on a cluster.
+//
+// [Start] creates the schema and the broker topology and starts every
+// worker as a supervised process; at the end the [Deployment] it returns
+// stops the producers, drains, and reads the final state into the
+// history. The components are its subpackages: producer, relay and
+// consumer (each with known-bad variants), schema (the tables and the
+// final read), debezium (Debezium as the relay) and worker (the body of
+// one pipeline process); contract.go runs a team's own relay or
+// consumers in their place.
 //
 // Read [Config] and [Deployment] first. A nemesis drives faults through
 // [Deployment.Supervisor] (workers) and the cluster (servers and links).

@@ -1,7 +1,11 @@
-// Package consumer is the pipeline's read side: it receives an event,
-// validates it, and in one transaction records it in the inbox and, only
-// if it is new, applies its effect; then it acks. Several independent
-// subscriptions each run their own consumers with their own inbox scope.
+// Package consumer is the pipeline's read side: it takes a subscription's
+// deliveries and applies each event's effect through an inbox, correctly
+// or in one of its known-bad variants ([Variant]).
+//
+// The correct consumer receives an event, validates it, and in one
+// transaction records it in the inbox and, only if it is new, applies its
+// effect; then it acks. Several independent subscriptions each run their
+// own consumers with their own inbox scope.
 //
 // Transient errors (the database is down) are retried in-process with
 // exponential backoff and full jitter, so they never count as delivery

@@ -1,5 +1,7 @@
 // Package debezium runs Debezium's outbox event router as the pipeline's
-// relay: a Kafka Connect standalone worker with the PostgreSQL connector,
+// relay.
+//
+// It is a Kafka Connect standalone worker with the PostgreSQL connector,
 // reading the outbox table from the WAL (logical replication, pgoutput)
 // and publishing each row to the run's topic with the same headers the
 // built-in relay writes. It is a relay nobody here wrote, run through the
