@@ -18,6 +18,24 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster/local"
 )
 
+// Both runtimes have every optional ability today; an external runtime
+// (servers someone else runs) would have fewer.
+var (
+	_ fullService = (*local.Postgres)(nil)
+	_ fullService = (*local.Kafka)(nil)
+	_ fullService = (*local.RabbitMQ)(nil)
+	_ fullService = (*containers.Service)(nil)
+)
+
+type fullService interface {
+	Service
+	Killer
+	Pauser
+	Restarter
+	LogFiler
+	Versioner
+}
+
 // Service names, as scenarios and reports spell them.
 const (
 	Postgres = "postgres"
@@ -217,11 +235,14 @@ func (c *Cluster) ClientURL(name string) string {
 	return u(l.Addr())
 }
 
-// Versions maps each service's name to its exact server version.
+// Versions maps each service's name to its exact server version, for the
+// services that report one ([Versioner]).
 func (c *Cluster) Versions() map[string]string {
 	out := map[string]string{}
 	for n, s := range c.services {
-		out[n] = s.Version()
+		if v, ok := s.(Versioner); ok {
+			out[n] = v.Version()
+		}
 	}
 	return out
 }

@@ -61,7 +61,7 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("runtime %q, want %q", c.Runtime(), rt)
 			}
 			for _, name := range cluster.Names() {
-				if c.Service(name).Version() == "" {
+				if full(c, name).Version() == "" {
 					t.Errorf("%s: no version after Start", name)
 				}
 			}
@@ -80,7 +80,7 @@ func TestConformance(t *testing.T) {
 			t.Run("pause-resume", func(t *testing.T) {
 				for _, name := range cluster.Names() {
 					t.Run(name, func(t *testing.T) {
-						s := c.Service(name)
+						s := full(c, name)
 						if err := s.Pause(ctx); err != nil {
 							t.Fatal(err)
 						}
@@ -107,7 +107,7 @@ func TestConformance(t *testing.T) {
 				// runtime works around it) and the server come back.
 				for _, name := range cluster.Names() {
 					t.Run(name, func(t *testing.T) {
-						s := c.Service(name)
+						s := full(c, name)
 						if err := s.Pause(ctx); err != nil {
 							t.Fatal(err)
 						}
@@ -142,7 +142,7 @@ func TestConformance(t *testing.T) {
 			t.Run("restart-keeps-endpoint", func(t *testing.T) {
 				for _, name := range cluster.Names() {
 					t.Run(name, func(t *testing.T) {
-						s := c.Service(name)
+						s := full(c, name)
 						before := s.Endpoint()
 						if err := s.Restart(ctx); err != nil {
 							t.Fatal(err)
@@ -198,11 +198,25 @@ func waitPing(t *testing.T, ctx context.Context, c *cluster.Cluster, name string
 	}
 }
 
+// fullService is a service with every optional ability: both runtimes
+// have them all.
+type fullService interface {
+	cluster.Service
+	cluster.Killer
+	cluster.Pauser
+	cluster.Restarter
+	cluster.Versioner
+}
+
+// full is the named service with every ability; the test fails (panics)
+// if the runtime lacks one.
+func full(c *cluster.Cluster, name string) fullService { return c.Service(name).(fullService) }
+
 // killKeepsData writes one acknowledged item, kill -9s the server,
 // starts it again and reads the item back: what a server acknowledged
 // must survive a crash of its process (or container).
 func killKeepsData(t *testing.T, ctx context.Context, c *cluster.Cluster, name string) {
-	s := c.Service(name)
+	s := full(c, name)
 	url := c.ClientURL(name)
 	key := fmt.Sprintf("conf-%d", time.Now().UnixNano())
 	var write, read func(context.Context) error

@@ -1,8 +1,18 @@
 package cluster
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+)
 
-// Service is one real server under the harness's control.
+// Service is one real server under the harness's control: the core every
+// runtime provides. What a runtime may or may not be able to do besides
+// (kill, pause, restart, name its log file, report its version, list its
+// processes) is an optional ability, its own small interface below, as in
+// Jepsen's db.clj: a caller checks for one with a type assertion, or asks
+// the [Cluster] ([Cluster.Killer], [Cluster.Pauser], [Cluster.Restarter]),
+// which says which service lacks it on which runtime.
 //
 // A Service is created stopped; Start brings it up and returns only once a
 // client can use it (readiness is checked with a real client call, not a
@@ -16,27 +26,47 @@ type Service interface {
 	Start(ctx context.Context) error
 	// Stop shuts the server down gracefully and waits for it to exit.
 	Stop(ctx context.Context) error
-	// Kill sends SIGKILL to the server (all its processes) and waits for
-	// it to exit: a crash, with whatever the server had not made durable lost.
-	Kill(ctx context.Context) error
-	// Pause freezes the server (SIGSTOP): sockets stay open, nothing answers.
-	Pause(ctx context.Context) error
-	// Resume undoes Pause (SIGCONT).
-	Resume(ctx context.Context) error
-	// Restart stops the server gracefully if it runs, then starts it again
-	// on the same ports with the same data.
-	Restart(ctx context.Context) error
 	// Endpoint is the host:port a client dials to reach the server
 	// directly. Clients of a run dial the service's proxy link instead.
 	Endpoint() string
-	// Logs is the path of the server's log file.
-	Logs() string
-	// Version is the exact server version, for reports (e.g.
-	// "PostgreSQL 15.18"). It is known once Start has succeeded.
-	Version() string
 	// Close kills anything still running and removes the service's temp
 	// dir unless it was asked to keep it.
 	Close() error
+}
+
+// Killer is a service that can be crashed. Kill sends SIGKILL to the
+// server (all its processes) and waits for it to exit: a crash, with
+// whatever the server had not made durable lost. Start brings it back.
+type Killer interface {
+	Kill(ctx context.Context) error
+}
+
+// Pauser is a service that can be frozen. Pause freezes the server
+// (SIGSTOP): sockets stay open, nothing answers. Resume undoes Pause
+// (SIGCONT).
+type Pauser interface {
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+}
+
+// Restarter is a service that can be restarted in place. Restart stops
+// the server gracefully if it runs, then starts it again on the same
+// ports with the same data.
+type Restarter interface {
+	Restart(ctx context.Context) error
+}
+
+// LogFiler is a service whose log the harness can read. LogFile is the
+// path of the server's log file; a run copies it into its folder.
+type LogFiler interface {
+	LogFile() string
+}
+
+// Versioner is a service that reports its exact server version, for
+// reports (e.g. "PostgreSQL 15.18"). It is known once Start has
+// succeeded.
+type Versioner interface {
+	Version() string
 }
 
 // PIDer is implemented by services that run as local processes. It lists
@@ -44,4 +74,51 @@ type Service interface {
 // prove nothing outlived a run.
 type PIDer interface {
 	PIDs() []int
+}
+
+// UnsupportedError says that a service lacks the optional ability an
+// operation needs on the runtime that provisioned it. It matches
+// [errors.ErrUnsupported].
+type UnsupportedError struct {
+	Service string // "kafka"
+	Runtime string // "local", "containers"
+	// Cannot is what the service cannot be: "killed", "paused",
+	// "restarted".
+	Cannot string
+}
+
+func (e *UnsupportedError) Error() string {
+	return fmt.Sprintf("service %s cannot be %s on runtime %s", e.Service, e.Cannot, e.Runtime)
+}
+
+// Is reports whether target is errors.ErrUnsupported.
+func (e *UnsupportedError) Is(target error) bool { return target == errors.ErrUnsupported }
+
+// Killer returns the named service as a [Killer], or an error: an
+// [*UnsupportedError] when it cannot be killed on this cluster's runtime.
+func (c *Cluster) Killer(name string) (Killer, error) { return ability[Killer](c, name, "killed") }
+
+// Pauser returns the named service as a [Pauser], or an error: an
+// [*UnsupportedError] when it cannot be paused on this cluster's runtime.
+func (c *Cluster) Pauser(name string) (Pauser, error) { return ability[Pauser](c, name, "paused") }
+
+// Restarter returns the named service as a [Restarter], or an error: an
+// [*UnsupportedError] when it cannot be restarted on this cluster's
+// runtime.
+func (c *Cluster) Restarter(name string) (Restarter, error) {
+	return ability[Restarter](c, name, "restarted")
+}
+
+// ability is the named service as A, or why it cannot be.
+func ability[A any](c *Cluster, name, cannot string) (A, error) {
+	var zero A
+	s := c.services[name]
+	if s == nil {
+		return zero, fmt.Errorf("cluster: no service %s", name)
+	}
+	a, ok := s.(A)
+	if !ok {
+		return zero, &UnsupportedError{Service: name, Runtime: c.runtime, Cannot: cannot}
+	}
+	return a, nil
 }

@@ -297,7 +297,11 @@ func HealAll(ctx context.Context, env *Env) error {
 	}
 	for _, name := range env.snapshot(env.pausedServices) {
 		if svc := env.service(name); svc != nil && !env.isKilled(name) {
-			if err := svc.Resume(ctx); err != nil {
+			p, err := env.Cluster.Pauser(name)
+			if err == nil {
+				err = p.Resume(ctx)
+			}
+			if err != nil {
 				errs = append(errs, fmt.Errorf("nemesis: resume %s: %w", name, err))
 				continue
 			}

@@ -33,7 +33,11 @@ const (
 // it was in place but never bit (info with the error if the heal failed;
 // heal may be called again). A fault that cannot be injected is recorded
 // as fail with the error, and whatever part of it took effect (say, one
-// of three paused workers) is undone.
+// of three paused workers) is undone. A kill, pause or restart of a
+// server whose runtime lacks that ability ([cluster.Killer],
+// [cluster.Pauser], [cluster.Restarter]) cannot be injected; its error is
+// a [*cluster.UnsupportedError], and [Schedule.Check] finds such steps
+// before a run starts.
 //
 // What each kind does, by target, and its evidence:
 //
@@ -172,10 +176,14 @@ func (e *Env) serviceFault(ctx context.Context, f Fault) (effect, error) {
 	}
 	switch f.Kind {
 	case Kill:
+		k, err := e.Cluster.Killer(name)
+		if err != nil {
+			return effect{}, err
+		}
 		if err := e.cleanRestartOnce(ctx, svc); err != nil {
 			return effect{}, err
 		}
-		if err := svc.Kill(ctx); err != nil {
+		if err := k.Kill(ctx); err != nil {
 			return effect{}, err
 		}
 		// Kill returns once the server has exited.
@@ -194,7 +202,11 @@ func (e *Env) serviceFault(ctx context.Context, f Fault) (effect, error) {
 			return nil
 		}, bit: evidence(fmt.Sprintf("%s killed (%s), restarted", name, exit))}, nil
 	case Pause:
-		if err := svc.Pause(ctx); err != nil {
+		p, err := e.Cluster.Pauser(name)
+		if err != nil {
+			return effect{}, err
+		}
+		if err := p.Pause(ctx); err != nil {
 			return effect{}, err
 		}
 		e.mark(&e.pausedServices, name, true)
@@ -205,7 +217,7 @@ func (e *Env) serviceFault(ctx context.Context, f Fault) (effect, error) {
 			// resume: the kill's own heal starts the server running.
 			if e.isKilled(name) {
 				killedMeanwhile = true
-			} else if err := svc.Resume(ctx); err != nil {
+			} else if err := p.Resume(ctx); err != nil {
 				return fmt.Errorf("resume %s: %w", name, err)
 			}
 			e.mark(&e.pausedServices, name, false)
@@ -217,7 +229,11 @@ func (e *Env) serviceFault(ctx context.Context, f Fault) (effect, error) {
 			return name + " paused (SIGSTOP), resumed", nil
 		}}, nil
 	default: // Restart
-		if err := svc.Restart(ctx); err != nil {
+		r, err := e.Cluster.Restarter(name)
+		if err != nil {
+			return effect{}, err
+		}
+		if err := r.Restart(ctx); err != nil {
 			// A failed restart may have left it stopped: HealAll starts it.
 			e.mark(&e.killed, name, true)
 			return effect{}, err
@@ -234,11 +250,37 @@ func (e *Env) serviceFault(ctx context.Context, f Fault) (effect, error) {
 	}
 }
 
+// able is nil when the server f acts on (if any, and if the cluster runs
+// it) has the ability f needs: a kill of RabbitMQ also needs a restart,
+// for its clean restart (see Inject).
+func (e *Env) able(f Fault) error {
+	name := e.serviceTarget(f)
+	if name == "" || e.service(name) == nil {
+		return nil
+	}
+	var err error
+	switch f.Kind {
+	case Kill:
+		if _, err = e.Cluster.Killer(name); err == nil && name == cluster.RabbitMQ {
+			_, err = e.Cluster.Restarter(name)
+		}
+	case Pause:
+		_, err = e.Cluster.Pauser(name)
+	case Restart:
+		_, err = e.Cluster.Restarter(name)
+	}
+	return err
+}
+
 // cleanRestartOnce restarts RabbitMQ cleanly before its first kill of the
 // run (see Inject).
 func (e *Env) cleanRestartOnce(ctx context.Context, svc cluster.Service) error {
 	if svc.Name() != cluster.RabbitMQ {
 		return nil
+	}
+	r, err := e.Cluster.Restarter(svc.Name())
+	if err != nil {
+		return fmt.Errorf("clean restart before the first kill: %w", err)
 	}
 	e.mu.Lock()
 	done := e.rabbitRestarted
@@ -247,7 +289,7 @@ func (e *Env) cleanRestartOnce(ctx context.Context, svc cluster.Service) error {
 	if done {
 		return nil
 	}
-	if err := svc.Restart(ctx); err != nil {
+	if err := r.Restart(ctx); err != nil {
 		e.mark(&e.killed, svc.Name(), true)
 		return fmt.Errorf("clean restart before the first kill: %w", err)
 	}

@@ -46,6 +46,23 @@ func (s Schedule) End() time.Duration {
 	return end
 }
 
+// Check reports, before the schedule runs, every step that env's servers
+// cannot take: a kill, pause or restart of a server whose runtime lacks
+// that ability (see [cluster.Killer]), so a scenario asking for a fault
+// its runtime cannot do fails at the start rather than mid-run. Steps on
+// workers, failpoints and links, and steps on a server the cluster does
+// not run, are left to Run, which records what goes wrong with them as a
+// failed fault.
+func (s Schedule) Check(env *Env) error {
+	var errs []error
+	for _, st := range s.Steps {
+		if err := env.able(st.Fault); err != nil {
+			errs = append(errs, fmt.Errorf("nemesis: %s: %w", st, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Run runs the steps at their times since Run was called, each on its own
 // timer, so faults overlap when their steps do. A step is healed For after
 // it started; a step with For 0 is healed at once (a kill of a service

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
@@ -157,7 +158,12 @@ func arm(worker, term string) func(*testing.T, *Deployment) {
 // unconfirmed relay then loses nothing that run.
 func pauseThenKillBroker(down time.Duration) func(*testing.T, *Deployment) {
 	return func(t *testing.T, r *Deployment) {
-		svc := r.cl.Service(r.cfg.Broker)
+		svc := r.cl.Service(r.cfg.Broker).(interface {
+			cluster.Service
+			cluster.Killer
+			cluster.Pauser
+			cluster.Restarter
+		})
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		published := func() (n int64) {

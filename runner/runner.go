@@ -123,15 +123,20 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 		}()
 	}
 	meta.Environment.Runtime = cl.Runtime()
-	meta.Environment.Servers = map[string]string{}
+	meta.Environment.Servers = cl.Versions()
 	for _, s := range cl.Services() {
-		meta.Environment.Servers[s.Name()] = s.Version()
 		if img, ok := s.(interface{ Image() string }); ok {
 			if meta.Environment.Images == nil {
 				meta.Environment.Images = map[string]string{}
 			}
 			meta.Environment.Images[s.Name()] = img.Image()
 		}
+	}
+
+	// A fault this runtime cannot do fails the run now, not mid-run.
+	if err := spec.Schedule.Check(&nemesis.Env{Cluster: cl, Broker: spec.Pipeline.Broker}); err != nil {
+		out.HarnessErr = fmt.Errorf("schedule: %w", err)
+		return out, writeAll(out, &meta, nil, log)
 	}
 
 	cfg := spec.Pipeline
@@ -232,10 +237,15 @@ func runDir(root, name string) (string, error) {
 	return dir, nil
 }
 
-// copyServerLogs copies each server's log into the run folder's logs/.
+// copyServerLogs copies the log of each server that has one into the
+// run folder's logs/.
 func copyServerLogs(cl *cluster.Cluster, dir string) {
 	for _, s := range cl.Services() {
-		b, err := os.ReadFile(s.Logs())
+		l, ok := s.(cluster.LogFiler)
+		if !ok {
+			continue
+		}
+		b, err := os.ReadFile(l.LogFile())
 		if err != nil {
 			continue
 		}

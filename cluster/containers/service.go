@@ -42,7 +42,8 @@ type spec struct {
 	startTimeout time.Duration
 }
 
-// Service is one server in a container. It implements cluster.Service.
+// Service is one server in a container. It implements cluster.Service
+// and every optional ability (kill, pause, restart, log file, version).
 type Service struct {
 	spec
 	rt       *Runtime
@@ -92,7 +93,7 @@ func (s *Service) Image() string { return s.image }
 // across restarts.
 func (s *Service) Endpoint() string { return "127.0.0.1:" + strconv.Itoa(s.hostPort) }
 
-// Version implements cluster.Service.
+// Version implements cluster.Versioner.
 func (s *Service) Version() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -203,11 +204,11 @@ func (s *Service) waitReady(ctx context.Context) error {
 		}
 		last = err
 		if st, ierr := s.state(ctx); ierr == nil && !st.Running {
-			return fmt.Errorf("container exited (code %d) before it was ready: %v\n%s", st.ExitCode, err, logtail.File(s.Logs(), 20))
+			return fmt.Errorf("container exited (code %d) before it was ready: %v\n%s", st.ExitCode, err, logtail.File(s.LogFile(), 20))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not ready: %w (last probe: %v)\n%s", ctx.Err(), last, logtail.File(s.Logs(), 20))
+			return fmt.Errorf("not ready: %w (last probe: %v)\n%s", ctx.Err(), last, logtail.File(s.LogFile(), 20))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -248,7 +249,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	return s.waitStopped(ctx)
 }
 
-// Kill implements cluster.Service: SIGKILL to the container through the
+// Kill implements cluster.Killer: SIGKILL to the container through the
 // engine, then wait until it is not running. A paused container is
 // killed while still frozen, so it gets no chance to act on anything
 // queued for it; the engine is asked first, and if it refuses to signal
@@ -311,7 +312,7 @@ func (s *Service) waitStopped(ctx context.Context) error {
 	}
 }
 
-// Pause implements cluster.Service: the engine freezes the container's
+// Pause implements cluster.Pauser: the engine freezes the container's
 // cgroup (the equivalent of SIGSTOP to every process in it).
 func (s *Service) Pause(ctx context.Context) error {
 	id, err := s.containerID()
@@ -324,7 +325,7 @@ func (s *Service) Pause(ctx context.Context) error {
 	return nil
 }
 
-// Resume implements cluster.Service.
+// Resume implements cluster.Pauser.
 func (s *Service) Resume(ctx context.Context) error {
 	id, err := s.containerID()
 	if err != nil {
@@ -336,7 +337,7 @@ func (s *Service) Resume(ctx context.Context) error {
 	return nil
 }
 
-// Restart implements cluster.Service: a graceful stop, then the same
+// Restart implements cluster.Restarter: a graceful stop, then the same
 // container started again (same data, same host port).
 func (s *Service) Restart(ctx context.Context) error {
 	if err := s.Stop(ctx); err != nil {
@@ -345,9 +346,9 @@ func (s *Service) Restart(ctx context.Context) error {
 	return s.Start(ctx)
 }
 
-// Logs implements cluster.Service: the container's output so far, copied
+// LogFile implements cluster.LogFiler: the container's output so far, copied
 // into a file under the service's temp dir when asked for.
-func (s *Service) Logs() string {
+func (s *Service) LogFile() string {
 	path := filepath.Join(s.dir, s.name+".log")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

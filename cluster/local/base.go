@@ -127,7 +127,7 @@ func (b *base) waitReady(ctx context.Context, p *process.Group, logPath string, 
 	}
 }
 
-// Kill implements cluster.Service: SIGKILL to the whole process group.
+// Kill implements cluster.Killer: SIGKILL to the whole process group.
 func (b *base) Kill(ctx context.Context) error {
 	p, err := b.running()
 	if err != nil {
@@ -170,7 +170,7 @@ func (b *base) stopWith(ctx context.Context, sig syscall.Signal) error {
 	return nil
 }
 
-// Pause implements cluster.Service (SIGSTOP to the whole group).
+// Pause implements cluster.Pauser (SIGSTOP to the whole group).
 func (b *base) Pause(ctx context.Context) error {
 	p, err := b.running()
 	if err != nil {
@@ -179,7 +179,7 @@ func (b *base) Pause(ctx context.Context) error {
 	return p.Signal(syscall.SIGSTOP)
 }
 
-// Resume implements cluster.Service (SIGCONT to the whole group).
+// Resume implements cluster.Pauser (SIGCONT to the whole group).
 func (b *base) Resume(ctx context.Context) error {
 	p, err := b.running()
 	if err != nil {

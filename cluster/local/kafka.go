@@ -142,11 +142,11 @@ func (k *Kafka) Endpoint() string { return fmt.Sprintf("127.0.0.1:%d", k.port) }
 // Advertised is the host:port the broker hands out to clients.
 func (k *Kafka) Advertised() string { return k.advertise }
 
-// Logs implements cluster.Service: the broker's log4j2 output and the
+// LogFile implements cluster.LogFiler: the broker's log4j2 output and the
 // JVM's own stdout and stderr, in one file.
-func (k *Kafka) Logs() string { return k.logPath }
+func (k *Kafka) LogFile() string { return k.logPath }
 
-// Version implements cluster.Service, e.g. "Apache Kafka 4.1.1", read
+// Version implements cluster.Versioner, e.g. "Apache Kafka 4.1.1", read
 // from the name of the broker jar that ran.
 func (k *Kafka) Version() string {
 	k.mu.Lock()
@@ -205,7 +205,7 @@ func (k *Kafka) Stop(ctx context.Context) error {
 	return k.stopWith(ctx, syscall.SIGTERM)
 }
 
-// Restart implements cluster.Service: same ports, same data, no re-format.
+// Restart implements cluster.Restarter: same ports, same data, no re-format.
 func (k *Kafka) Restart(ctx context.Context) error {
 	if err := k.Stop(ctx); err != nil {
 		return err

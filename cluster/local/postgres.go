@@ -130,10 +130,10 @@ func credentialFor(name string) (*syscall.Credential, error) {
 // Endpoint implements cluster.Service.
 func (p *Postgres) Endpoint() string { return fmt.Sprintf("127.0.0.1:%d", p.port) }
 
-// Logs implements cluster.Service.
-func (p *Postgres) Logs() string { return p.logPath }
+// LogFile implements cluster.LogFiler.
+func (p *Postgres) LogFile() string { return p.logPath }
 
-// Version implements cluster.Service, e.g. "PostgreSQL 15.18 (Debian 15.18-0+deb12u1)".
+// Version implements cluster.Versioner, e.g. "PostgreSQL 15.18 (Debian 15.18-0+deb12u1)".
 func (p *Postgres) Version() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -222,7 +222,7 @@ func (p *Postgres) Start(ctx context.Context) error {
 // clients are disconnected, and everything committed is flushed.
 func (p *Postgres) Stop(ctx context.Context) error { return p.stopWith(ctx, syscall.SIGINT) }
 
-// Restart implements cluster.Service.
+// Restart implements cluster.Restarter.
 func (p *Postgres) Restart(ctx context.Context) error {
 	if err := p.Stop(ctx); err != nil {
 		return err

@@ -335,10 +335,10 @@ func (r *RabbitMQ) URL(addr string) string {
 // restarts because a quorum queue's data belongs to its node name).
 func (r *RabbitMQ) NodeName() string { return r.node }
 
-// Logs implements cluster.Service.
-func (r *RabbitMQ) Logs() string { return r.logPath }
+// LogFile implements cluster.LogFiler.
+func (r *RabbitMQ) LogFile() string { return r.logPath }
 
-// Version implements cluster.Service, e.g. "RabbitMQ 3.10.8": the version
+// Version implements cluster.Versioner, e.g. "RabbitMQ 3.10.8": the version
 // the node itself announces to an AMQP client.
 func (r *RabbitMQ) Version() string {
 	r.mu.Lock()
@@ -498,7 +498,7 @@ func (r *RabbitMQ) Stop(ctx context.Context) error {
 	return r.stopWith(ctx, syscall.SIGTERM)
 }
 
-// Restart implements cluster.Service: same node name, ports and data.
+// Restart implements cluster.Restarter: same node name, ports and data.
 func (r *RabbitMQ) Restart(ctx context.Context) error {
 	if err := r.Stop(ctx); err != nil {
 		return fmt.Errorf("restart rabbitmq: %w", err)

@@ -201,7 +201,7 @@ func TestRabbitMQ(t *testing.T) {
 	closed := false
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("tail of %s:\n%s", r.Logs(), logtail.File(r.Logs(), 80))
+			t.Logf("tail of %s:\n%s", r.LogFile(), logtail.File(r.LogFile(), 80))
 		}
 		if !closed {
 			_ = r.Close()
@@ -219,7 +219,7 @@ func TestRabbitMQ(t *testing.T) {
 	if v := r.Version(); !strings.HasPrefix(v, "RabbitMQ 3.") && !strings.HasPrefix(v, "RabbitMQ 4.") {
 		t.Fatalf("version %q", v)
 	}
-	t.Logf("%s, node %s, endpoint %s, logs %s", r.Version(), r.NodeName(), r.Endpoint(), r.Logs())
+	t.Logf("%s, node %s, endpoint %s, logs %s", r.Version(), r.NodeName(), r.Endpoint(), r.LogFile())
 	rec := pidRecorder{}
 	rec.record(r)
 
@@ -367,7 +367,7 @@ func TestRabbitMQ(t *testing.T) {
 		}
 		publishConfirmed(t, ctx, ch, "dc.graceful", "before-stop")
 		sigterms := func() int {
-			b, _ := os.ReadFile(r.Logs())
+			b, _ := os.ReadFile(r.LogFile())
 			return strings.Count(string(b), "SIGTERM received - shutting down")
 		}
 		before := sigterms()
@@ -380,7 +380,7 @@ func TestRabbitMQ(t *testing.T) {
 		}
 		t.Logf("restart from paused took %v", time.Since(start))
 		if sigterms() != before+1 {
-			t.Errorf("node log shows no clean SIGTERM shutdown:\n%s", logtail.File(r.Logs(), 120))
+			t.Errorf("node log shows no clean SIGTERM shutdown:\n%s", logtail.File(r.LogFile(), 120))
 		}
 		rec.record(r)
 		got := getAll(t, ctx, r, "dc.graceful", 1)

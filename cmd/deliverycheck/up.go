@@ -20,9 +20,14 @@ func startCluster(cmd *cobra.Command, cfg cluster.Config) (*cluster.Cluster, err
 	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "cluster ready in %s (runtime %s)\n", time.Since(start).Round(time.Millisecond), c.Runtime())
+	versions := c.Versions()
 	for _, s := range c.Services() {
+		logs := "(none)"
+		if l, ok := s.(cluster.LogFiler); ok {
+			logs = l.LogFile()
+		}
 		fmt.Fprintf(out, "  %-9s %-45s via %s\n            server %s, logs %s\n",
-			s.Name(), s.Version(), c.ClientURL(s.Name()), s.Endpoint(), s.Logs())
+			s.Name(), versions[s.Name()], c.ClientURL(s.Name()), s.Endpoint(), logs)
 	}
 	return c, nil
 }
