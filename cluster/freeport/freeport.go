@@ -1,7 +1,9 @@
 // Package freeport picks TCP ports on 127.0.0.1 for servers and proxies
-// that bind them later, or again after a while (a restarted server, a
-// refused link that accepts again), from below the kernel's ephemeral
-// range, where no outgoing connection can take them in between.
+// that bind them later, or again after a while.
+//
+// A restarted server or a refused link that accepts again binds the same
+// port, so the ports come from below the kernel's ephemeral range, where
+// no outgoing connection can take one in between.
 package freeport
 
 import (
