@@ -35,7 +35,7 @@ const (
 
 // rabbitMQConfig is the node's rabbitmq.conf. It is deliberately small:
 // every default left alone is one less thing a crash test depends on.
-// Logs go to stdout (RABBITMQ_LOGS=-), so the one file Logs names holds
+// Logs go to stdout (RABBITMQ_LOGS=-), so the one file LogFile names holds
 // the start script's output, the node's log and any crash dump notice.
 const rabbitMQConfig = `default_user = ` + RabbitMQUser + `
 default_pass = ` + RabbitMQPassword + `
