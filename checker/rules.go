@@ -1,0 +1,482 @@
+package checker
+
+// This file is the checker's rules, per event: what each op means for an
+// event and for what a subscription did with it (event, subEvent), and
+// how each is judged (judge). Nothing here reads files, knows about
+// shards or looks at another event: shard.go finds each op's event and
+// calls in; order.go compares the effects of one key; check.go turns the
+// findings into the verdict.
+//
+// The rules of issue 19, and where each lives:
+//  1. Only what happens after a commit's invoke proves the commit, and
+//     nothing that follows from a publish the producer made itself before
+//     committing: event.observe, cEarly.
+//  2. A drain that ended by quiet leaves what is not applied unseen:
+//     drainAfter, judge, and the verdict in check.go.
+//  3. Order is judged by when effects committed (an effect row's
+//     commit_time, else its apply ops' times); equal times are not
+//     ordered: order.go.
+//  4. Gaps are found from what was applied: order.go; an inbox mark
+//     without its effect under a later version is a stale skip: judge.
+//  5. A poison event applied is an anomaly: judge.
+//  6. Inbox marks and effects must agree: judge.
+//  7. and 8. (a typeless op, ids that are not exact text) are bad input,
+//     refused by package history.
+//  9. Only the final-read attempt that completed counts: finalReads,
+//     event.row, subEvent.row, the settle methods.
+//  10. Once the final read is complete the effects ledger is
+//     authoritative: an apply ok without an effect row is lost: judge.
+
+import (
+	"strconv"
+
+	"github.com/deliverycheck/deliverycheck/history"
+)
+
+// commit flags of an event.
+const (
+	cInvoke uint16 = 1 << iota
+	cOK
+	cFail
+	cInfo
+	cObserved  // some op downstream of the commit, and after its invoke, mentions it
+	cPublished // broker confirmed, or outbox row marked published
+	cPoison
+	cTimeSet
+	// cEarly: published before its commit was invoked (a producer that
+	// publishes, then commits). Deliveries and effects then follow from
+	// that publish, not from the commit, and prove nothing about it.
+	cEarly
+	cCommitSeen = cInvoke | cOK | cFail | cInfo
+)
+
+// Final-read flags of an event, valid for the final-read attempt frAttempt.
+const (
+	fObserved  uint8 = 1 << iota // a row names it
+	fPublished                   // its outbox row is marked published
+)
+
+// event is what the history says about one event as a whole: its commit,
+// whether something proves it, whether the broker has it.
+type event struct {
+	id, source string
+	firstPos   int64 // position in the history of the first op naming it
+	version    int64
+	commitTime int64 // ok time, else first invoke time
+	key        int32
+	flags      uint16
+	frFlags    uint8
+	frAttempt  uint8 // the final-read attempt frFlags belong to
+}
+
+// op folds op, of e's event and not a final-read row, into e. It reports
+// whether op is also an op of a subscription (deliver, apply, skip-stale,
+// ack, dlq), which subEvent.op then folds into what that subscription
+// did with the event.
+func (e *event) op(op *history.Op) (ofSubscription bool) {
+	switch op.F {
+	case history.Commit:
+		switch op.Type {
+		case history.Invoke:
+			e.flags |= cInvoke
+		case history.OK:
+			e.flags |= cOK | cTimeSet
+			e.commitTime = op.Time
+		case history.Fail:
+			e.flags |= cFail
+		case history.Info:
+			e.flags |= cInfo
+		}
+		if e.flags&cTimeSet == 0 {
+			e.commitTime, e.flags = op.Time, e.flags|cTimeSet
+		}
+	case history.Publish:
+		if e.flags&cCommitSeen == 0 {
+			e.flags |= cEarly
+		}
+		e.observe(false)
+		if op.Type == history.OK {
+			e.flags |= cPublished
+		}
+	case history.Deliver, history.Apply, history.SkipStale, history.Ack, history.DLQ:
+		e.observe(true)
+		return true
+	}
+	return false
+}
+
+// observe marks e as seen downstream: proof of its commit only if the
+// commit was invoked already and, for ops that follow from a publish
+// (downstream true), the publish was not the producer's own before it.
+func (e *event) observe(downstream bool) {
+	if e.flags&cCommitSeen != 0 && (!downstream || e.flags&cEarly == 0) {
+		e.flags |= cObserved
+	}
+}
+
+// row folds a final-read row of attempt a into e: rows of an earlier
+// attempt are forgotten. It reports whether the row is a subscription's
+// (every table but the outbox), for subEvent.row.
+func (e *event) row(a uint8, v *history.Value) (ofSubscription bool) {
+	if e.frAttempt != a {
+		e.frAttempt, e.frFlags = a, 0
+	}
+	if v.Table == history.TableOutbox {
+		e.frFlags |= fObserved
+		if v.Published {
+			e.frFlags |= fPublished
+		}
+		return false
+	}
+	if e.flags&cEarly == 0 {
+		e.frFlags |= fObserved
+	}
+	return true
+}
+
+// settle folds e's final-read flags into its flags; the caller calls it
+// only when they are of the attempt that counts.
+func (e *event) settle() {
+	if e.frFlags&fObserved != 0 && e.flags&cCommitSeen != 0 {
+		e.flags |= cObserved
+	}
+	if e.frFlags&fPublished != 0 {
+		e.flags |= cPublished
+	}
+}
+
+// committed reports whether e's commit took effect: it is ok, or it is
+// indeterminate and something proves it.
+func (e *event) committed() bool {
+	return e.flags&cOK != 0 || (e.indeterminate() && e.flags&cObserved != 0)
+}
+
+// indeterminate reports whether e's commit may or may not have taken
+// effect: info, or invoked and never completed.
+func (e *event) indeterminate() bool {
+	return e.flags&cOK == 0 && (e.flags&cInfo != 0 || (e.flags&cInvoke != 0 && e.flags&cFail == 0))
+}
+
+// subEvent flags.
+const (
+	sAcked uint8 = 1 << iota
+	sDLQ
+	sSkipped
+	sResolved // applied, skipped or dead-lettered: resolved is set
+	// Final-read flags, valid for the attempt frAttempt; settle folds the
+	// ones of the attempt that counts into flags.
+	sInbox     // an inbox mark
+	sBrokerDLQ // in the broker's dead-letter queue
+	sTimed     // its first effect row carries commit_time
+	sDLQRow    // a dead-letter row
+)
+
+// subEvent is what one subscription did with one event.
+type subEvent struct {
+	resolved   int64 // time of the first apply, skip or dead-letter
+	deliveries uint32
+	applies    uint32 // apply ok ops
+	effects    uint32 // final-read effect rows of attempt frAttempt
+	flags      uint8
+	frFlags    uint8 // sInbox, sBrokerDLQ, sTimed, sDLQRow of attempt frAttempt
+	frAttempt  uint8
+}
+
+// op folds a deliver, skip-stale, ack or dlq op into se. Apply ops go
+// through subEvent.applied, since they also order the effects.
+func (se *subEvent) op(op *history.Op) {
+	if op.Type != history.OK {
+		return
+	}
+	switch op.F {
+	case history.Deliver:
+		se.deliveries++
+	case history.SkipStale:
+		se.resolve(op.Time, sSkipped)
+	case history.Ack:
+		se.flags |= sAcked
+	case history.DLQ:
+		se.resolve(op.Time, sDLQ)
+	}
+}
+
+// applied folds an apply ok at time t into se. It reports whether it is
+// the event's first effect in the subscription, the one order is judged
+// on.
+func (se *subEvent) applied(t int64) (first bool) {
+	se.applies++
+	if se.applies > 1 {
+		return false
+	}
+	se.resolve(t, 0)
+	return true
+}
+
+// row folds a final-read row of a subscription's table, of attempt a at
+// time t, into se: rows of an earlier attempt are forgotten. It reports
+// whether the row is the event's first effect row and carries a
+// commit_time, which then orders the effect.
+func (se *subEvent) row(a uint8, t int64, v *history.Value) (timed bool) {
+	if se.frAttempt != a {
+		se.frAttempt, se.effects, se.frFlags = a, 0, 0
+	}
+	switch v.Table {
+	case history.TableEffects:
+		se.effects++
+		se.resolve(t, 0)
+		if se.effects == 1 && v.CommitTime != 0 {
+			se.frFlags |= sTimed
+			return true
+		}
+	case history.TableInbox:
+		se.frFlags |= sInbox
+	case history.TableDLQ:
+		se.frFlags |= sDLQRow
+		se.resolve(t, 0)
+	case history.TableBrokerDLQ:
+		se.frFlags |= sBrokerDLQ
+	}
+	return false
+}
+
+// settle keeps se's final-read rows if they are of the attempt that counts
+// (counts true), folding their flags into its flags, and forgets them if
+// not.
+func (se *subEvent) settle(counts bool) {
+	if !counts {
+		se.effects, se.frFlags = 0, 0
+		return
+	}
+	se.flags |= se.frFlags
+	if se.frFlags&sDLQRow != 0 {
+		se.flags |= sDLQ
+	}
+}
+
+func (se *subEvent) resolve(t int64, flag uint8) {
+	se.flags |= flag
+	if se.flags&sResolved == 0 {
+		se.flags |= sResolved
+		se.resolved = t
+	}
+}
+
+// finalReads follows a final read's brackets, the final-read ops without
+// a table, which every shard sees. Each invoke starts an attempt; the last
+// one to get its closing ok is the one whose rows count.
+type finalReads struct {
+	state         string // missing, incomplete, complete or failed
+	attempt, good uint8  // final-read invokes; the last attempt that got its closing ok
+}
+
+// bracket folds a bracket of type t. It reports whether it starts a new
+// attempt.
+func (f *finalReads) bracket(t history.Type) (started bool) {
+	switch t {
+	case history.Invoke:
+		// A new attempt: the state it reads supersedes what earlier ones
+		// read, and the final read is complete only if it completes too.
+		if f.attempt < 255 {
+			f.attempt++
+		}
+		f.state = "incomplete"
+		return true
+	case history.OK:
+		f.state = "complete"
+		f.good = f.attempt
+	case history.Fail, history.Info:
+		if f.state != "complete" {
+			f.state = "failed"
+		}
+	}
+	return false
+}
+
+// counts reports whether final-read rows of attempt stamp count: those of
+// the last attempt, when it completed (or of a history without brackets).
+func (f *finalReads) counts(stamp uint8) bool {
+	return stamp == f.good && (f.state == "complete" || f.attempt == 0)
+}
+
+// DrainQuiet is the reason a drain ok carries when it ended after a quiet
+// window without anything to show that nothing was pending (a team's
+// relay, whose outbox the harness cannot see): events not yet applied are
+// then unseen, not lost.
+const DrainQuiet = history.ReasonQuiet
+
+// drainAfter returns the drain's state (missing before any drain op,
+// complete, quiet or timed-out) after a drain op of type t and reason.
+func drainAfter(drain string, t history.Type, reason string) string {
+	switch t {
+	case history.OK:
+		if reason == DrainQuiet {
+			return DrainQuiet
+		}
+		return "complete"
+	case history.Fail, history.Info:
+		if drain != "complete" && drain != DrainQuiet {
+			return "timed-out"
+		}
+	}
+	return drain
+}
+
+// count counts e into c, and returns the kind it is shown as: Recovered
+// (indeterminate, and something proves its commit), InDoubt
+// (indeterminate, and nothing does), or "".
+func count(c *Counts, e *event) (shown Kind) {
+	if e.flags&cCommitSeen != 0 {
+		c.Attempted++
+	}
+	switch {
+	case e.flags&cOK != 0:
+		c.Acknowledged++
+	case e.indeterminate():
+		c.Indeterminate++
+		if e.flags&cObserved != 0 {
+			c.Recovered++
+			shown = Recovered
+		} else {
+			c.InDoubt++
+			shown = InDoubt
+		}
+	case e.flags&cFail != 0:
+		c.Failed++
+	}
+	if e.committed() {
+		c.Committed++
+		if e.flags&cPublished != 0 {
+			c.Published++
+		}
+		if e.flags&cPoison != 0 {
+			c.Poison++
+		}
+	}
+	return shown
+}
+
+// facts are what the judge may rely on for one event of one subscription.
+type facts struct {
+	drained bool // the drain completed: whatever is not applied will not be
+	final   bool // the final read completed: the effects ledger is authoritative
+	inbox   bool // the final read is complete and the subscription has inbox rows
+	// newer: the subscription applied a later version of the event's key
+	// (set only with inbox).
+	newer bool
+	// brokerAttempt is how many deliveries the event had before the broker
+	// dead-lettered it in the subscription, 0 if unknown.
+	brokerAttempt int64
+}
+
+// judge judges what one subscription did with event e (se): it counts
+// into st and calls add with each finding, anomaly or shown.
+func judge(st *SubscriptionStats, e *event, se *subEvent, f facts, add func(Kind, Boundary, string)) {
+	// Once the final read is complete the effects ledger is authoritative:
+	// an event is applied iff it has an effect row. Before, apply ops are
+	// all there is.
+	effects := max(se.applies, se.effects)
+	if f.final {
+		effects = se.effects
+	}
+	st.Deliveries += int64(se.deliveries)
+	st.Effects += int64(effects)
+	if se.deliveries > 0 {
+		st.Delivered++
+	}
+	if se.deliveries > 1 {
+		st.Redelivered++
+		add(Redelivered, "", "")
+	}
+	if effects > 0 {
+		st.Applied++
+	}
+	if se.flags&sAcked != 0 {
+		st.Acked++
+	}
+	dlq := se.flags&sDLQ != 0
+	if dlq {
+		st.DeadLettered++
+	}
+	skipped := se.flags&sSkipped != 0
+	if !skipped && f.inbox && se.flags&sInbox != 0 && effects == 0 && !dlq && f.newer {
+		// Taken in (inbox mark) but not applied, while a later version
+		// was: the version guard skipped it, with no skip-stale op.
+		skipped = true
+	}
+	if skipped {
+		st.StaleSkipped++
+		add(StaleSkipped, "", "")
+	}
+	if !e.committed() {
+		if effects > 0 && !e.indeterminate() {
+			st.Unexpected++
+			add(Unexpected, boundary(e, se), "")
+		}
+		return
+	}
+	if effects > 1 {
+		st.DuplicateEffect++
+		add(DuplicateEffect, boundary(e, se), "")
+	}
+	if effects > 0 && e.flags&cPoison != 0 {
+		st.PoisonApplied++
+		add(PoisonApplied, "", "")
+	}
+	if dlq && e.flags&cPoison == 0 {
+		add(WronglyDeadLettered, "", "")
+	}
+	if f.inbox {
+		switch {
+		case se.flags&sInbox != 0 && effects == 0 && !dlq && !skipped:
+			st.InboxMismatch++
+			add(InboxMismatch, "", "inbox mark without its effect")
+		case effects > 0 && se.flags&sInbox == 0:
+			st.InboxMismatch++
+			add(InboxMismatch, "", "effect without its inbox mark")
+		}
+	}
+	if effects > 0 || dlq {
+		return
+	}
+	b := boundary(e, se)
+	detail := ""
+	if b == BrokerDLQ {
+		detail = "in the broker's dead-letter queue"
+		if f.brokerAttempt > 0 {
+			detail += " after " + strconv.FormatInt(f.brokerAttempt, 10) + " deliveries"
+		}
+	}
+	switch {
+	case skipped:
+		add(Gap, "", "")
+	case f.final && se.applies > 0:
+		st.Lost++
+		add(Lost, Applied, "apply ok but no effect in the ledger")
+	case !f.drained || !f.final:
+		st.Unseen++
+		add(Unseen, b, detail)
+	case e.flags&cPoison != 0:
+		add(DLQUnaccounted, b, detail)
+	default:
+		st.Lost++
+		add(Lost, b, detail)
+	}
+}
+
+// boundary is the last pipeline boundary e is known to have crossed in
+// the subscription.
+func boundary(e *event, se *subEvent) Boundary {
+	switch {
+	case se.flags&sBrokerDLQ != 0 && se.applies == 0 && se.effects == 0:
+		return BrokerDLQ
+	case se.flags&sAcked != 0:
+		return Acked
+	case se.applies > 0 || se.effects > 0:
+		return Applied
+	case se.deliveries > 0:
+		return Delivered
+	case e.flags&cPublished != 0:
+		return Published
+	}
+	return Committed
+}

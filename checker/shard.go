@@ -1,0 +1,433 @@
+package checker
+
+import (
+	"cmp"
+	"hash/maphash"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/deliverycheck/deliverycheck/history"
+)
+
+// analyzer checks a history with one shard per core: each op belongs to
+// the shard of its event (ops without an event to shard 0), and every
+// shard sees every batch, in order, keeping only its own ops. Everything a
+// shard computes is per event, so the result does not depend on the
+// number of shards.
+type analyzer struct {
+	opts   Options
+	shards []*shard
+	seed   maphash.Seed
+	work   []chan batch
+	wg     sync.WaitGroup
+	ops    int64
+	cuts   []history.Cut
+}
+
+// batch is a run of ops handed to every shard; the last shard done with
+// it releases it.
+type batch struct {
+	ops     []history.Op
+	own     []int32 // positions of the shard's own ops, or nil: find them
+	base    int64   // position of ops[0] in the history
+	pending *atomic.Int32
+	release func()
+}
+
+// shard is the state of the events of one shard.
+type shard struct {
+	id, n    int
+	seed     maphash.Seed
+	events   []event
+	byID     map[string]int32
+	bySource map[[2]string]int32
+	keys     map[string]int32
+	keyNames []string
+	subs     []*subscription
+	subByNm  map[string]int32
+	pending  map[pendKey]int64 // apply invokes in flight: their time
+	applies  []applyRec
+	// ledger is the first effect row with a commit_time of each event per
+	// subscription, in the current final-read attempt.
+	ledger []applyRec
+	// fr follows the final read's brackets: every shard sees them.
+	fr       finalReads
+	lastTime int64
+	series   seriesAcc
+	last     int32 // the event of the previous op, or -1
+	lastID   string
+	lastSub  int32 // the subscription of the previous op, or -1
+	recent   *[recentEvents]recentEvent
+	// Shard 0 only: ops without an event.
+	drain             string
+	crashes, restarts int64
+	faults            []Fault
+	openFaults        map[faultKey]int // invoked, not yet completed: index in faults
+}
+
+// subscription is what one subscription did with the events of a shard.
+type subscription struct {
+	name     string
+	declared bool
+	// applyOps: its consumers write apply ops, which then order its
+	// effects (those without a commit_time). A subscription without (an
+	// external consumer that writes no history) can only be ordered by
+	// its effect rows' commit_time.
+	applyOps bool
+	ev       []subEvent
+	// brokerDLQ is the attempt of each event found in the broker's
+	// dead-letter queue, by event (rare, so a map).
+	brokerDLQ map[int32]int64
+}
+
+func (s *subscription) at(e int32) *subEvent {
+	if int(e) >= len(s.ev) {
+		n := max(int(e)+1, 2*len(s.ev), 1024)
+		s.ev = append(s.ev, make([]subEvent, n-len(s.ev))...)
+	}
+	return &s.ev[e]
+}
+
+// shards is the number of shards, a variable so tests can vary it.
+var shards = runtime.GOMAXPROCS(0)
+
+func newAnalyzer(opts Options, eventsHint int) *analyzer {
+	opts = opts.withDefaults()
+	a := &analyzer{opts: opts, seed: maphash.MakeSeed()}
+	n := max(1, shards)
+	for i := range n {
+		s := &shard{
+			id: i, n: n, seed: a.seed,
+			events:   make([]event, 0, eventsHint/n),
+			byID:     make(map[string]int32, eventsHint/n),
+			bySource: make(map[[2]string]int32),
+			keys:     make(map[string]int32),
+			subByNm:  make(map[string]int32),
+			pending:  make(map[pendKey]int64),
+			drain:    "missing",
+			fr:       finalReads{state: "missing"},
+			last:     -1,
+			lastSub:  -1,
+			recent:   new([recentEvents]recentEvent),
+		}
+		a.shards = append(a.shards, s)
+	}
+	if n > 1 {
+		for _, s := range a.shards {
+			ch := make(chan batch, 16)
+			a.work = append(a.work, ch)
+			a.wg.Add(1)
+			go func() {
+				defer a.wg.Done()
+				for b := range ch {
+					if b.own != nil {
+						for _, i := range b.own {
+							s.op(&b.ops[i], b.base+int64(i))
+						}
+					} else {
+						s.observe(b.ops, b.base)
+					}
+					if b.pending.Add(-1) == 0 {
+						b.release()
+					}
+				}
+			}()
+		}
+	}
+	return a
+}
+
+// stop waits until every shard has seen every batch.
+func (a *analyzer) stop() {
+	for _, ch := range a.work {
+		close(ch)
+	}
+	a.work = nil
+	a.wg.Wait()
+}
+
+// observe folds a batch of ops, in history order, into the analysis.
+func (a *analyzer) observe(ops []history.Op) {
+	done := make(chan struct{})
+	a.observeHeld(ops, func() { close(done) })
+	<-done
+}
+
+// ownerOf returns the shard of op, or -1 for every shard. It is safe for
+// concurrent use.
+func (a *analyzer) ownerOf(op *history.Op) int {
+	if bracket(op) {
+		return -1
+	}
+	if runLevel(op.F) {
+		return 0
+	}
+	return a.shards[0].owner(&op.Value)
+}
+
+// bracket reports whether op opens or closes a final read, which every
+// shard must see to know which attempt its rows belong to.
+func bracket(op *history.Op) bool {
+	return op.F == history.FinalRead && op.Value.Table == ""
+}
+
+// runLevel reports whether ops of f describe the run, not one event.
+func runLevel(f history.F) bool {
+	switch f {
+	case history.Setup, history.Drain, history.Fault, history.Crash, history.Restart:
+		return true
+	}
+	return false
+}
+
+// observeParts is observeHeld for a batch already split by ownerOf.
+func (a *analyzer) observeParts(ops []history.Op, parts [][]int32, release func()) {
+	if len(a.work) == 0 || parts == nil {
+		a.observeHeld(ops, release)
+		return
+	}
+	base := a.ops
+	a.ops += int64(len(ops))
+	pending := new(atomic.Int32)
+	pending.Store(int32(len(a.work)))
+	for i, ch := range a.work {
+		own := parts[i]
+		if own == nil {
+			own = []int32{}
+		}
+		ch <- batch{ops: ops, own: own, base: base, pending: pending, release: release}
+	}
+}
+
+// observeHeld is observe for a batch the shards may finish later; release
+// is called once they have.
+func (a *analyzer) observeHeld(ops []history.Op, release func()) {
+	base := a.ops
+	a.ops += int64(len(ops))
+	if len(a.work) == 0 {
+		a.shards[0].observe(ops, base)
+		release()
+		return
+	}
+	pending := new(atomic.Int32)
+	pending.Store(int32(len(a.work)))
+	for _, ch := range a.work {
+		ch <- batch{ops: ops, base: base, pending: pending, release: release}
+	}
+}
+
+func (s *shard) owner(v *history.Value) int {
+	if v.Event == "" || s.n == 1 {
+		return 0
+	}
+	h := maphash.String(s.seed, v.Event)
+	if v.Source != "" {
+		h ^= maphash.String(s.seed, v.Source) * 0x9e3779b97f4a7c15
+	}
+	return int(h % uint64(s.n))
+}
+
+// observe folds the shard's own ops of a batch.
+func (s *shard) observe(ops []history.Op, base int64) {
+	// Ops of one event tend to come together: remember the last owner.
+	var lastEvent, lastSource string
+	lastOwner := -1
+	for i := range ops {
+		op := &ops[i]
+		v := &op.Value
+		owner := lastOwner
+		switch {
+		case bracket(op):
+			owner = s.id
+		case runLevel(op.F):
+			// Counted once, by shard 0, even when they name the
+			// event in flight (a worker's crash at a failpoint does).
+			owner = 0
+		case owner < 0 || v.Event != lastEvent || v.Source != lastSource:
+			owner = s.owner(v)
+			lastEvent, lastSource, lastOwner = v.Event, v.Source, owner
+		}
+		if owner == s.id {
+			s.op(op, base+int64(i))
+		}
+	}
+}
+
+type recentEvent struct {
+	id  string
+	idx int32
+}
+
+const recentEvents = 1 << 12
+
+// recentSlot hashes the length and the last 8 bytes of id, where event ids
+// usually differ.
+func recentSlot(id string) int {
+	var x uint64
+	for i := max(0, len(id)-8); i < len(id); i++ {
+		x = x<<8 | uint64(id[i])
+	}
+	x ^= uint64(len(id)) << 56
+	return int((x * 0x9e3779b97f4a7c15) >> (64 - 12))
+}
+
+// event returns the event v names, and its index in the shard, adding it
+// at position pos if it is new.
+func (s *shard) event(v *history.Value, pos int64) (int32, *event) {
+	var i int32
+	var ok bool
+	var slot *recentEvent
+	if s.last >= 0 && v.Event == s.lastID && v.Source == s.events[s.last].source {
+		i, ok = s.last, true
+	} else if v.Source == "" {
+		// Ops of an event come close together: a small cache of recent
+		// events answers most lookups without probing the large map.
+		slot = &s.recent[recentSlot(v.Event)]
+		if slot.id == v.Event && len(v.Event) > 0 {
+			i, ok = slot.idx, true
+		} else {
+			i, ok = s.byID[v.Event]
+		}
+	} else {
+		i, ok = s.bySource[[2]string{v.Source, v.Event}]
+	}
+	if !ok {
+		i = int32(len(s.events))
+		s.events = append(s.events, event{id: v.Event, source: v.Source, key: -1, firstPos: pos})
+		if v.Source == "" {
+			s.byID[v.Event] = i
+		} else {
+			s.bySource[[2]string{v.Source, v.Event}] = i
+		}
+	}
+	if slot != nil {
+		slot.id, slot.idx = v.Event, i
+	}
+	s.last, s.lastID = i, v.Event
+	e := &s.events[i]
+	if e.key < 0 && v.Key != "" {
+		k, ok := s.keys[v.Key]
+		if !ok {
+			k = int32(len(s.keyNames))
+			s.keys[v.Key] = k
+			s.keyNames = append(s.keyNames, v.Key)
+		}
+		e.key = k
+	}
+	if e.version == 0 {
+		e.version = v.Version
+	}
+	if v.Poison {
+		e.flags |= cPoison
+	}
+	return i, e
+}
+
+const defaultSubscription = "default"
+
+// sub returns the subscription called name, and its index in the shard,
+// adding it if it is new.
+func (s *shard) sub(name string) (int32, *subscription) {
+	if name == "" {
+		name = defaultSubscription
+	}
+	if s.lastSub >= 0 && s.subs[s.lastSub].name == name {
+		return s.lastSub, s.subs[s.lastSub]
+	}
+	i, ok := s.subByNm[name]
+	if !ok {
+		i = int32(len(s.subs))
+		s.subByNm[name] = i
+		s.subs = append(s.subs, &subscription{name: name})
+	}
+	s.lastSub = i
+	return i, s.subs[i]
+}
+
+// op folds op, at position pos of the history, into the shard: ops of the
+// run into its run-level state, ops of an event into the event's state
+// (rules.go) and the order records (order.go).
+func (s *shard) op(op *history.Op, pos int64) {
+	v := &op.Value
+	s.lastTime = op.Time
+	if bracket(op) {
+		s.finalRead(op)
+		return
+	}
+	s.series.op(op)
+	switch op.F {
+	case history.Setup:
+		for _, name := range v.Subscriptions {
+			_, sub := s.sub(name)
+			sub.declared = true
+		}
+		return
+	case history.Drain:
+		s.drain = drainAfter(s.drain, op.Type, v.Reason)
+		return
+	case history.Fault:
+		s.fault(op)
+		return
+	case history.Crash:
+		if op.Type != history.Invoke {
+			s.crashes++
+		}
+		return
+	case history.Restart:
+		if op.Type != history.Invoke {
+			s.restarts++
+		}
+		return
+	}
+	if v.Event == "" {
+		return
+	}
+	ei, e := s.event(v, pos)
+	if op.F == history.FinalRead {
+		if op.Type == history.OK {
+			s.row(op, ei, e)
+		}
+		return
+	}
+	if !e.op(op) {
+		return
+	}
+	si, sub := s.sub(v.Consumer)
+	se := sub.at(ei)
+	if op.F == history.Apply {
+		sub.applyOps = true
+		s.apply(op, ei, e, si, se)
+		return
+	}
+	se.op(op)
+}
+
+// finalRead follows a final read's brackets.
+func (s *shard) finalRead(op *history.Op) {
+	if s.id == 0 {
+		s.series.op(op)
+	}
+	if s.fr.bracket(op.Type) {
+		s.ledger = s.ledger[:0]
+	}
+}
+
+// row folds a final-read row of event ei into the current attempt.
+func (s *shard) row(op *history.Op, ei int32, e *event) {
+	v := &op.Value
+	if !e.row(s.fr.attempt, v) {
+		return
+	}
+	si, sub := s.sub(v.Consumer)
+	se := sub.at(ei)
+	if se.row(s.fr.attempt, op.Time, v) {
+		s.ledger = append(s.ledger, applyRec{sub: si, event: ei, inv: v.CommitTime, ok: v.CommitTime, version: cmp.Or(v.Version, e.version)})
+	}
+	if v.Table == history.TableBrokerDLQ {
+		if sub.brokerDLQ == nil {
+			sub.brokerDLQ = map[int32]int64{}
+		}
+		sub.brokerDLQ[ei] = v.Attempt
+	}
+}
