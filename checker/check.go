@@ -1,7 +1,6 @@
 package checker
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -39,13 +38,14 @@ func (o Options) withDefaults() Options {
 func Check(h history.History, opts Options) *Result {
 	a := newAnalyzer(opts, 0)
 	a.observe(h)
-	return a.finish(func(fn func([]history.Op) error) error { return fn(h) })
+	return a.finish(func(_ func(), fn func([]history.Op) error) error { return fn(h) })
 }
 
 // CheckFiles reads, merges and checks history files, streaming them with
 // [history.ScanFiles] so memory grows with the number of events, not ops.
-// Files not ordered by time are read whole and sorted instead. The error
-// is non-nil only when the input is not a readable history.
+// Files not ordered by time are read whole and sorted instead
+// ([history.ScanFilesOrSort]). The error is non-nil only when the input is
+// not a readable history.
 func CheckFiles(paths []string, opts Options) (*Result, error) {
 	// Size the event tables from the input: a typical event takes a dozen
 	// ops of ~150 bytes. A wrong guess only costs a resize or some memory.
@@ -55,28 +55,22 @@ func CheckFiles(paths []string, opts Options) (*Result, error) {
 			size += st.Size()
 		}
 	}
-	a := newAnalyzer(opts, int(min(size/2000, 1<<24)))
-	rep, err := history.ScanFilesPartitioned(paths, len(a.shards), a.ownerOf, func(b []history.Op, parts [][]int32, release func()) error {
-		a.observeParts(b, parts, release)
+	hint := int(min(size/2000, 1<<24))
+	a := newAnalyzer(opts, hint)
+	cuts, err := history.ScanFilesOrSort(paths, func() {
+		a.stop()
+		a = newAnalyzer(opts, hint)
+	}, func(b []history.Op) error {
+		a.observe(b)
 		return nil
 	})
-	if errors.Is(err, history.ErrUnordered) {
-		a.stop()
-		h, cuts, err := history.ReadFiles(paths...)
-		if err != nil {
-			return nil, err
-		}
-		r := Check(h, opts)
-		r.Facts.Cuts = nonNil(cuts)
-		return r, nil
-	}
 	if err != nil {
 		a.stop()
 		return nil, err
 	}
-	a.cuts = rep.Cuts()
-	return a.finish(func(fn func([]history.Op) error) error {
-		_, err := history.ScanFiles(paths, fn)
+	a.cuts = cuts
+	return a.finish(func(restart func(), fn func([]history.Op) error) error {
+		_, err := history.ScanFilesOrSort(paths, restart, fn)
 		return err
 	}), nil
 }
@@ -90,8 +84,8 @@ func nonNil[T any](s []T) []T {
 
 // finish merges the shards, judges what every subscription did with every
 // event (rules.go) and decides the verdict. replay reads the history
-// again, for the ops of the examples.
-func (a *analyzer) finish(replay func(func([]history.Op) error) error) *Result {
+// again, for the ops of the examples, as [history.ScanFilesOrSort] does.
+func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) error) error) *Result {
 	v := a.merge()
 	s0 := a.shards[0]
 	drain, final := s0.drain, s0.fr.state

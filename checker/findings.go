@@ -86,7 +86,7 @@ func (v *view) group(r *Result, opts Options) {
 
 // examples fills each example with its ops by replaying the history. It
 // only replays when there is an anomaly to show.
-func (v *view) examples(r *Result, opts Options, replay func(func([]history.Op) error) error) {
+func (v *view) examples(r *Result, opts Options, replay func(restart func(), fn func([]history.Op) error) error) {
 	type slot struct {
 		ex  *Example
 		sub string
@@ -105,7 +105,15 @@ func (v *view) examples(r *Result, opts Options, replay func(func([]history.Op) 
 		return
 	}
 	pos := int64(0)
-	_ = replay(func(ops []history.Op) error {
+	restart := func() {
+		pos = 0
+		for _, slots := range want {
+			for _, s := range slots {
+				s.ex.Ops = s.ex.Ops[:0]
+			}
+		}
+	}
+	_ = replay(restart, func(ops []history.Op) error {
 		base := pos
 		pos += int64(len(ops))
 		for i := range ops {

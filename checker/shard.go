@@ -5,7 +5,6 @@ import (
 	"hash/maphash"
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"github.com/deliverycheck/deliverycheck/history"
 )
@@ -20,19 +19,16 @@ type analyzer struct {
 	shards []*shard
 	seed   maphash.Seed
 	work   []chan batch
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // the shards' goroutines
+	done   sync.WaitGroup // the shards still on the current batch
 	ops    int64
 	cuts   []history.Cut
 }
 
-// batch is a run of ops handed to every shard; the last shard done with
-// it releases it.
+// batch is a run of ops handed to every shard.
 type batch struct {
-	ops     []history.Op
-	own     []int32 // positions of the shard's own ops, or nil: find them
-	base    int64   // position of ops[0] in the history
-	pending *atomic.Int32
-	release func()
+	ops  []history.Op
+	base int64 // position of ops[0] in the history
 }
 
 // shard is the state of the events of one shard.
@@ -121,16 +117,8 @@ func newAnalyzer(opts Options, eventsHint int) *analyzer {
 			go func() {
 				defer a.wg.Done()
 				for b := range ch {
-					if b.own != nil {
-						for _, i := range b.own {
-							s.op(&b.ops[i], b.base+int64(i))
-						}
-					} else {
-						s.observe(b.ops, b.base)
-					}
-					if b.pending.Add(-1) == 0 {
-						b.release()
-					}
+					s.observe(b.ops, b.base)
+					a.done.Done()
 				}
 			}()
 		}
@@ -147,23 +135,20 @@ func (a *analyzer) stop() {
 	a.wg.Wait()
 }
 
-// observe folds a batch of ops, in history order, into the analysis.
+// observe folds a batch of ops, in history order, into the analysis. The
+// shards are done with it when observe returns.
 func (a *analyzer) observe(ops []history.Op) {
-	done := make(chan struct{})
-	a.observeHeld(ops, func() { close(done) })
-	<-done
-}
-
-// ownerOf returns the shard of op, or -1 for every shard. It is safe for
-// concurrent use.
-func (a *analyzer) ownerOf(op *history.Op) int {
-	if bracket(op) {
-		return -1
+	base := a.ops
+	a.ops += int64(len(ops))
+	if len(a.work) == 0 {
+		a.shards[0].observe(ops, base)
+		return
 	}
-	if runLevel(op.F) {
-		return 0
+	a.done.Add(len(a.work))
+	for _, ch := range a.work {
+		ch <- batch{ops: ops, base: base}
 	}
-	return a.shards[0].owner(&op.Value)
+	a.done.Wait()
 }
 
 // bracket reports whether op opens or closes a final read, which every
@@ -179,42 +164,6 @@ func runLevel(f history.F) bool {
 		return true
 	}
 	return false
-}
-
-// observeParts is observeHeld for a batch already split by ownerOf.
-func (a *analyzer) observeParts(ops []history.Op, parts [][]int32, release func()) {
-	if len(a.work) == 0 || parts == nil {
-		a.observeHeld(ops, release)
-		return
-	}
-	base := a.ops
-	a.ops += int64(len(ops))
-	pending := new(atomic.Int32)
-	pending.Store(int32(len(a.work)))
-	for i, ch := range a.work {
-		own := parts[i]
-		if own == nil {
-			own = []int32{}
-		}
-		ch <- batch{ops: ops, own: own, base: base, pending: pending, release: release}
-	}
-}
-
-// observeHeld is observe for a batch the shards may finish later; release
-// is called once they have.
-func (a *analyzer) observeHeld(ops []history.Op, release func()) {
-	base := a.ops
-	a.ops += int64(len(ops))
-	if len(a.work) == 0 {
-		a.shards[0].observe(ops, base)
-		release()
-		return
-	}
-	pending := new(atomic.Int32)
-	pending.Store(int32(len(a.work)))
-	for _, ch := range a.work {
-		ch <- batch{ops: ops, base: base, pending: pending, release: release}
-	}
 }
 
 func (s *shard) owner(v *history.Value) int {

@@ -20,5 +20,6 @@
 // Process, then file order, and renumber Index from 0. [ScanFiles] decodes
 // in parallel chunks with a dedicated scanner for the documented shape
 // (falling back to encoding/json for anything else) and streams the merged
-// ops, so memory does not grow with the history.
+// ops, so memory does not grow with the history; [ScanFilesOrSort] also
+// takes files not ordered by time, which it reads whole and sorts.
 package history

@@ -169,6 +169,48 @@ func TestScanFilesUnordered(t *testing.T) {
 	}
 }
 
+// TestScanFilesOrSort: ordered files stream as ScanFiles does; an unordered
+// one, after part of it streamed, is read whole and sorted, once restart
+// has been called; the cuts are reported either way.
+func TestScanFilesOrSort(t *testing.T) {
+	defer func(n int) { chunkSize = n }(chunkSize)
+	chunkSize = 7 // a chunk a line: the first lines stream before the scan finds the disorder
+	ordered := History{{Time: 1, Process: "a", Type: OK}, {Time: 2, Process: "a", Type: OK}}
+	unordered := History{{Time: 1, Process: "a", Type: OK}, {Time: 5, Process: "a", Type: OK}, {Time: 4, Process: "a", Type: OK}}
+	torn := `{"time":9,"process":"a","ty`
+	for _, tc := range []struct {
+		name     string
+		h        History
+		restarts int
+	}{{"ordered", ordered, 0}, {"unordered", unordered, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writeFile(t, "h.jsonl", lines(tc.h)+torn)
+			var got History
+			restarts, before := 0, 0
+			cuts, err := ScanFilesOrSort([]string{p}, func() { restarts, before, got = restarts+1, len(got), nil }, func(b []Op) error {
+				got = append(got, b...)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := Merge(tc.h); restarts != tc.restarts || !reflect.DeepEqual(got, want) {
+				t.Errorf("%d restarts, ops %v; want %d, %v", restarts, got, tc.restarts, want)
+			}
+			if tc.restarts > 0 && before == 0 {
+				t.Error("nothing streamed before the restart: the test does not show that restart is needed")
+			}
+			if len(cuts) != 1 || cuts[0].Line != int64(len(tc.h)+1) {
+				t.Errorf("cuts = %v, want the torn last line", cuts)
+			}
+		})
+	}
+	stop := errors.New("stop")
+	if _, err := ScanFilesOrSort([]string{writeFile(t, "u.jsonl", lines(unordered))}, func() {}, func([]Op) error { return stop }); !errors.Is(err, stop) {
+		t.Errorf("err = %v, want fn's", err)
+	}
+}
+
 func TestRecorder(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "consumer-1.jsonl")
 	base := time.Now()

@@ -91,7 +91,6 @@ type chunk struct {
 	offset    int64 // byte offset of data in the file
 	last      bool  // data reaches the end of the file
 	ops       []Op
-	parts     [][]int32 // positions of ops per part, see ScanFilesPartitioned
 	cuts      []Cut
 	bad       *badLine // first line that is neither an op nor a cut
 	afterBad  bool     // non-blank lines follow bad within the chunk

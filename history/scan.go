@@ -45,36 +45,10 @@ var chunkSize = 1 << 20 // a var so tests can cross chunk boundaries
 // renumbered from 0. A batch and its ops are valid only during the call;
 // strings in the ops may be kept. Each file must already be ordered by Time
 // then Process, as a [Recorder] writes it; otherwise ScanFiles returns an
-// error wrapping [ErrUnordered]. An error from fn stops the scan and is
-// returned.
+// error wrapping [ErrUnordered] ([ScanFilesOrSort] then sorts). An error
+// from fn stops the scan and is returned.
 func ScanFiles(paths []string, fn func(batch []Op) error) (ScanReport, error) {
-	return ScanFilesHeld(paths, func(batch []Op, release func()) error {
-		err := fn(batch)
-		release()
-		return err
-	})
-}
-
-// ScanFilesHeld is [ScanFiles] for callers that finish with a batch later,
-// in other goroutines: a batch stays valid until release is called, after
-// which ScanFiles may reuse it. Batches never released are left to the
-// garbage collector. fn itself is called from one goroutine, in order.
-func ScanFilesHeld(paths []string, fn func(batch []Op, release func()) error) (ScanReport, error) {
-	return ScanFilesPartitioned(paths, 1, nil, func(batch []Op, _ [][]int32, release func()) error {
-		return fn(batch, release)
-	})
-}
-
-// ScanFilesPartitioned is [ScanFilesHeld] that also splits each batch into
-// n parts: part(op), called on the decoding goroutines, returns op's part
-// in [0, n), or -1 to put op in every part (for the rare op every part
-// must see, such as a final read's brackets), and fn receives the
-// positions in the batch of each part's ops, in order. It lets a caller spread a batch over n goroutines without
-// each one reading every op. part must be safe for concurrent use; if it
-// is nil, parts is nil.
-func ScanFilesPartitioned(paths []string, n int, part func(*Op) int, fn func(batch []Op, parts [][]int32, release func()) error) (ScanReport, error) {
 	s := newScanner(len(paths))
-	s.nparts, s.part = max(n, 1), part
 	defer s.stop()
 	files := make([]*fileStream, len(paths))
 	for i, p := range paths {
@@ -98,9 +72,25 @@ func ScanFilesPartitioned(paths []string, n int, part func(*Op) int, fn func(bat
 	return rep, err
 }
 
+// ScanFilesOrSort is [ScanFiles] for files that may not be ordered by
+// time: when one is not, it calls restart, reads every file whole and
+// sorts them with [ReadFiles], and calls fn once with the whole history.
+// fn may have seen part of the files by then, which restart must forget.
+// It returns the cuts of every file, in file order.
+func ScanFilesOrSort(paths []string, restart func(), fn func(batch []Op) error) ([]Cut, error) {
+	rep, err := ScanFiles(paths, fn)
+	if !errors.Is(err, ErrUnordered) {
+		return rep.Cuts(), err
+	}
+	restart()
+	h, cuts, err := ReadFiles(paths...)
+	if err != nil {
+		return cuts, err
+	}
+	return cuts, fn(h)
+}
+
 type scanner struct {
-	nparts  int
-	part    func(*Op) int
 	jobs    chan *chunk
 	quit    chan struct{}
 	wg      sync.WaitGroup
@@ -121,7 +111,6 @@ func newScanner(files int) *scanner {
 				case c := <-s.jobs:
 					c.ops = s.getOps(len(c.data))
 					c.decode(c.file, in)
-					c.parts = s.partition(c.ops)
 					close(c.done)
 				case <-s.quit:
 					return
@@ -292,33 +281,7 @@ func (f *fileStream) check(op *Op) error {
 	return nil
 }
 
-func (s *scanner) release(ops []Op) func() {
-	return func() { s.putOps(ops) }
-}
-
-// partition returns the positions of ops in each part.
-func (s *scanner) partition(ops []Op) [][]int32 {
-	if s.part == nil {
-		return nil
-	}
-	parts := make([][]int32, s.nparts)
-	for i := range parts {
-		parts[i] = make([]int32, 0, len(ops)/s.nparts+16)
-	}
-	for i := range ops {
-		p := s.part(&ops[i])
-		if p < 0 {
-			for q := range parts {
-				parts[q] = append(parts[q], int32(i))
-			}
-			continue
-		}
-		parts[p] = append(parts[p], int32(i))
-	}
-	return parts
-}
-
-func (s *scanner) single(f *fileStream, fn func([]Op, [][]int32, func()) error) error {
+func (s *scanner) single(f *fileStream, fn func([]Op) error) error {
 	for {
 		c, err := s.next(f)
 		if err != nil || c == nil {
@@ -336,7 +299,9 @@ func (s *scanner) single(f *fileStream, fn func([]Op, [][]int32, func()) error) 
 			s.putOps(c.ops)
 			continue
 		}
-		if err := fn(c.ops, c.parts, s.release(c.ops)); err != nil {
+		err = fn(c.ops)
+		s.putOps(c.ops)
+		if err != nil {
 			return err
 		}
 	}
@@ -383,7 +348,7 @@ func (s *scanner) advance(f *fileStream) (bool, error) {
 	return true, f.check(&f.cur.ops[f.pos])
 }
 
-func (s *scanner) merge(files []*fileStream, fn func([]Op, [][]int32, func()) error) error {
+func (s *scanner) merge(files []*fileStream, fn func([]Op) error) error {
 	h := make(fileHeap, 0, len(files))
 	for i, f := range files {
 		f.idx = i
@@ -404,7 +369,9 @@ func (s *scanner) merge(files []*fileStream, fn func([]Op, [][]int32, func()) er
 		s.n++
 		batch = append(batch, op)
 		if len(batch) == cap(batch) {
-			if err := fn(batch, s.partition(batch), s.release(batch)); err != nil {
+			err := fn(batch)
+			s.putOps(batch)
+			if err != nil {
 				return err
 			}
 			batch = s.getOps(4096 * 150)
@@ -420,8 +387,10 @@ func (s *scanner) merge(files []*fileStream, fn func([]Op, [][]int32, func()) er
 			heap.Pop(&h)
 		}
 	}
+	var err error
 	if len(batch) > 0 {
-		return fn(batch, s.partition(batch), s.release(batch))
+		err = fn(batch)
 	}
-	return nil
+	s.putOps(batch)
+	return err
 }

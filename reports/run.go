@@ -380,21 +380,12 @@ func (r *Record) FillFromHistory(paths []string) error {
 		return nil
 	}
 	t := newTimeline()
-	_, err := history.ScanFiles(paths, func(batch []history.Op) error {
+	_, err := history.ScanFilesOrSort(paths, func() { t = newTimeline() }, func(batch []history.Op) error {
 		for i := range batch {
 			t.op(&batch[i])
 		}
 		return nil
 	})
-	if errors.Is(err, history.ErrUnordered) {
-		t = newTimeline()
-		var h history.History
-		if h, _, err = history.ReadFiles(paths...); err == nil {
-			for i := range h {
-				t.op(&h[i])
-			}
-		}
-	}
 	if err != nil {
 		return fmt.Errorf("reports: read history: %w", err)
 	}
