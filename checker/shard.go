@@ -111,7 +111,7 @@ func newAnalyzer(opts Options, eventsHint int) *analyzer {
 	}
 	if n > 1 {
 		for _, s := range a.shards {
-			ch := make(chan batch, 16)
+			ch := make(chan batch, 1) // observe waits for each batch
 			a.work = append(a.work, ch)
 			a.wg.Add(1)
 			go func() {
@@ -166,6 +166,7 @@ func runLevel(f history.F) bool {
 	return false
 }
 
+// owner returns the shard of the event v names, 0 if it names none.
 func (s *shard) owner(v *history.Value) int {
 	if v.Event == "" || s.n == 1 {
 		return 0
