@@ -248,16 +248,23 @@ func TestCheckEdges(t *testing.T) {
 				gg = tt.g
 			}
 			r := Check(tt.h, Options{Guarantees: gg})
-			if r.Valid != tt.valid {
-				t.Errorf("valid = %s, want %s (reasons %v)", r.Valid, tt.valid, r.Reasons)
-			}
-			if got := found(r.Anomalies); !equalFound(got, tt.anomalies) {
-				t.Errorf("anomalies = %v, want %v", got, tt.anomalies)
-			}
-			if got := found(r.Shown); !equalFound(got, tt.shown) {
-				t.Errorf("shown = %v, want %v", got, tt.shown)
-			}
+			wantOutcome(t, r, tt.valid, tt.anomalies, tt.shown)
 		})
+	}
+}
+
+// wantOutcome checks r's verdict, and the anomalies and shown kinds found
+// (as found returns them).
+func wantOutcome(t *testing.T, r *Result, valid Validity, anomalies, shown map[Kind][]string) {
+	t.Helper()
+	if r.Valid != valid {
+		t.Errorf("valid = %s, want %s (reasons %v)", r.Valid, valid, r.Reasons)
+	}
+	if got := found(r.Anomalies); !equalFound(got, anomalies) {
+		t.Errorf("anomalies = %v, want %v", got, anomalies)
+	}
+	if got := found(r.Shown); !equalFound(got, shown) {
+		t.Errorf("shown = %v, want %v", got, shown)
 	}
 }
 

@@ -444,33 +444,65 @@ func set(es []*genEvent) map[string]bool {
 	return m
 }
 
+// pickApplied draws a subscription and a non-empty subset of the provable
+// events of from[subscription] (g.applied or g.dlq); ok is false when it
+// has none.
+func pickApplied(t *rapid.T, g *genHistory, from map[string][]*genEvent) (sub string, es []*genEvent, ok bool) {
+	sub = pickSub(t, g)
+	cands := provable(from[sub])
+	if len(cands) == 0 {
+		return sub, nil, false
+	}
+	return sub, pickSome(t, cands), true
+}
+
+// withRows returns h with the final-read rows of each of es added before
+// its last op (the final read's closing ok), a nanosecond apart.
+func withRows(h history.History, es []*genEvent, rows func(e *genEvent) []history.Value) history.History {
+	h = slices.Clone(h)
+	last := h[len(h)-1]
+	h = h[:len(h)-1]
+	for _, e := range es {
+		for _, v := range rows(e) {
+			last.Time++
+			h = append(h, history.Op{Time: last.Time, Process: "harness", Type: history.OK, F: history.FinalRead, Value: v})
+		}
+	}
+	return append(h, last)
+}
+
+// nextVersions pairs each applied event with the next applied event of
+// its key.
+func nextVersions(applied []*genEvent) [][2]*genEvent {
+	var out [][2]*genEvent
+	for i, e := range applied {
+		for _, f := range applied[i+1:] {
+			if f.key == e.key {
+				out = append(out, [2]*genEvent{e, f})
+				break
+			}
+		}
+	}
+	return out
+}
+
 var plants = map[Kind]plant{
 	Lost: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
-		s := pickSub(t, g)
-		cands := provable(g.applied[s])
-		if len(cands) == 0 {
+		s, es, ok := pickApplied(t, g, g.applied)
+		if !ok {
 			return nil, nil, false
 		}
-		es := pickSome(t, cands)
 		m := set(es)
 		return without(g.h, func(op *history.Op) bool { return m[op.Value.Event] && op.Value.Consumer == s }), ids(s, es), true
 	},
 	DuplicateEffect: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
-		s := pickSub(t, g)
-		cands := provable(g.applied[s])
-		if len(cands) == 0 {
+		s, es, ok := pickApplied(t, g, g.applied)
+		if !ok {
 			return nil, nil, false
 		}
-		es := pickSome(t, cands)
-		h := slices.Clone(g.h)
-		last := h[len(h)-1]
-		h = h[:len(h)-1]
-		for _, e := range es {
-			last.Time++
-			h = append(h, history.Op{Time: last.Time, Process: "harness", Type: history.OK, F: history.FinalRead,
-				Value: history.Value{Table: history.TableEffects, Event: e.id, Consumer: s, Key: e.key, Version: e.version}})
-		}
-		return append(h, last), ids(s, es), true
+		return withRows(g.h, es, func(e *genEvent) []history.Value {
+			return []history.Value{{Table: history.TableEffects, Event: e.id, Consumer: s, Key: e.key, Version: e.version}}
+		}), ids(s, es), true
 	},
 	Unexpected: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
 		s := pickSub(t, g)
@@ -486,30 +518,15 @@ var plants = map[Kind]plant{
 		} else {
 			es = []*genEvent{{id: "phantom"}}
 		}
-		h := slices.Clone(g.h)
-		last := h[len(h)-1]
-		h = h[:len(h)-1]
-		for _, e := range es {
-			last.Time++
-			h = append(h, history.Op{Time: last.Time, Process: "harness", Type: history.OK, F: history.FinalRead,
-				Value: history.Value{Table: history.TableEffects, Event: e.id, Consumer: s}})
-		}
-		return append(h, last), ids(s, es), true
+		return withRows(g.h, es, func(e *genEvent) []history.Value {
+			return []history.Value{{Table: history.TableEffects, Event: e.id, Consumer: s}}
+		}), ids(s, es), true
 	},
 	OrderRegression: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
 		// Move the apply of e to just after the apply of the next version of
 		// its key, by another worker.
 		s := pickSub(t, g)
-		var cands [][2]*genEvent
-		applied := provable(g.applied[s])
-		for i, e := range applied {
-			for _, f := range applied[i+1:] {
-				if f.key == e.key {
-					cands = append(cands, [2]*genEvent{e, f})
-					break
-				}
-			}
-		}
+		cands := nextVersions(provable(g.applied[s]))
 		if len(cands) == 0 {
 			return nil, nil, false
 		}
@@ -537,16 +554,7 @@ var plants = map[Kind]plant{
 	Gap: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
 		// e is never applied: skipped as stale after a later version was.
 		s := pickSub(t, g)
-		var cands [][2]*genEvent
-		applied := provable(g.applied[s])
-		for i, e := range applied {
-			for _, f := range applied[i+1:] {
-				if f.key == e.key {
-					cands = append(cands, [2]*genEvent{e, f})
-					break
-				}
-			}
-		}
+		cands := nextVersions(provable(g.applied[s]))
 		if len(cands) == 0 {
 			return nil, nil, false
 		}
@@ -561,12 +569,10 @@ var plants = map[Kind]plant{
 		return history.Merge(h), []string{s + ":" + e.id}, true
 	},
 	DLQUnaccounted: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
-		s := pickSub(t, g)
-		cands := provable(g.dlq[s])
-		if len(cands) == 0 {
+		s, es, ok := pickApplied(t, g, g.dlq)
+		if !ok {
 			return nil, nil, false
 		}
-		es := pickSome(t, cands)
 		m := set(es)
 		return without(g.h, func(op *history.Op) bool {
 			return m[op.Value.Event] && op.Value.Consumer == s && (op.F == history.DLQ || op.Value.Table == history.TableDLQ)
@@ -575,33 +581,24 @@ var plants = map[Kind]plant{
 	PoisonApplied: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
 		// A dead-lettered poison event that was also applied (with its
 		// inbox mark, so inbox and effects agree).
-		s := pickSub(t, g)
-		cands := provable(g.dlq[s])
-		if len(cands) == 0 {
+		s, es, ok := pickApplied(t, g, g.dlq)
+		if !ok {
 			return nil, nil, false
 		}
-		es := pickSome(t, cands)
-		h := slices.Clone(g.h)
-		last := h[len(h)-1]
-		h = h[:len(h)-1]
-		for _, e := range es {
-			for _, table := range []string{history.TableEffects, history.TableInbox} {
-				last.Time++
-				h = append(h, history.Op{Time: last.Time, Process: "harness", Type: history.OK, F: history.FinalRead,
-					Value: history.Value{Table: table, Event: e.id, Consumer: s, Key: e.key, Version: e.version}})
-			}
-		}
-		return append(h, last), ids(s, es), true
+		return withRows(g.h, es, func(e *genEvent) []history.Value {
+			v := history.Value{Event: e.id, Consumer: s, Key: e.key, Version: e.version}
+			effect, inbox := v, v
+			effect.Table, inbox.Table = history.TableEffects, history.TableInbox
+			return []history.Value{effect, inbox}
+		}), ids(s, es), true
 	},
 	InboxMismatch: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
 		// Effects without their inbox marks, in a subscription that keeps
 		// an inbox (some event keeps its mark).
-		s := pickSub(t, g)
-		cands := provable(g.applied[s])
-		if len(cands) == 0 || len(g.applied[s]) < 2 {
+		s, es, ok := pickApplied(t, g, g.applied)
+		if !ok || len(g.applied[s]) < 2 {
 			return nil, nil, false
 		}
-		es := pickSome(t, cands)
 		if len(es) == len(g.applied[s]) {
 			es = es[:len(es)-1]
 		}
@@ -611,21 +608,13 @@ var plants = map[Kind]plant{
 		}), ids(s, es), true
 	},
 	WronglyDeadLettered: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
-		s := pickSub(t, g)
-		cands := provable(g.applied[s])
-		if len(cands) == 0 {
+		s, es, ok := pickApplied(t, g, g.applied)
+		if !ok {
 			return nil, nil, false
 		}
-		es := pickSome(t, cands)
-		h := slices.Clone(g.h)
-		last := h[len(h)-1]
-		h = h[:len(h)-1]
-		for _, e := range es {
-			last.Time++
-			h = append(h, history.Op{Time: last.Time, Process: "harness", Type: history.OK, F: history.FinalRead,
-				Value: history.Value{Table: history.TableDLQ, Event: e.id, Consumer: s}})
-		}
-		return append(h, last), ids(s, es), true
+		return withRows(g.h, es, func(e *genEvent) []history.Value {
+			return []history.Value{{Table: history.TableDLQ, Event: e.id, Consumer: s}}
+		}), ids(s, es), true
 	},
 }
 

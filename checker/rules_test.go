@@ -222,15 +222,7 @@ func TestIssue19Rules(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := Check(tt.h, Options{Guarantees: tt.g})
-			if r.Valid != tt.valid {
-				t.Errorf("valid = %s, want %s (reasons %v)", r.Valid, tt.valid, r.Reasons)
-			}
-			if got := found(r.Anomalies); !equalFound(got, tt.anomalies) {
-				t.Errorf("anomalies = %v, want %v", got, tt.anomalies)
-			}
-			if got := found(r.Shown); !equalFound(got, tt.shown) {
-				t.Errorf("shown = %v, want %v", got, tt.shown)
-			}
+			wantOutcome(t, r, tt.valid, tt.anomalies, tt.shown)
 			if tt.reason != "" && !slices.ContainsFunc(r.Reasons, func(s string) bool { return strings.Contains(s, tt.reason) }) {
 				t.Errorf("reasons %q do not say %q", r.Reasons, tt.reason)
 			}
