@@ -3,7 +3,6 @@ package checker
 import (
 	"cmp"
 	"slices"
-	"strconv"
 
 	"github.com/deliverycheck/deliverycheck/history"
 )
@@ -128,44 +127,6 @@ func (a *analyzer) sweep(v *view, keyMap, subIndexOf, localToGlobal [][]int32) {
 		if slices.IsSortedFunc(group, func(x, y applyRec) int { return cmp.Compare(x.version, y.version) }) {
 			continue
 		}
-		v.regressions(group)
-		v.gaps(group)
-	}
-}
-
-// regressions finds the order regressions among the first effects of one
-// subscription and key, sorted by completion.
-func (v *view) regressions(recs []applyRec) {
-	prefixMax := make([]int64, len(recs))
-	m := int64(0)
-	for i, r := range recs {
-		m = max(m, r.version)
-		prefixMax[i] = m
-	}
-	for _, r := range recs {
-		// Effects completed before r's apply began: recs[:n].
-		n, _ := slices.BinarySearchFunc(recs, r.inv, func(x applyRec, inv int64) int { return cmp.Compare(x.ok, inv) })
-		if n > 0 && prefixMax[n-1] > r.version {
-			v.findings = append(v.findings, finding{kind: OrderRegression, sub: r.sub, event: r.event,
-				detail: "version " + strconv.FormatInt(r.version, 10) + " applied after version " + strconv.FormatInt(prefixMax[n-1], 10)})
-		}
-	}
-}
-
-// gaps finds, among the first effects of one subscription and key, each
-// version v-1 applied only after version v was: the subscription went
-// through a state it must never show (v without v-1).
-func (v *view) gaps(recs []applyRec) {
-	byVersion := make(map[int64]*applyRec, len(recs))
-	for i := range recs {
-		if _, ok := byVersion[recs[i].version]; !ok {
-			byVersion[recs[i].version] = &recs[i]
-		}
-	}
-	for _, r := range recs {
-		if prev, ok := byVersion[r.version-1]; ok && prev.inv > r.ok {
-			v.findings = append(v.findings, finding{kind: Gap, sub: prev.sub, event: prev.event,
-				detail: "version " + strconv.FormatInt(prev.version, 10) + " applied after version " + strconv.FormatInt(r.version, 10)})
-		}
+		v.findings = gaps(group, regressions(group, v.findings))
 	}
 }

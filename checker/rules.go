@@ -1,11 +1,11 @@
 package checker
 
-// This file is the checker's rules, per event: what each op means for an
-// event and for what a subscription did with it (event, subEvent), and
-// how each is judged (judge). Nothing here reads files, knows about
-// shards or looks at another event: shard.go finds each op's event and
-// calls in; order.go compares the effects of one key; check.go turns the
-// findings into the verdict.
+// This file is the checker's rules: what each op means for an event and
+// for what a subscription did with it (event, subEvent), and how each is
+// judged (count, judge, and regressions and gaps among the first effects
+// of one key). Nothing here reads files or knows about shards: shard.go
+// finds each op's event and calls in, order.go gathers the effects of
+// each key, check.go turns the findings into the verdict.
 //
 // The rules of issue 19, and where each lives:
 //  1. Only what happens after a commit's invoke proves the commit, and
@@ -14,10 +14,10 @@ package checker
 //  2. A drain that ended by quiet leaves what is not applied unseen:
 //     drainAfter, judge, and the verdict in check.go.
 //  3. Order is judged by when effects committed (an effect row's
-//     commit_time, else its apply ops' times); equal times are not
-//     ordered: order.go.
-//  4. Gaps are found from what was applied: order.go; an inbox mark
-//     without its effect under a later version is a stale skip: judge.
+//     commit_time, else its apply ops' times: the applyRec order.go
+//     keeps); equal times are not ordered: regressions.
+//  4. Gaps are found from what was applied: gaps; an inbox mark without
+//     its effect under a later version is a stale skip: judge.
 //  5. A poison event applied is an anomaly: judge.
 //  6. Inbox marks and effects must agree: judge.
 //  7. and 8. (a typeless op, ids that are not exact text) are bad input,
@@ -28,6 +28,8 @@ package checker
 //     authoritative: an apply ok without an effect row is lost: judge.
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 
 	"github.com/deliverycheck/deliverycheck/history"
@@ -67,6 +69,17 @@ type event struct {
 	flags      uint16
 	frFlags    uint8
 	frAttempt  uint8 // the final-read attempt frFlags belong to
+}
+
+// named folds what any op naming e says of it: its version (the first
+// one given) and whether it is poison.
+func (e *event) named(v *history.Value) {
+	if e.version == 0 {
+		e.version = v.Version
+	}
+	if v.Poison {
+		e.flags |= cPoison
+	}
 }
 
 // op folds op, of e's event and not a final-read row, into e. It reports
@@ -461,6 +474,46 @@ func judge(st *SubscriptionStats, e *event, se *subEvent, f facts, add func(Kind
 		st.Lost++
 		add(Lost, b, detail)
 	}
+}
+
+// regressions appends to out the order regressions among the first
+// effects of one subscription and key, sorted by completion: each that
+// began strictly after the first effect of a higher version was done.
+func regressions(recs []applyRec, out []finding) []finding {
+	prefixMax := make([]int64, len(recs))
+	m := int64(0)
+	for i, r := range recs {
+		m = max(m, r.version)
+		prefixMax[i] = m
+	}
+	for _, r := range recs {
+		// Effects completed before r's apply began: recs[:n].
+		n, _ := slices.BinarySearchFunc(recs, r.inv, func(x applyRec, inv int64) int { return cmp.Compare(x.ok, inv) })
+		if n > 0 && prefixMax[n-1] > r.version {
+			out = append(out, finding{kind: OrderRegression, sub: r.sub, event: r.event,
+				detail: "version " + strconv.FormatInt(r.version, 10) + " applied after version " + strconv.FormatInt(prefixMax[n-1], 10)})
+		}
+	}
+	return out
+}
+
+// gaps appends to out, among the first effects of one subscription and
+// key, each version v-1 applied only after version v was: the
+// subscription went through a state it must never show (v without v-1).
+func gaps(recs []applyRec, out []finding) []finding {
+	byVersion := make(map[int64]*applyRec, len(recs))
+	for i := range recs {
+		if _, ok := byVersion[recs[i].version]; !ok {
+			byVersion[recs[i].version] = &recs[i]
+		}
+	}
+	for _, r := range recs {
+		if prev, ok := byVersion[r.version-1]; ok && prev.inv > r.ok {
+			out = append(out, finding{kind: Gap, sub: prev.sub, event: prev.event,
+				detail: "version " + strconv.FormatInt(prev.version, 10) + " applied after version " + strconv.FormatInt(r.version, 10)})
+		}
+	}
+	return out
 }
 
 // boundary is the last pipeline boundary e is known to have crossed in

@@ -265,12 +265,7 @@ func (s *shard) event(v *history.Value, pos int64) (int32, *event) {
 		}
 		e.key = k
 	}
-	if e.version == 0 {
-		e.version = v.Version
-	}
-	if v.Poison {
-		e.flags |= cPoison
-	}
+	e.named(v)
 	return i, e
 }
 
