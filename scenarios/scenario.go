@@ -14,7 +14,21 @@
 //
 // is the correct pipeline on Kafka, 2 producers for 30s, effectively-once.
 // The built-in catalogue ([Builtin]) is embedded in the binary.
+//
+// # One type is the format
+//
+// The [Scenario] type is the file format's only definition. Each field's
+// yaml tag is its key (in decode order), its enum, check and range tags
+// say what values it takes, and its doc comment is its reference text:
+// the decoder, --set ([Scenario.Set]), [Scenario.Marshal], the field
+// reference in docs/scenarios.md and the JSON Schema
+// docs/scenario.schema.json all come from it. The last two are generated
+// (go generate ./scenarios); a test fails when they are stale. Field doc
+// comments are written for the reader of a scenario file, as they become
+// the reference; "X is" at their start is dropped there.
 package scenarios
+
+//go:generate go test -run ^TestGeneratedReference$ -update
 
 import (
 	"maps"
@@ -35,93 +49,112 @@ import (
 // Scenario is one run's whole shape. Its zero value is not useful: get
 // one from [Parse], [Load], [Lookup], [Builtin] or [Default], which fill in
 // every default, and call [Scenario.Validate] after changing fields by
-// hand ([Scenario.Set] validates by itself).
+// hand ([Scenario.Set] validates by itself). Empty Guarantees.Subscriptions
+// means every workload subscription; [Scenario.CheckGuarantees] is the set
+// the checker judges against.
 type Scenario struct {
-	// Name identifies the scenario (lowercase letters, digits and '-').
-	// A file without one is named after the file.
-	Name string
+	// Name identifies the scenario: lowercase letters, digits and `-`, at
+	// most 63, not starting with `-`. A file without one is named after
+	// the file.
+	Name string `yaml:"name" check:"name"`
 	// Description is one line saying what the scenario shows.
-	Description string
-
-	Broker   Broker
-	Variants Variants
-	Workload Workload
-	Nemesis  Nemesis
-	// Guarantees are what the run promises. Empty Subscriptions means
-	// every workload subscription; use [Scenario.CheckGuarantees] for
-	// the set the checker should judge against.
-	Guarantees checker.Guarantees
-	Drain      Drain
-	// Expect is the verdict the catalogue's detection matrix asserts; the
-	// zero value states none.
-	Expect Expect
-	// Images overrides the container image per server on the containers
-	// runtime (the local runtime ignores it).
-	Images Images
-	// System is a team's own components and schema under test, replacing
-	// parts of the built-in pipeline (see docs/contract.md).
-	System System
+	Description string `yaml:"description,omitempty" check:"one-line"`
+	// Broker is the broker and its settings; required: `kafka`,
+	// `rabbitmq`, or a mapping.
+	Broker Broker `yaml:"broker"`
+	// Variants picks the implementation of each pipeline component; the
+	// defaults are the correct ones.
+	Variants Variants `yaml:"variants"`
+	// Workload is what the producers do and how many workers take part.
+	Workload Workload `yaml:"workload"`
+	// System is a team's own tables, business transaction, relay and
+	// consumers under test, replacing parts of the built-in pipeline (see
+	// docs/contract.md).
+	System System `yaml:"system,omitempty"`
+	// Nemesis is the faults of the run; none by default.
+	Nemesis Nemesis `yaml:"nemesis"`
+	// Guarantees are what the run promises, overriding the default
+	// effectively-once: a preset, the `check --guarantees` form, or a
+	// mapping.
+	Guarantees checker.Guarantees `yaml:"guarantees"`
+	// Drain bounds the wait for the pipeline to settle once the faults
+	// heal.
+	Drain Drain `yaml:"drain"`
+	// Expect is the verdict the catalogue's detection matrix asserts;
+	// nothing stated by default.
+	Expect Expect `yaml:"expect,omitempty"`
+	// Images overrides the container image of each server on the
+	// containers runtime (the local runtime ignores it).
+	Images Images `yaml:"images,omitempty"`
 	// Seed makes the run reproducible: producers' key choices and the
 	// random schedule derive from it. 0 means the run picks one (and
-	// records it); run --seed overrides.
-	Seed uint64
+	// records it); `run --seed` overrides.
+	Seed uint64 `yaml:"seed"`
 
 	// Source is where the scenario came from ("builtin/<name>.yaml", a
 	// file path, or "" when built in code); errors name it.
-	Source string
+	Source string `yaml:"-"`
 }
 
 // System is the system under test when it is (partly) a team's own: its
 // tables, its business transaction, its relay and consumers as commands,
-// and the queries that read back what its consumers did.
+// and the queries that read back what its consumers did. The whole
+// contract, with the environment a command gets and a worked example
+// (examples/consumer), is docs/contract.md.
 type System struct {
 	// Setup is SQL run once before any worker starts: the team's tables.
-	Setup string
+	Setup string `yaml:"setup,omitempty"`
 	// Transaction is the business transaction each producer op runs
 	// instead of the built-in outbox insert, one statement per item, with
-	// :event_id, :aggregate_id, :version, :payload, :type and :source
-	// placeholders.
-	Transaction []string
-	// Relay replaces the built-in relay.
-	Relay *Command
-	// Consumer replaces the built-in consumers of every subscription;
-	// Consumers, of the subscriptions it names (it wins over Consumer).
-	Consumer  *Command
-	Consumers map[string]*Command
-	// EffectsQuery returns one row per effect the team's consumers applied
-	// (event_id, consumer; optionally aggregate_id, version, source), in
-	// applied order. Required with external consumers.
-	EffectsQuery string
-	// DeadLettersQuery returns one row per event they dead-lettered
-	// (event_id, consumer; optionally reason). Required with external
-	// consumers when the workload has poison events.
-	DeadLettersQuery string
-	// InboxQuery returns one row per inbox mark the team's consumers
-	// hold (event_id, consumer; optionally source), so the checker can
-	// hold the inbox and the effects to one another.
-	InboxQuery string
-	// PendingQuery returns one row with one integer: how many outbox
-	// rows the team's relay has not published yet. With it, a drain that
-	// goes quiet with events missing can tell lost from late.
-	PendingQuery string
+	// `:event_id`, `:aggregate_id`, `:version`, `:payload`, `:type` and
+	// `:source` placeholders.
+	Transaction []string `yaml:"transaction,omitempty" check:"statement"`
+	// Relay replaces the built-in relay with a command.
+	Relay *Command `yaml:"relay,omitempty"`
+	// Consumer replaces the built-in consumers of every subscription with
+	// a command.
+	Consumer *Command `yaml:"consumer,omitempty"`
+	// Consumers replaces the built-in consumers of the subscriptions it
+	// names, a command each; it wins over consumer.
+	Consumers map[string]*Command `yaml:"consumers,omitempty" key:"subscription"`
+	// EffectsQuery returns one row per effect the team's consumers applied:
+	// `event_id`, `consumer`; optionally `aggregate_id`, `version`,
+	// `source`, `committed_at` (when the effect committed:
+	// `pg_xact_commit_timestamp(xmin)`; `applied_at` is its older name),
+	// which orders effects. Required with the team's consumers.
+	EffectsQuery string `yaml:"effects_query,omitempty"`
+	// DeadLettersQuery returns one row per event the team's consumers
+	// dead-lettered: `event_id`, `consumer`; optionally `reason`. Required
+	// with the team's consumers when the workload has poison events.
+	DeadLettersQuery string `yaml:"dead_letters_query,omitempty"`
+	// InboxQuery returns one row per inbox mark the team's consumers hold:
+	// `event_id`, `consumer`; optionally `source`. With it an inbox mark
+	// without its effect, or an effect without its mark, is an
+	// inbox-mismatch. Only with the team's consumers.
+	InboxQuery string `yaml:"inbox_query,omitempty"`
+	// PendingQuery returns one row with one integer: how many outbox rows
+	// the team's relay has not published yet. Without it a drain that goes
+	// quiet while events are missing cannot tell lost from late, and the
+	// verdict is unknown. Only with the team's relay.
+	PendingQuery string `yaml:"pending_query,omitempty"`
 }
 
 // Command is an external component: a program the harness starts,
 // supervises, kills and restarts like a built-in worker.
 type Command struct {
 	// Command is the program and its arguments. A relative program path
-	// is resolved against Dir.
-	Command []string
+	// is resolved against dir.
+	Command []string `yaml:"command" check:"program"`
 	// Env is added to the contract's environment.
-	Env map[string]string
+	Env map[string]string `yaml:"env,omitempty" key:"name" keycheck:"env"`
 	// Dir is the working directory; relative to the scenario file's
 	// directory, which is also the default.
-	Dir string
+	Dir string `yaml:"dir,omitempty"`
 	// Failpoints names the crash windows the component marks with
-	// failpoint.Inject. The random schedule arms them; timeline and
+	// `failpoint.Inject`. The random schedule arms them; timeline and
 	// nemesis.failpoints terms must use them. Empty: the component has
 	// none, and crash faults on it are random SIGKILLs.
-	Failpoints []string
+	Failpoints []string `yaml:"failpoints,omitempty" check:"failpoint"`
 }
 
 // TeamFailpoints maps each of the team's workers to the failpoints its
@@ -160,12 +193,22 @@ func (s System) consumerFor(sub string) *Command {
 	return s.Consumer
 }
 
-// Images name the container image of each server; "" keeps the default
-// (DELIVERYCHECK_IMAGE_<SERVER>, else the official image).
+// Images name the container image of each server when the run uses the
+// containers runtime (`--runtime containers`, or `auto` with an engine);
+// the local runtime ignores them. An empty one keeps the default:
+// `$DELIVERYCHECK_IMAGE_<SERVER>`, else the official image.
+// `--image postgres=postgres:16` (or `--set images.postgres=postgres:16`)
+// overrides the file. Any image that honours the official one's
+// environment contract works (images/README.md builds such images from
+// Debian packages).
 type Images struct {
-	Postgres string
-	Kafka    string
-	RabbitMQ string
+	// Postgres is the PostgreSQL image, overriding the default postgres:17.
+	Postgres string `yaml:"postgres,omitempty" check:"image"`
+	// Kafka is the Kafka image, overriding the default apache/kafka:4.1.1.
+	Kafka string `yaml:"kafka,omitempty" check:"image"`
+	// RabbitMQ is the RabbitMQ image, overriding the default
+	// rabbitmq:4.1-management.
+	RabbitMQ string `yaml:"rabbitmq,omitempty" check:"image"`
 }
 
 // Map is the overrides keyed by server name, without the empty ones.
@@ -179,129 +222,150 @@ func (i Images) Map() map[string]string {
 	return out
 }
 
-// Broker is the broker and its settings.
+// Broker is the broker and its settings. `broker: rabbitmq` is short for
+// `broker: {kind: rabbitmq}`.
 type Broker struct {
-	// Kind is "kafka" or "rabbitmq".
-	Kind string
+	// Kind is the broker; required.
+	Kind string `yaml:"kind" enum:"broker"`
 	// Partitions of the Kafka topic, overriding the default 3. Ignored on
 	// RabbitMQ.
-	Partitions int32
+	Partitions int32 `yaml:"partitions" range:">=1"`
 	// MaxAttempts is how many deliveries a poison event gets before it is
 	// dead-lettered, overriding the default 5 (RabbitMQ's x-delivery-limit
 	// and the consumers' own count).
-	MaxAttempts int64
+	MaxAttempts int64 `yaml:"max_attempts" range:">=1"`
 	// Unbound lists subscriptions whose RabbitMQ binding is left out on
-	// purpose: what exposes the unroutable relay.
-	Unbound []string
+	// purpose: what exposes the unroutable relay. RabbitMQ only; each must
+	// be a workload subscription.
+	Unbound []string `yaml:"unbound,omitempty" check:"name"`
 	// Prefetch is each RabbitMQ consumer process's prefetch window (how
 	// many deliveries it may hold unacknowledged); 0 keeps the pipeline's
 	// default (32). Ignored on Kafka. A larger window lets a process's
-	// workers each take a batch; it also decides how deliveries spread
-	// over competing consumers (a paused one holds a full window).
-	Prefetch int
+	// consumer_workers each take a batch; it also decides how deliveries
+	// spread over competing consumers (a paused one holds a full window).
+	Prefetch int `yaml:"prefetch,omitempty" range:">=1"`
 }
 
 // Variants picks the implementation of each component; the defaults are
-// the correct ones (outbox, polling, inbox).
+// the correct ones (outbox, polling, inbox), the others known-bad.
+// docs/pipeline.md says what each does and which fault exposes it.
 type Variants struct {
-	Producer producer.Variant
-	Relay    relay.Variant
-	Consumer consumer.Variant
+	// Producer is how producers write an event: `outbox` (correct), or the
+	// known-bad `dual-write` and `publish-then-commit`.
+	Producer producer.Variant `yaml:"producer" enum:"producer variant"`
+	// Relay is how the outbox reaches the broker: `polling` (correct),
+	// `debezium` (also correct; Kafka only: Debezium's outbox event router
+	// in Kafka Connect, see docs/contract.md), or the known-bad
+	// `high-water-mark`, `unconfirmed` and `unroutable` (RabbitMQ only).
+	Relay relay.Variant `yaml:"relay" enum:"relay variant"`
+	// Consumer is how consumers apply an event: `inbox` (correct), or the
+	// known-bad `ack-first`, `no-inbox`, `check-then-act` and
+	// `no-version-guard`.
+	Consumer consumer.Variant `yaml:"consumer" enum:"consumer variant"`
 }
 
 // Workload is what the producers do and how many workers take part.
 type Workload struct {
-	// Duration is how long producers run before the nemesis heals and the
-	// run drains, overriding the default 30s.
-	Duration time.Duration
-	// Producers is the number of producers, overriding the default 2.
-	Producers int
+	// Duration is how long producers run, overriding the default 30s;
+	// faults run meanwhile, then everything heals and the run drains.
+	// `run --duration` overrides.
+	Duration time.Duration `yaml:"duration" range:">0"`
+	// Producers is the number of producers, overriding the default 2; each
+	// is its own history process with its own connection.
+	Producers int `yaml:"producers" range:">=1"`
 	// ProducerProcesses is how many OS processes run the producers; 0
 	// is one per producer. With fewer, each process runs a contiguous
-	// share of them as clients (a heavier load for less CPU) and is named
-	// after its first one: failpoints are armed in, and crashes take
-	// down, a whole process.
-	ProducerProcesses int
+	// share of them as clients (a heavier load for less CPU, as pgbench
+	// runs many clients per thread) and is named after its first one:
+	// failpoints are armed in, and crashes take down, a whole process.
+	ProducerProcesses int `yaml:"producer_processes,omitempty" range:">=0"`
 	// Rate is ops per second per producer, overriding the default 50; 0
 	// is as fast as possible.
-	Rate float64
+	Rate float64 `yaml:"rate" range:">=0"`
 	// Keys is how many aggregates (orders) ops are spread over,
 	// overriding the default 10. Fewer keys mean more versions per key,
 	// hence more chances to reorder.
-	Keys int
-	// PoisonRatio is the share of events no consumer accepts; they must
-	// reach the DLQ after MaxAttempts.
-	PoisonRatio float64
-	// AbortRatio is the share of transactions the publish-then-commit
-	// producer aborts after publishing (its phantoms).
-	AbortRatio float64
-	// Subscriptions are the independent consumer groups / queues,
-	// overriding the default [inventory email].
-	Subscriptions []string
+	Keys int `yaml:"keys" range:">=1"`
+	// PoisonRatio is the share of events no consumer accepts; each must
+	// reach the DLQ after broker.max_attempts.
+	PoisonRatio float64 `yaml:"poison_ratio" range:">=0,<1"`
+	// AbortRatio is the share of transactions aborted after publishing;
+	// only the publish-then-commit producer does that (its phantoms).
+	AbortRatio float64 `yaml:"abort_ratio" range:">=0,<1"`
+	// Subscriptions are the independent consumer groups / queues, each
+	// with its own inbox, overriding the default [inventory, email].
+	Subscriptions []string `yaml:"subscriptions" check:"name"`
 	// Consumers is the number of consumer processes per subscription,
 	// overriding the default 1. More than one on RabbitMQ makes them
 	// compete for one queue.
-	Consumers int
+	Consumers int `yaml:"consumers" range:">=1"`
 	// ConsumerWorkers is deliveries in flight per consumer process; 0
 	// keeps the pipeline default (one per partition on Kafka, 1 on
 	// RabbitMQ, where more reorders one aggregate's events).
-	ConsumerWorkers int
+	ConsumerWorkers int `yaml:"consumer_workers" range:">=0"`
 	// ConsumerWork is how long applying one effect takes inside the
 	// consumer's transaction, as a real handler's work does; it widens the
-	// window between a check and its act (what check-then-act needs to be
-	// caught reliably). 0 is none.
-	ConsumerWork time.Duration
+	// window between a check and its act (bad-check-then-act uses 20ms).
+	// 0 is none.
+	ConsumerWork time.Duration `yaml:"consumer_work,omitempty" range:">=0"`
 	// Relays is the number of relay processes; 0 keeps the pipeline
-	// default (1 with the outbox producer, none otherwise).
-	Relays int
+	// default (1 with the outbox producer, none otherwise: the
+	// direct-publishing producers must have none).
+	Relays int `yaml:"relays" range:">=0"`
 	// RelayBatch is the most outbox rows a relay publishes per
 	// transaction; 0 keeps the relay default (100).
-	RelayBatch int
+	RelayBatch int `yaml:"relay_batch" range:">=0"`
 }
 
-// Nemesis is the faults of a run: all three parts may be combined.
+// Nemesis is the faults of a run: a fixed timeline, a seeded random
+// schedule and failpoints armed at start, which may all be combined.
 type Nemesis struct {
-	// Timeline is a fixed schedule, each step written as
-	// [nemesis.ParseStep] reads it ("at 2s: kill relay-0").
-	Timeline []nemesis.Step
-	// Random, when set, adds a seeded random schedule.
-	Random *Random
-	// Failpoints are armed in each named worker at start (gofail-style
-	// terms, e.g. "consumer.after-commit-before-ack=kill(2)").
-	Failpoints map[string][]string
+	// Timeline is a fixed schedule, each step written as a person says
+	// it: "at 2s: kill relay-0" (see Timeline steps below).
+	Timeline []nemesis.Step `yaml:"timeline,omitempty"`
+	// Random, when set, adds a seeded random schedule. `random:` or
+	// `random: on` alone means every family every 5s; `random: off`
+	// removes it.
+	Random *Random `yaml:"random,omitempty"`
+	// Failpoints are armed in each named worker at start, gofail-style
+	// terms by worker: `relay-0: ["relay.after-publish-before-mark=kill(2)"]`.
+	Failpoints map[string][]string `yaml:"failpoints,omitempty" key:"worker" check:"failpoint-term"`
 	// RestartDelay is how long a crashed worker stays down before the
 	// supervisor starts it again; 0 keeps the default (200ms).
-	RestartDelay time.Duration
+	RestartDelay time.Duration `yaml:"restart_delay,omitempty" range:">=0"`
 }
 
 // Random configures the nemesis package's seeded random schedule: faults
 // drawn from Families alternate with quiet periods of Interval.
 type Random struct {
-	// Families are nemesis families (process, failpoint, network),
-	// overriding the default: all of them.
-	Families []string
-	// Interval between faults, overriding the default 5s.
-	Interval time.Duration
+	// Families are the nemesis families to draw faults from, overriding
+	// the default: all of them.
+	Families []string `yaml:"families" enum:"fault family"`
+	// Interval is the quiet time between faults, overriding the default
+	// 5s.
+	Interval time.Duration `yaml:"interval" range:">0"`
 	// SeedOffset is added to the scenario's seed, so two random parts of
 	// a suite can differ while both replay from one --seed.
-	SeedOffset uint64
+	SeedOffset uint64 `yaml:"seed_offset,omitempty"`
 	// Targets limits the faults to these services and workers (a trailing
-	// * matches several); empty means every target the faults can reach.
-	Targets []string
+	// `*` matches several); empty means every target the faults can reach.
+	Targets []string `yaml:"targets,omitempty"`
 }
 
 // Drain bounds the wait for the pipeline to settle after the faults heal.
 type Drain struct {
-	// Timeout is the deadline, overriding the default 60s; a drain that
-	// misses it makes the verdict unknown, never lost.
-	Timeout time.Duration
+	// Timeout is the deadline for every committed event to be applied or
+	// dead-lettered, overriding the default 60s; a drain that misses it
+	// makes the verdict unknown, never lost.
+	Timeout time.Duration `yaml:"timeout" range:">0"`
 	// Quiet is how long nothing must move for the drain to be complete,
 	// overriding the default 2s.
-	Quiet time.Duration
+	Quiet time.Duration `yaml:"quiet" range:">0"`
 }
 
 // Expect is what a catalogue scenario must produce; the run's verdict
-// (package verdict) says whether it did.
+// (package verdict) says whether it did. In a file it is the fields of
+// expectFields.
 type Expect = verdict.Expectation
 
 // The defaults a scenario starts from, before its file is read.

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -178,7 +179,7 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 
 	// A team's own components.
 	sys := s.System
-	for _, sub := range sortedKeys(sys.Consumers) {
+	for _, sub := range slices.Sorted(maps.Keys(sys.Consumers)) {
 		if !slices.Contains(w.Subscriptions, sub) {
 			fail("system.consumers."+sub, "%q is not a workload subscription (have %s)", sub, strings.Join(w.Subscriptions, ", "))
 		}
@@ -187,7 +188,7 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	for sub, c := range sys.Consumers {
 		cmds["system.consumers."+sub] = c
 	}
-	for _, path := range sortedKeys(cmds) {
+	for _, path := range slices.Sorted(maps.Keys(cmds)) {
 		if c := cmds[path]; c != nil && (len(c.Command) == 0 || c.Command[0] == "") {
 			fail(path+".command", "missing: name the program to run, e.g. command: [./bin/consumer]")
 		}
@@ -232,7 +233,7 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 		}
 	}
 	if r := s.Nemesis.Random; r != nil {
-		families := sortedKeys(nemesis.Families())
+		families := slices.Sorted(maps.Keys(nemesis.Families()))
 		for _, f := range r.Families {
 			if !slices.Contains(families, f) {
 				fail("nemesis.random.families", "%s", unknownName("fault family", f, families))
@@ -250,7 +251,7 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 			}
 		}
 	}
-	for _, wk := range sortedKeys(s.Nemesis.Failpoints) {
+	for _, wk := range slices.Sorted(maps.Keys(s.Nemesis.Failpoints)) {
 		path := "nemesis.failpoints." + wk
 		if !slices.Contains(workers, wk) {
 			fail(path, "no worker %q in this scenario%s (workers: %s)", wk, suggest(wk, workers), strings.Join(workers, ", "))

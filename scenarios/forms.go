@@ -1,0 +1,266 @@
+package scenarios
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/failpoint"
+	"github.com/deliverycheck/deliverycheck/nemesis"
+	"github.com/deliverycheck/deliverycheck/verdict"
+)
+
+// The forms: how the values the decoder cannot read from their fields
+// alone are written. Each decodes itself (nodeDecoder), and those whose
+// file form is not their fields say what Marshal writes (nodeEncoder);
+// formOf maps the types of other packages to theirs.
+
+// duration is a Go duration written as text: 500ms, 10s, 1m30s.
+type duration time.Duration
+
+func (t *duration) decodeNode(d *decoder, n *yaml.Node, path string, f field) {
+	v, ok := d.scalarValue(n, path, "a duration such as 10s")
+	if !ok {
+		return
+	}
+	x, err := time.ParseDuration(v)
+	if err != nil {
+		d.fail(n, path, "want a duration such as 10s or 1m30s, got %q", v)
+		return
+	}
+	for _, b := range f.bounds {
+		if !b.holds(float64(x)) {
+			d.fail(n, path, "must be %s %g, got %s", b.op, b.limit, v)
+			return
+		}
+	}
+	*t = duration(x)
+}
+
+func (t duration) encodeNode() any { return time.Duration(t).String() }
+
+// timeline is nemesis.timeline: steps written as nemesis.ParseStep reads
+// them. An unquoted step ("- at 1s: kill relay-0") is a one-key mapping to
+// YAML; it is read back as the line it was meant to be.
+type timeline []nemesis.Step
+
+func (tl *timeline) decodeNode(d *decoder, n *yaml.Node, path string, _ field) {
+	var items []*yaml.Node
+	switch {
+	case n.Kind == yaml.SequenceNode:
+		items = n.Content
+	case n.Kind == yaml.ScalarNode && !isNull(n):
+		items = []*yaml.Node{n}
+	case isNull(n):
+	default:
+		d.fail(n, path, "want a list of steps such as \"at 2s: kill relay-0\", got %s", describe(n))
+		return
+	}
+	var steps timeline
+	ok := true
+	for i, it := range items {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		it = d.resolve(it, p)
+		if it == nil {
+			return
+		}
+		d.lines[p] = it.Line
+		var text string
+		switch {
+		case it.Kind == yaml.ScalarNode && !isNull(it):
+			text = it.Value
+		case it.Kind == yaml.MappingNode && len(it.Content) == 2 && it.Content[0].Kind == yaml.ScalarNode && it.Content[1].Kind == yaml.ScalarNode:
+			text = it.Content[0].Value + ": " + it.Content[1].Value
+		default:
+			d.fail(it, p, "want a step such as \"at 2s: kill relay-0\", got %s", describe(it))
+			ok = false
+			continue
+		}
+		st, err := nemesis.ParseStep(text)
+		if err != nil {
+			d.fail(it, p, "%s", strings.ReplaceAll(err.Error(), "nemesis: ", ""))
+			ok = false
+			continue
+		}
+		if st.At < 0 || st.For < 0 {
+			d.fail(it, p, "times must be ≥ 0 in %q", text)
+			ok = false
+			continue
+		}
+		if st.Fault.Kind == nemesis.Failpoint {
+			// Any name parses here; validate checks it against the
+			// worker, built-in or a team's.
+			t, err := failpoint.ParseAny(st.Fault.Term)
+			if err != nil {
+				d.fail(it, p, "%s", strings.TrimPrefix(err.Error(), "failpoint: "))
+				ok = false
+				continue
+			}
+			st.Fault.Term = t.String()
+		}
+		steps = append(steps, st)
+	}
+	if ok {
+		*tl = steps
+	}
+}
+
+func (tl timeline) encodeNode() any {
+	out := make([]string, len(tl))
+	for i, st := range tl {
+		out[i] = st.String()
+	}
+	return out
+}
+
+// guarantees is the guarantees: value: a preset, or the check command's
+// form ("effectively-once,order=per-key"), as a string; or the mapping
+// guaranteeFields.
+type guarantees checker.Guarantees
+
+func (g *guarantees) decodeNode(d *decoder, n *yaml.Node, path string, _ field) {
+	switch {
+	case isNull(n):
+	case n.Kind == yaml.MappingNode:
+		var form guaranteeFields
+		copyFields(&form, g)
+		d.fields(reflect.ValueOf(&form).Elem(), n, path)
+		copyFields(g, &form)
+	default:
+		v, ok := d.scalarValue(n, path, "a preset or a mapping")
+		if !ok {
+			return
+		}
+		p, err := checker.ParseGuarantees(v)
+		if err != nil {
+			d.fail(n, path, "%s", strings.TrimPrefix(err.Error(), "checker: "))
+			return
+		}
+		*g = guarantees(p)
+	}
+}
+
+func (guarantees) section() reflect.Type { return reflect.TypeFor[guaranteeFields]() }
+
+// encodeNode writes the guarantees normalized, in the order given.
+func (g guarantees) encodeNode() any {
+	norm := checker.Guarantees(g).Normalize()
+	norm.Subscriptions = g.Subscriptions
+	var form guaranteeFields
+	copyFields(&form, &norm)
+	return form
+}
+
+// guaranteeFields are the guarantees: section's keys: the checker's
+// settings, and a preset they override. A string is a preset or the
+// `check --guarantees` form:
+//
+//	guarantees: at-least-once
+//	guarantees: effectively-once,order=per-key
+//	guarantees:
+//	  preset: effectively-once   # applied first, whatever the order of the keys
+//	  order: per-key
+//	  subscriptions: [inventory]
+//
+// unexpected, dlq-unaccounted, wrongly-dead-lettered, poison-applied and
+// inbox-mismatch are always fatal.
+type guaranteeFields struct {
+	// Preset is a named set of the settings below, applied before them
+	// whatever the order of the keys; the subscriptions are kept.
+	Preset string `yaml:"preset,omitempty" enum:"guarantee preset" want:"a preset name"`
+	// Loss says whether lost events are fatal (`none`, the default) or
+	// only reported (`allowed`).
+	Loss checker.Allowance `yaml:"loss" enum:"allowance"`
+	// DuplicateEffects says whether an event applied twice is fatal
+	// (`none`, the default) or only reported (`allowed`).
+	DuplicateEffects checker.Allowance `yaml:"duplicate-effects" enum:"allowance"`
+	// Order says whether an older version applied after a newer one of
+	// the same key is fatal (`per-key`) or only reported (`none`, the
+	// default).
+	Order checker.Order `yaml:"order" enum:"order"`
+	// Gaps says whether a skipped version of a key is fatal (`none`) or
+	// only reported (`allowed`, the default).
+	Gaps checker.Allowance `yaml:"gaps" enum:"allowance"`
+	// Subscriptions must each apply every committed event; each must be
+	// a workload subscription. Empty means every workload subscription.
+	Subscriptions []string `yaml:"subscriptions,omitempty" check:"name"`
+}
+
+// decodedField applies the preset as soon as it is read, before the
+// fields that override it.
+func (g *guaranteeFields) decodedField(key string) {
+	if key != "preset" || g.Preset == "" {
+		return
+	}
+	p, _ := checker.Preset(g.Preset) // the enum tag checked the name
+	p.Subscriptions = g.Subscriptions
+	copyFields(g, &p)
+}
+
+// copyFields copies the fields of *src to the fields of the same name of
+// *dst (a type and its file form).
+func copyFields(dst, src any) {
+	d, s := reflect.ValueOf(dst).Elem(), reflect.ValueOf(src).Elem()
+	for i := range d.NumField() {
+		if v := s.FieldByName(d.Type().Field(i).Name); v.IsValid() {
+			d.Field(i).Set(v.Convert(d.Field(i).Type()))
+		}
+	}
+}
+
+// expectFields is the expect: section's form of verdict.Expectation. For
+// the catalogue and the detection matrix; `run` reports it next to the
+// verdict. `invalid` needs an anomaly, and the anomaly must be fatal
+// under the guarantees (expecting order-regression needs
+// `order: per-key`).
+type expectFields struct {
+	// Verdict is what the run must conclude.
+	Verdict checker.Validity `yaml:"verdict,omitempty" enum:"verdict"`
+	// Anomaly is the fatal anomaly an invalid run must show.
+	Anomaly checker.Kind `yaml:"anomaly,omitempty" enum:"anomaly"`
+}
+
+// The forms of other packages' types keep their fields: these fail to
+// compile when one changes.
+func _() {
+	_ = (*expectFields)((*verdict.Expectation)(nil))
+}
+
+// decodeNode reads broker: kafka as broker: {kind: kafka}.
+func (b *Broker) decodeNode(d *decoder, n *yaml.Node, path string, _ field) {
+	if n.Kind == yaml.MappingNode || isNull(n) {
+		d.fields(reflect.ValueOf(b).Elem(), n, path)
+		return
+	}
+	kind := fieldsOf(reflect.TypeFor[Broker]())[0]
+	if x, ok := d.scalar(kind.typ, n, path, kind); ok {
+		b.Kind = x.String()
+	}
+}
+
+// decodeNode reads random: as the default random part, and on and off as
+// words: random: off leaves it zero, which is no random part.
+func (r *Random) decodeNode(d *decoder, n *yaml.Node, path string, _ field) {
+	if reflect.ValueOf(*r).IsZero() {
+		*r = *defaultRandom()
+	}
+	if n.Kind == yaml.MappingNode || isNull(n) {
+		d.fields(reflect.ValueOf(r).Elem(), n, path)
+		return
+	}
+	v, _ := d.scalarValue(n, path, "a mapping, or off")
+	switch v {
+	case "off", "none", "false":
+		*r = Random{}
+	case "on", "true", "default":
+		*r = *defaultRandom()
+	default:
+		if n.Kind == yaml.ScalarNode && !isNull(n) {
+			d.fail(n, path, "want a mapping (families, interval, seed_offset, targets), on or off, got %q", v)
+		}
+	}
+}
