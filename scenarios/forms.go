@@ -43,6 +43,10 @@ func (t *duration) decodeNode(d *decoder, n *yaml.Node, path string, f field) {
 
 func (t duration) encodeNode() any { return time.Duration(t).String() }
 
+func (duration) jsonSchema(map[string]any) map[string]any {
+	return map[string]any{"type": "string", "pattern": `^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`}
+}
+
 // timeline is nemesis.timeline: steps written as nemesis.ParseStep reads
 // them. An unquoted step ("- at 1s: kill relay-0") is a one-key mapping to
 // YAML; it is read back as the line it was meant to be.
@@ -109,6 +113,18 @@ func (tl *timeline) decodeNode(d *decoder, n *yaml.Node, path string, _ field) {
 	}
 }
 
+func (timeline) jsonSchema(map[string]any) map[string]any {
+	step := map[string]any{"type": "string", "pattern": `^\s*at\s+\S+\s*:\s*\S`}
+	unquoted := map[string]any{
+		"type": "object", "minProperties": 1, "maxProperties": 1,
+		"propertyNames": map[string]any{"pattern": `^\s*at\s+\S+$`}, "additionalProperties": map[string]any{"type": "string"},
+	}
+	return map[string]any{"anyOf": []any{
+		map[string]any{"type": "null"}, step,
+		map[string]any{"type": "array", "items": map[string]any{"anyOf": []any{step, unquoted}}},
+	}}
+}
+
 func (tl timeline) encodeNode() any {
 	out := make([]string, len(tl))
 	for i, st := range tl {
@@ -146,6 +162,10 @@ func (g *guarantees) decodeNode(d *decoder, n *yaml.Node, path string, _ field) 
 
 func (guarantees) section() reflect.Type { return reflect.TypeFor[guaranteeFields]() }
 
+func (guarantees) jsonSchema(section map[string]any) map[string]any {
+	return map[string]any{"anyOf": []any{map[string]any{"type": "string"}, section}}
+}
+
 // encodeNode writes the guarantees normalized, in the order given.
 func (g guarantees) encodeNode() any {
 	norm := checker.Guarantees(g).Normalize()
@@ -155,9 +175,10 @@ func (g guarantees) encodeNode() any {
 	return form
 }
 
-// guaranteeFields are the guarantees: section's keys: the checker's
-// settings, and a preset they override. A string is a preset or the
-// `check --guarantees` form:
+// guaranteeFields are what the run promises (the checker judges against
+// it, see docs/results.md): which anomaly kinds are fatal and which only
+// reported, and a preset the settings override. A string is a preset or
+// the `check --guarantees` form:
 //
 //	guarantees: at-least-once
 //	guarantees: effectively-once,order=per-key
@@ -212,10 +233,10 @@ func copyFields(dst, src any) {
 	}
 }
 
-// expectFields is the expect: section's form of verdict.Expectation. For
-// the catalogue and the detection matrix; `run` reports it next to the
-// verdict. `invalid` needs an anomaly, and the anomaly must be fatal
-// under the guarantees (expecting order-regression needs
+// expectFields is what a catalogue scenario must produce (the file form
+// of verdict.Expectation), for the detection matrix; `run` reports it next
+// to the verdict. `invalid` needs an anomaly, and the anomaly must be
+// fatal under the guarantees (expecting order-regression needs
 // `order: per-key`).
 type expectFields struct {
 	// Verdict is what the run must conclude.
@@ -242,6 +263,10 @@ func (b *Broker) decodeNode(d *decoder, n *yaml.Node, path string, _ field) {
 	}
 }
 
+func (Broker) jsonSchema(section map[string]any) map[string]any {
+	return map[string]any{"anyOf": []any{map[string]any{"type": "string", "enum": Brokers()}, section}}
+}
+
 // decodeNode reads random: as the default random part, and on and off as
 // words: random: off leaves it zero, which is no random part.
 func (r *Random) decodeNode(d *decoder, n *yaml.Node, path string, _ field) {
@@ -263,4 +288,8 @@ func (r *Random) decodeNode(d *decoder, n *yaml.Node, path string, _ field) {
 			d.fail(n, path, "want a mapping (families, interval, seed_offset, targets), on or off, got %q", v)
 		}
 	}
+}
+
+func (Random) jsonSchema(section map[string]any) map[string]any {
+	return map[string]any{"anyOf": []any{map[string]any{"enum": []any{"on", "off", "none", "default", true, false}}, section}}
 }

@@ -60,7 +60,7 @@ type Scenario struct {
 	// Description is one line saying what the scenario shows.
 	Description string `yaml:"description,omitempty" check:"one-line"`
 	// Broker is the broker and its settings; required: `kafka`,
-	// `rabbitmq`, or a mapping.
+	// `rabbitmq`, or a mapping (below).
 	Broker Broker `yaml:"broker"`
 	// Variants picks the implementation of each pipeline component; the
 	// defaults are the correct ones.
@@ -142,10 +142,11 @@ type System struct {
 // Command is an external component: a program the harness starts,
 // supervises, kills and restarts like a built-in worker.
 type Command struct {
-	// Command is the program and its arguments. A relative program path
-	// is resolved against dir.
+	// Command is the program and its arguments, a list. A relative
+	// program path is resolved against dir.
 	Command []string `yaml:"command" check:"program"`
-	// Env is added to the contract's environment.
+	// Env is variables added to the environment the contract gives the
+	// command.
 	Env map[string]string `yaml:"env,omitempty" key:"name" keycheck:"env"`
 	// Dir is the working directory; relative to the scenario file's
 	// directory, which is also the default.
@@ -239,10 +240,11 @@ type Broker struct {
 	// be a workload subscription.
 	Unbound []string `yaml:"unbound,omitempty" check:"name"`
 	// Prefetch is each RabbitMQ consumer process's prefetch window (how
-	// many deliveries it may hold unacknowledged); 0 keeps the pipeline's
-	// default (32). Ignored on Kafka. A larger window lets a process's
-	// consumer_workers each take a batch; it also decides how deliveries
-	// spread over competing consumers (a paused one holds a full window).
+	// many deliveries it may hold unacknowledged), overriding the
+	// pipeline's default 32 (0 in Go keeps it). Ignored on Kafka. A larger
+	// window lets a process's consumer_workers each take a batch; it also
+	// decides how deliveries spread over competing consumers (a paused one
+	// holds a full window).
 	Prefetch int `yaml:"prefetch,omitempty" range:">=1"`
 }
 
@@ -250,17 +252,16 @@ type Broker struct {
 // the correct ones (outbox, polling, inbox), the others known-bad.
 // docs/pipeline.md says what each does and which fault exposes it.
 type Variants struct {
-	// Producer is how producers write an event: `outbox` (correct), or the
-	// known-bad `dual-write` and `publish-then-commit`.
+	// Producer is how producers write an event; `outbox` is correct, the
+	// others are known-bad.
 	Producer producer.Variant `yaml:"producer" enum:"producer variant"`
-	// Relay is how the outbox reaches the broker: `polling` (correct),
-	// `debezium` (also correct; Kafka only: Debezium's outbox event router
-	// in Kafka Connect, see docs/contract.md), or the known-bad
-	// `high-water-mark`, `unconfirmed` and `unroutable` (RabbitMQ only).
+	// Relay is how the outbox reaches the broker; `polling` and
+	// `debezium` (Kafka only: Debezium's outbox event router in Kafka
+	// Connect, see docs/contract.md) are correct, the others are known-bad
+	// (`unroutable` is RabbitMQ only).
 	Relay relay.Variant `yaml:"relay" enum:"relay variant"`
-	// Consumer is how consumers apply an event: `inbox` (correct), or the
-	// known-bad `ack-first`, `no-inbox`, `check-then-act` and
-	// `no-version-guard`.
+	// Consumer is how consumers apply an event; `inbox` is correct, the
+	// others are known-bad.
 	Consumer consumer.Variant `yaml:"consumer" enum:"consumer variant"`
 }
 
@@ -321,22 +322,24 @@ type Workload struct {
 // schedule and failpoints armed at start, which may all be combined.
 type Nemesis struct {
 	// Timeline is a fixed schedule, each step written as a person says
-	// it: "at 2s: kill relay-0" (see Timeline steps below).
+	// it, "at 2s: kill relay-0" (Timeline steps in docs/scenarios.md has
+	// the syntax).
 	Timeline []nemesis.Step `yaml:"timeline,omitempty"`
 	// Random, when set, adds a seeded random schedule. `random:` or
 	// `random: on` alone means every family every 5s; `random: off`
 	// removes it.
 	Random *Random `yaml:"random,omitempty"`
-	// Failpoints are armed in each named worker at start, gofail-style
-	// terms by worker: `relay-0: ["relay.after-publish-before-mark=kill(2)"]`.
+	// Failpoints are gofail-style terms armed at start, by worker:
+	// `relay-0: ["relay.after-publish-before-mark=kill(2)"]`; a term or a
+	// list.
 	Failpoints map[string][]string `yaml:"failpoints,omitempty" key:"worker" check:"failpoint-term"`
 	// RestartDelay is how long a crashed worker stays down before the
 	// supervisor starts it again; 0 keeps the default (200ms).
 	RestartDelay time.Duration `yaml:"restart_delay,omitempty" range:">=0"`
 }
 
-// Random configures the nemesis package's seeded random schedule: faults
-// drawn from Families alternate with quiet periods of Interval.
+// Random configures the seeded random schedule of package nemesis: faults
+// drawn from the families alternate with quiet periods of the interval.
 type Random struct {
 	// Families are the nemesis families to draw faults from, overriding
 	// the default: all of them.

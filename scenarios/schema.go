@@ -133,6 +133,12 @@ type (
 		// encodeNode is the value Marshal writes instead.
 		encodeNode() any
 	}
+	// schemaForm states the form's JSON Schema, for the generated
+	// docs/scenario.schema.json; section is the schema of its section's
+	// keys, nil for a value.
+	schemaForm interface {
+		jsonSchema(section map[string]any) map[string]any
+	}
 )
 
 // sectionOf is the struct type whose fields are t's keys (following a
