@@ -96,14 +96,14 @@ func Parse(filename string, data []byte) (Scenario, error) {
 // split into items, a mapping (a whole nemesis.failpoints, one
 // system.consumers.<subscription>) as YAML.
 func (s *Scenario) Set(path, value string) error {
-	keys, target, err := lookupPath(path)
+	keys, target, entry, err := lookupPath(path)
 	if err != nil {
 		return joinErrors([]*Error{err})
 	}
 	c := s.clone()
 	d := newDecoder("--set")
-	if n := d.setValue(keys, target, path, value); n != nil {
-		// The fragment, innermost key first: {keys[0]: {keys[1]: ... n}}.
+	if n := d.setValue(target, entry, path, value); n != nil {
+		// Wrap the value in the path's keys: {keys[0]: {keys[1]: … n}}.
 		for i := len(keys) - 1; i >= 0; i-- {
 			n = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{{Kind: yaml.ScalarNode, Tag: "!!str", Value: keys[i]}, n}}
 		}
@@ -124,13 +124,13 @@ func (s *Scenario) Set(path, value string) error {
 	return nil
 }
 
-// setValue is the node a --set value stands for at target (the field the
-// path names; for a key of a mapping with free keys, that mapping), or
-// nil after reporting why there is none.
-func (d *decoder) setValue(keys []string, target field, path, value string) *yaml.Node {
+// setValue is the node a --set value stands for at target, the field the
+// path names (with entry, one key of that mapping), or nil after reporting
+// why there is none.
+func (d *decoder) setValue(target field, entry bool, path, value string) *yaml.Node {
 	str := func() *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: value} }
 	t := target.typ
-	if t.Kind() == reflect.Map && len(keys) == len(target.path)+1 { // one entry of the mapping
+	if entry {
 		switch t.Elem().Kind() {
 		case reflect.String:
 			return str()
@@ -623,29 +623,30 @@ func listNode(v string) *yaml.Node {
 
 // lookupPath finds the field a dotted path names, and the keys of the
 // fragment Set decodes. A key under a mapping with free keys
-// (nemesis.failpoints.relay-0) names that mapping's field.
-func lookupPath(path string) ([]string, field, *Error) {
+// (nemesis.failpoints.relay-0) names that mapping's field, and entry is
+// true.
+func lookupPath(path string) (keys []string, f field, entry bool, err *Error) {
 	parts := strings.Split(path, ".")
 	t := reflect.TypeFor[Scenario]()
 	for i, part := range parts {
 		fs := fieldsOf(t)
 		j := slices.IndexFunc(fs, func(f field) bool { return f.key == part })
 		if j < 0 {
-			return nil, field{}, &Error{File: "--set", Field: path, Msg: unknownPathMsg(path, fs)}
+			return nil, field{}, false, &Error{File: "--set", Field: path, Msg: unknownPathMsg(path, fs)}
 		}
-		f := fs[j]
-		f.path = parts[:i+1]
+		f = fs[j]
+		isMap := f.typ.Kind() == reflect.Map
 		switch {
 		case i == len(parts)-1:
-			return parts, f, nil
-		case f.typ.Kind() == reflect.Map && i == len(parts)-2:
-			return parts, f, nil
+			return parts, f, false, nil
+		case isMap && i == len(parts)-2:
+			return parts, f, true, nil
 		}
-		if t = sectionOf(f.typ); t == nil || f.typ.Kind() == reflect.Map {
-			return nil, field{}, &Error{File: "--set", Field: path, Msg: unknownPathMsg(path, nil)}
+		if t = sectionOf(f.typ); t == nil || isMap {
+			return nil, field{}, false, &Error{File: "--set", Field: path, Msg: unknownPathMsg(path, nil)}
 		}
 	}
-	panic("unreachable")
+	panic("unreachable") // strings.Split returns at least one part
 }
 
 // Paths lists every path Set accepts ("nemesis.failpoints.<worker>" stands

@@ -48,8 +48,6 @@ type field struct {
 	keyName   string
 	keyCheck  string
 	want      string // what the decoder says it wants, if not the enum's name
-	// path is the keys leading to the field, for Set.
-	path []string
 }
 
 // bound is one range limit: the value must be op limit.
