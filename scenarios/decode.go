@@ -240,9 +240,10 @@ func (d *decoder) line(path string) int {
 
 // fields decodes mapping n into the struct v, one key per tagged field,
 // and returns how many fields it set (without a mistake; a mapping when
-// it has an entry or --set replaced it). Keys are checked in document order (unknown,
-// repeated), then decoded in field order, so a preset applies before the
-// fields overriding it whatever order the file has them in.
+// it has an entry or --set replaced it). Keys are checked in document
+// order (unknown, repeated), then decoded in field order, so a preset
+// applies before the fields overriding it whatever order the file has
+// them in.
 func (d *decoder) fields(v reflect.Value, n *yaml.Node, path string) int {
 	n = d.resolve(n, path)
 	if n == nil || isNull(n) {
