@@ -18,6 +18,7 @@ require (
 	github.com/testcontainers/testcontainers-go/modules/rabbitmq v0.40.0 // containers runtime: RabbitMQ module
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0 // Kafka admin calls: topics, offsets, group lag for the drain
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c // tests only: in-process fake Kafka broker for the adapters' fault tests under -short (lost produce answers, rebalances mid-commit, fetch errors); untagged module, so a pseudo-version
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	go.yaml.in/yaml/v3 v3.0.6 // scenario files, with node positions for file:line:field errors; the YAML org's maintained continuation of the archived gopkg.in/yaml.v3 (same Node API)
 	golang.org/x/sync v0.25.0 // errgroup: servers start concurrently
