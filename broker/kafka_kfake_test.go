@@ -273,6 +273,35 @@ func (l *kfakeLedger) acked(d *Delivery, err error) {
 	l.acks[pos] = append(l.acks[pos], err)
 }
 
+// report fails tb with every problem noted.
+func (l *kfakeLedger) report(tb testing.TB) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range l.problems {
+		tb.Error(p)
+	}
+}
+
+// waitFor is the package's waitFor, which a problem ends at once: the
+// test fails (report says why) instead of waiting for what may never come.
+func (l *kfakeLedger) waitFor(tb testing.TB, d time.Duration, cond func() error) {
+	tb.Helper()
+	failed := func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.problems) > 0
+	}
+	waitFor(tb, context.Background(), d, func() error {
+		if failed() {
+			return nil
+		}
+		return cond()
+	})
+	if failed() {
+		tb.FailNow()
+	}
+}
+
 func (l *kfakeLedger) handledBy(member string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -366,6 +395,7 @@ func TestKfakeRebalanceDuringCommit(t *testing.T) {
 
 			const group = "g"
 			ledger := newKfakeLedger()
+			defer ledger.report(t) // also when the test stops early
 			s1 := kfakeSubscriber(t, cfg, group)
 			joinNow, joined := make(chan struct{}), make(chan struct{})
 			var (
@@ -430,7 +460,7 @@ func TestKfakeRebalanceDuringCommit(t *testing.T) {
 			// A refused commit is not retried: the next ack of its
 			// partition covers it. So once the rebalance is over, more
 			// records, whose acks cover the refused ones.
-			waitFor(t, context.Background(), 10*time.Second, func() error {
+			ledger.waitFor(t, 10*time.Second, func() error {
 				if ledger.handledBy("two") == 0 {
 					return errors.New("member two has handled nothing")
 				}
@@ -438,7 +468,7 @@ func TestKfakeRebalanceDuringCommit(t *testing.T) {
 			})
 			kafkaPublishAll(t, p, evs[before:])
 
-			waitFor(t, context.Background(), 10*time.Second, func() error {
+			ledger.waitFor(t, 10*time.Second, func() error {
 				ledger.mu.Lock()
 				var handled int64
 				for part := range cfg.Partitions {
@@ -471,9 +501,6 @@ func TestKfakeRebalanceDuringCommit(t *testing.T) {
 
 			ledger.mu.Lock()
 			defer ledger.mu.Unlock()
-			for _, p := range ledger.problems {
-				t.Error(p)
-			}
 			mu.Lock()
 			defer mu.Unlock()
 			if len(refused) == 0 {
