@@ -26,20 +26,19 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// kfakeCluster starts a one-broker fake cluster holding cfg's events topic
+// kfakeCluster starts a one-broker fake cluster holding an events topic
 // and its dead-letter topic, with partitions partitions each, and returns
 // it with the config to reach it. The cluster closes when the test ends.
-func kfakeCluster(tb testing.TB, partitions int32, opts ...kfake.Opt) (*kfake.Cluster, KafkaConfig) {
+func kfakeCluster(tb testing.TB, partitions int32) (*kfake.Cluster, KafkaConfig) {
 	tb.Helper()
 	cfg := KafkaConfig{Topic: "events", Partitions: partitions, Logger: slog.New(slog.NewTextHandler(tb.Output(), nil))}
-	opts = append([]kfake.Opt{
+	c, err := kfake.NewCluster(
 		kfake.NumBrokers(1),
 		kfake.SeedTopics(partitions, cfg.Topic, cfg.DLQTopic()),
 		// So a subscriber may use a session short enough for the
 		// group to notice a rebalance within milliseconds.
-		kfake.GroupMinSessionTimeout(100 * time.Millisecond),
-	}, opts...)
-	c, err := kfake.NewCluster(opts...)
+		kfake.GroupMinSessionTimeout(100*time.Millisecond),
+	)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -48,11 +47,11 @@ func kfakeCluster(tb testing.TB, partitions int32, opts ...kfake.Opt) (*kfake.Cl
 	return c, cfg
 }
 
-// kfakeSubscriber joins group on cfg's topic with a session of 1s, so a
-// rebalance is noticed within a heartbeat of ~330ms.
+// kfakeSubscriber joins group on cfg's topic with a session of 500ms, so
+// a rebalance is noticed within a heartbeat of ~170ms.
 func kfakeSubscriber(tb testing.TB, cfg KafkaConfig, group string) *KafkaSubscriber {
 	tb.Helper()
-	s, err := NewKafkaSubscriber(cfg, group, KafkaSubscriberOptions{SessionTimeout: time.Second})
+	s, err := NewKafkaSubscriber(cfg, group, KafkaSubscriberOptions{SessionTimeout: 500 * time.Millisecond})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -109,7 +108,7 @@ func kfakeHoldProduce(c *kfake.Cluster, written bool, giveUp <-chan struct{}) (h
 		close(ch)
 		c.SleepControl(func() { <-giveUp })
 		if written {
-			c.DropControl()        // unhandled controls stay
+			c.DropControl()        // else it stays: only a control that handles its request is dropped by itself
 			return nil, nil, false // the cluster writes it; its answer goes to a dead connection
 		}
 		return nil, errors.New("kfake: produce dropped"), true // closes the connection
@@ -186,6 +185,8 @@ func TestKfakeProduceAnswerLost(t *testing.T) {
 			p := kafkaPublisher(t, cfg, KafkaPublisherOptions{})
 			kafkaPublishAll(t, p, kafkaEvents("warm", 1, 1))
 			giveUp := make(chan struct{})
+			heal := sync.OnceFunc(func() { close(giveUp) })
+			t.Cleanup(heal) // also when the test stops early
 			held := c.lose(cluster, cfg, giveUp)
 
 			ev := kafkaEvents("lost-answer", 1, 1)[0]
@@ -204,7 +205,7 @@ func TestKfakeProduceAnswerLost(t *testing.T) {
 			if err := <-published; !errors.Is(err, ErrUnconfirmed) {
 				t.Fatalf("publish whose answer was lost: %v, want ErrUnconfirmed", err)
 			}
-			close(giveUp)
+			heal()
 			want := 0
 			if c.written {
 				want = 1
@@ -522,7 +523,7 @@ func TestKfakeRebalanceDuringCommit(t *testing.T) {
 			slices.SortFunc(again, func(a, b kfakePos) int {
 				return cmp.Or(cmp.Compare(a.partition, b.partition), cmp.Compare(a.offset, b.offset))
 			})
-			t.Logf("%d commits refused, the first of %v; handled by one %d, by two %d; handled more than once: %d %v",
+			t.Logf("%d commits refused, the first for record %v; handled by one %d, by two %d; handled more than once: %d %v",
 				len(refused), refused[0], ledger.by["one"], ledger.by["two"], len(again), again)
 		})
 	}

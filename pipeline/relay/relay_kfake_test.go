@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,6 +68,8 @@ func TestKfakeLostAnswerRepublishedMarkedOnce(t *testing.T) {
 	}
 
 	held, giveUp := make(chan struct{}), make(chan struct{})
+	heal := sync.OnceFunc(func() { close(giveUp) })
+	defer heal() // also when the test stops early
 	cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		close(held)
 		cluster.SleepControl(func() { <-giveUp })
@@ -85,7 +88,7 @@ func TestKfakeLostAnswerRepublishedMarkedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	close(giveUp)
+	heal()
 	select {
 	case <-held:
 	default:
