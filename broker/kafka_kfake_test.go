@@ -142,8 +142,8 @@ func kfakePublishUntilConfirmed(tb testing.TB, p Publisher, ev Event) int {
 // outcome unknown (ErrUnconfirmed), neither confirmed nor refused, whether
 // or not the broker wrote it: the client cannot tell the two apart. The
 // relay's republish is confirmed, and where the first write had landed
-// the topic holds the event twice: the relay's duplicate, which the inbox
-// absorbs.
+// the topic holds the event twice (or more, if an unconfirmed republish
+// landed too): the relay's duplicate, which the inbox absorbs.
 //
 // Flow: publish a warm-up event, so the producer is set up. The cluster
 // holds the next produce request until the relay gives up (its ctx ends),
@@ -217,11 +217,15 @@ func TestKfakeProduceAnswerLost(t *testing.T) {
 				return nil
 			})
 
+			// The confirmed republish was written; one that came back
+			// ErrUnconfirmed before it (its batch failed with the lost
+			// one's) may have been.
 			n := kfakePublishUntilConfirmed(t, p, ev)
-			if got := kfakeCopies(t, cfg)[ev.ID]; got != want+1 {
-				t.Fatalf("after %d republishes the topic holds %d copies of %s, want %d", n, got, ev.ID, want+1)
+			got := kfakeCopies(t, cfg)[ev.ID]
+			if got < want+1 || got > want+n {
+				t.Fatalf("after %d republishes, the last confirmed, the topic holds %d copies of %s, want %d to %d", n, got, ev.ID, want+1, want+n)
 			}
-			t.Logf("confirmed on republish %d", n)
+			t.Logf("confirmed on republish %d; %d copies", n, got)
 		})
 	}
 }
