@@ -505,11 +505,9 @@ func (d *decoder) text(t reflect.Type, n *yaml.Node, path, v string, f field) (r
 			d.fail(n, path, "want an integer, got %q", v)
 			return x, false
 		}
-		for _, b := range f.bounds {
-			if !b.holds(float64(i)) {
-				d.fail(n, path, "must be %s %d, got %d", b.op, int64(b.limit), i)
-				return x, false
-			}
+		if msg := f.outOfRange(float64(i), strconv.FormatInt(i, 10)); msg != "" {
+			d.fail(n, path, "%s", msg)
+			return x, false
 		}
 		x.SetInt(i)
 	case reflect.Uint64:
@@ -525,11 +523,9 @@ func (d *decoder) text(t reflect.Type, n *yaml.Node, path, v string, f field) (r
 			d.fail(n, path, "want a number, got %q", v)
 			return x, false
 		}
-		for _, b := range f.bounds {
-			if !b.holds(fl) {
-				d.fail(n, path, "must be %s %g, got %s", b.op, b.limit, v)
-				return x, false
-			}
+		if msg := f.outOfRange(fl, v); msg != "" {
+			d.fail(n, path, "%s", msg)
+			return x, false
 		}
 		x.SetFloat(fl)
 	case reflect.String:

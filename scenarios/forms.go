@@ -32,11 +32,9 @@ func (t *duration) decodeNode(d *decoder, n *yaml.Node, path string, f field) {
 		d.fail(n, path, "want a duration such as 10s or 1m30s, got %q", v)
 		return
 	}
-	for _, b := range f.bounds {
-		if !b.holds(float64(x)) {
-			d.fail(n, path, "must be %s %g, got %s", b.op, b.limit, v)
-			return
-		}
+	if msg := f.outOfRange(float64(x), v); msg != "" {
+		d.fail(n, path, "%s", msg)
+		return
 	}
 	*t = duration(x)
 }

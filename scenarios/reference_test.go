@@ -171,21 +171,12 @@ func (g *generator) sections() []*section {
 // sectionValue is v as its section: the form of another package's type,
 // and for an absent optional section what "key:" alone gives.
 func sectionValue(v reflect.Value) reflect.Value {
-	if form := formOf(v.Type()); form != v.Type() {
-		v = v.Convert(form)
+	if v.Kind() == reflect.Pointer && v.IsNil() {
+		v = reflect.New(v.Type().Elem())
+		newDecoder("").value(v.Elem(), &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"}, "", field{})
 	}
-	if v.Kind() == reflect.Pointer {
-		p := v
-		if v.IsNil() {
-			p = reflect.New(v.Type().Elem())
-			newDecoder("").value(p.Elem(), &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"}, "", field{})
-		}
-		v = p.Elem()
-	}
-	if _, ok := v.Interface().(interface{ section() reflect.Type }); ok {
-		v = reflect.ValueOf(v.Interface().(nodeEncoder).encodeNode())
-	}
-	return v
+	sec, _ := asSection(v)
+	return sec
 }
 
 // markdown is the field reference: one table per section.
@@ -240,7 +231,7 @@ func (g *generator) meaning(t reflect.Type, f field) string {
 	if len(f.bounds) > 0 {
 		var bs []string
 		for _, b := range f.bounds {
-			bs = append(bs, fmt.Sprintf("%s %g", b.op, b.limit))
+			bs = append(bs, b.String())
 		}
 		text += " Must be " + strings.Join(bs, " and ") + "."
 	}

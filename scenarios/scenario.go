@@ -20,7 +20,8 @@
 // The [Scenario] type is the file format's only definition. Each field's
 // yaml tag is its key (in decode order), its enum, check and range tags
 // say what values it takes, and its doc comment is its reference text:
-// the decoder, --set ([Scenario.Set]), [Scenario.Marshal], the field
+// the decoder, --set ([Scenario.Set]), the ranges [Scenario.Validate]
+// checks of a scenario changed in Go, [Scenario.Marshal], the field
 // reference in docs/scenarios.md and the JSON Schema
 // docs/scenario.schema.json all come from it. The last two are generated
 // (go generate ./scenarios); a test fails when they are stale. Field doc
@@ -245,7 +246,7 @@ type Broker struct {
 	// window lets a process's consumer_workers each take a batch; it also
 	// decides how deliveries spread over competing consumers (a paused one
 	// holds a full window).
-	Prefetch int `yaml:"prefetch,omitempty" range:">=1"`
+	Prefetch int `yaml:"prefetch,omitempty" range:">=1,zero=default"`
 }
 
 // Variants picks the implementation of each component; the defaults are

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -431,6 +432,77 @@ func TestValidateAfterHandEdits(t *testing.T) {
 	want := `builtin/kafka-kill-broker.yaml: nemesis.timeline[0]: "at 4s: kill broker for 3s" starts at or after the workload ends (2s); faults only run while it does`
 	if err == nil || err.Error() != want {
 		t.Fatalf("got %v\nwant %s", err, want)
+	}
+}
+
+// Validate checks the numbers of a scenario changed in Go against the
+// range tags the decoder checks a file's against; a zero=default field
+// (prefetch) may be 0 in Go, though not in a file.
+func TestValidateRangesAfterHandEdits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Scenario)
+		want string
+	}{
+		{"prefetch 0 keeps the default", func(s *Scenario) { s.Broker.Prefetch = 0 }, ""},
+		{"prefetch", func(s *Scenario) { s.Broker.Prefetch = -1 }, "broker.prefetch: must be ≥ 1, got -1"},
+		{"keys", func(s *Scenario) { s.Workload.Keys = 0 }, "workload.keys: must be ≥ 1, got 0"},
+		{"duration", func(s *Scenario) { s.Workload.Duration = 0 }, "workload.duration: must be > 0, got 0s"},
+		{"ratio", func(s *Scenario) { s.Workload.PoisonRatio = 1 }, "workload.poison_ratio: must be < 1, got 1"},
+		{"not finite", func(s *Scenario) { s.Workload.Rate = math.Inf(1) }, "workload.rate: want a number, got +Inf"},
+		{"optional section", func(s *Scenario) { s.Nemesis.Random.Interval = -time.Second }, "nemesis.random.interval: must be > 0, got -1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := Lookup("rabbitmq-random")
+			tc.edit(&s)
+			want := []string(nil)
+			if tc.want != "" {
+				want = []string{"builtin/rabbitmq-random.yaml: " + tc.want}
+			}
+			if got := errLines(s.Validate()); !slices.Equal(got, want) {
+				t.Fatalf("got %q\nwant %q", got, want)
+			}
+		})
+	}
+}
+
+// Every field with a range tag is checked by Validate too.
+func TestValidateChecksEveryRange(t *testing.T) {
+	checked := 0
+	for _, p := range Paths() {
+		_, f, entry, _ := lookupPath(p)
+		if entry || len(f.bounds) == 0 {
+			continue
+		}
+		s, _ := Lookup("kafka-random")
+		v := reflect.ValueOf(&s).Elem()
+		for _, key := range strings.Split(p, ".") {
+			if v.Kind() == reflect.Pointer {
+				v = v.Elem()
+			}
+			i := slices.IndexFunc(fieldsOf(v.Type()), func(f field) bool { return f.key == key })
+			v = v.FieldByIndex(fieldsOf(v.Type())[i].index)
+		}
+		b := f.bounds[0]
+		x := b.limit
+		if b.op != "<" {
+			x--
+		}
+		if x == 0 && f.zeroDefault {
+			x--
+		}
+		if v.Kind() == reflect.Float64 {
+			v.SetFloat(x)
+		} else {
+			v.SetInt(int64(x))
+		}
+		if err := s.Validate(); err == nil || !strings.Contains(err.Error(), ": "+p+": must be "+b.String()+", got ") {
+			t.Errorf("%s = %v: Validate says %v", p, v, err)
+		}
+		checked++
+	}
+	if checked < 15 {
+		t.Fatalf("only %d fields with a range", checked)
 	}
 }
 

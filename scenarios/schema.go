@@ -28,12 +28,15 @@ import (
 //	enum:"broker"        one of enumValues("broker"), each item for a list
 //	check:"name"         its text (each item's) passes checkText("name", …)
 //	range:">=0,<1"       numbers and durations: bounds, all of them hold
+//	range:">=1,zero=default"
+//	                     … and 0 set in Go passes too, standing for the
+//	                     default (a file must give a value in range)
 //	key:"worker"         a mapping with free keys: what a key stands for
 //	keycheck:"env"       … and the check each key passes
 //	want:"a preset name" what an error says it wanted, if not the enum
 //
-// The decoder, Set, Paths, Marshal, the generated reference and the JSON
-// Schema all read them; nothing else says what a field accepts.
+// The decoder, Set, Paths, Validate, Marshal, the generated reference and
+// the JSON Schema all read them; nothing else says what a field accepts.
 
 // field is one key of the format: a tagged struct field.
 type field struct {
@@ -45,9 +48,12 @@ type field struct {
 	enum      string
 	check     string
 	bounds    []bound
-	keyName   string
-	keyCheck  string
-	want      string // what the decoder says it wants, if not the enum's name
+	// zeroDefault is range's zero=default: 0 set in Go keeps the default
+	// and passes Validate, though a file may not write it.
+	zeroDefault bool
+	keyName     string
+	keyCheck    string
+	want        string // what the decoder says it wants, if not the enum's name
 }
 
 // bound is one range limit: the value must be op limit.
@@ -55,6 +61,8 @@ type bound struct {
 	op    string // "≥", ">" or "<"
 	limit float64
 }
+
+func (b bound) String() string { return b.op + " " + strconv.FormatFloat(b.limit, 'g', -1, 64) }
 
 func (b bound) holds(x float64) bool {
 	switch b.op {
@@ -64,6 +72,17 @@ func (b bound) holds(x float64) bool {
 		return x > b.limit
 	}
 	return x < b.limit
+}
+
+// outOfRange is what the decoder and Validate say when x, written got,
+// breaks one of f's bounds, or "" when it holds them all.
+func (f field) outOfRange(x float64, got string) string {
+	for _, b := range f.bounds {
+		if !b.holds(x) {
+			return fmt.Sprintf("must be %s, got %s", b, got)
+		}
+	}
+	return ""
 }
 
 // fieldsOf lists the keys of struct type t in field order, which is the
@@ -87,6 +106,10 @@ func fieldsOf(t reflect.Type) []field {
 		}
 		if r := sf.Tag.Get("range"); r != "" {
 			for b := range strings.SplitSeq(r, ",") {
+				if b == "zero=default" {
+					f.zeroDefault = true
+					continue
+				}
 				op, num := b[:1], b[1:]
 				if strings.HasPrefix(b, ">=") {
 					op, num = "≥", b[2:]
@@ -153,6 +176,26 @@ func sectionOf(t reflect.Type) reflect.Type {
 		return form
 	}
 	return nil
+}
+
+// asSection is v, a value of a section's type (sectionOf), as a value of
+// the section's struct: converted to its form, dereferenced and, for a
+// form whose section is another struct, what Marshal writes of it. ok is
+// false for a nil pointer, a section left out.
+func asSection(v reflect.Value) (_ reflect.Value, ok bool) {
+	if form := formOf(v.Type()); form != v.Type() {
+		v = v.Convert(form)
+	}
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return v, false
+		}
+		v = v.Elem()
+	}
+	if _, ok := v.Interface().(interface{ section() reflect.Type }); ok {
+		v = reflect.ValueOf(v.Interface().(nodeEncoder).encodeNode())
+	}
+	return v, true
 }
 
 // hasShorthand reports whether t's form decodes itself: a section that

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,54 +43,12 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 		}
 	}
 
-	// Ranges, for scenarios built or changed in code.
+	// Ranges, for scenarios built or changed in code: what the decoder
+	// checks of a file, from the same tags.
+	checkRanges(reflect.ValueOf(s), "", func(path, msg string) { fail(path, "%s", msg) })
 	w := s.Workload
-	positive := []struct {
-		path string
-		v    int64
-		lo   int64
-	}{
-		{"broker.partitions", int64(s.Broker.Partitions), 1},
-		{"broker.max_attempts", s.Broker.MaxAttempts, 1},
-		{"broker.prefetch", int64(s.Broker.Prefetch), 0},
-		{"workload.producers", int64(w.Producers), 1},
-		{"workload.producer_processes", int64(w.ProducerProcesses), 0},
-		{"workload.keys", int64(w.Keys), 1},
-		{"workload.consumers", int64(w.Consumers), 1},
-		{"workload.consumer_workers", int64(w.ConsumerWorkers), 0},
-		{"workload.relays", int64(w.Relays), 0},
-		{"workload.relay_batch", int64(w.RelayBatch), 0},
-	}
-	for _, p := range positive {
-		if p.v < p.lo {
-			fail(p.path, "must be ≥ %d, got %d", p.lo, p.v)
-		}
-	}
 	if w.ProducerProcesses > w.Producers {
 		fail("workload.producer_processes", "must be ≤ workload.producers (%d), got %d", w.Producers, w.ProducerProcesses)
-	}
-	if w.Duration <= 0 {
-		fail("workload.duration", "must be > 0, got %s", w.Duration)
-	}
-	if !(w.Rate >= 0) || math.IsInf(w.Rate, 0) {
-		fail("workload.rate", "must be ≥ 0, got %g", w.Rate)
-	}
-	for path, r := range map[string]float64{"workload.poison_ratio": w.PoisonRatio, "workload.abort_ratio": w.AbortRatio} {
-		if !(r >= 0 && r < 1) {
-			fail(path, "must be in [0, 1), got %g", r)
-		}
-	}
-	if s.Drain.Timeout <= 0 {
-		fail("drain.timeout", "must be > 0, got %s", s.Drain.Timeout)
-	}
-	if s.Drain.Quiet <= 0 {
-		fail("drain.quiet", "must be > 0, got %s", s.Drain.Quiet)
-	}
-	if w.ConsumerWork < 0 {
-		fail("workload.consumer_work", "must be ≥ 0, got %s", w.ConsumerWork)
-	}
-	if s.Nemesis.RestartDelay < 0 {
-		fail("nemesis.restart_delay", "must be ≥ 0, got %s", s.Nemesis.RestartDelay)
 	}
 	if !slices.Contains(producer.Variants(), s.Variants.Producer) {
 		fail("variants.producer", "%s", unknownName("producer variant", string(s.Variants.Producer), strs(producer.Variants())))
@@ -242,9 +201,6 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 		if len(r.Families) == 0 {
 			fail("nemesis.random.families", "name at least one family (valid: %s)", strings.Join(families, ", "))
 		}
-		if r.Interval <= 0 {
-			fail("nemesis.random.interval", "must be > 0, got %s", r.Interval)
-		}
 		for _, t := range r.Targets {
 			if msg := s.checkTarget(t, workers, true, true); msg != "" {
 				fail("nemesis.random.targets", "%s", msg)
@@ -264,6 +220,56 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 		}
 	}
 	return errs
+}
+
+// checkRanges checks each number of v, a section's struct at path, and of
+// the sections in it, against its field's range tag, as the decoder checks
+// a file's numbers (a zero=default field may be 0 here), and calls fail for
+// each that breaks it.
+func checkRanges(v reflect.Value, path string, fail func(path, msg string)) {
+	for _, f := range fieldsOf(v.Type()) {
+		fv, p := v.FieldByIndex(f.index), join(path, f.key)
+		if msg := f.checkNumber(fv); msg != "" {
+			fail(p, msg)
+			continue
+		}
+		switch {
+		case f.typ.Kind() == reflect.Map && sectionOf(f.typ.Elem()) != nil:
+			keys := fv.MapKeys()
+			slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
+			for _, k := range keys {
+				if sec, ok := asSection(fv.MapIndex(k)); ok {
+					checkRanges(sec, join(p, k.String()), fail)
+				}
+			}
+		case sectionOf(f.typ) != nil:
+			if sec, ok := asSection(fv); ok {
+				checkRanges(sec, p, fail)
+			}
+		}
+	}
+}
+
+// checkNumber is what is wrong with v, field f's value set in Go, if f is
+// a number: out of its range, or not finite (which no file can write).
+func (f field) checkNumber(v reflect.Value) string {
+	if f.zeroDefault && v.IsZero() {
+		return ""
+	}
+	switch v.Kind() {
+	case reflect.Int, reflect.Int32, reflect.Int64:
+		if v.Type() == reflect.TypeFor[time.Duration]() {
+			return f.outOfRange(float64(v.Int()), time.Duration(v.Int()).String())
+		}
+		return f.outOfRange(float64(v.Int()), strconv.FormatInt(v.Int(), 10))
+	case reflect.Float64:
+		x := v.Float()
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return fmt.Sprintf("want a number, got %g", x)
+		}
+		return f.outOfRange(x, strconv.FormatFloat(x, 'g', -1, 64))
+	}
+	return ""
 }
 
 func fatalHint(k checker.Kind) string {
