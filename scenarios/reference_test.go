@@ -21,18 +21,18 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// The field reference in docs/scenarios.md and docs/scenario.schema.json
-// are generated from the Scenario type: its tags (through the same field
-// model the decoder walks), its defaults (Default) and its doc comments.
-// go generate ./scenarios runs TestGeneratedReference -update.
+// The field reference and the table of built-in scenarios in
+// docs/scenarios.md, and docs/scenario.schema.json, are generated: the
+// field reference and the schema from the Scenario type (its tags, through
+// the same field model the decoder walks, its defaults (Default) and its
+// doc comments), the table from the catalogue (Builtin). go generate
+// ./scenarios runs TestGeneratedReference -update.
 
-var update = flag.Bool("update", false, "rewrite the generated field reference (docs/scenarios.md) and docs/scenario.schema.json")
+var update = flag.Bool("update", false, "rewrite the generated parts of docs/scenarios.md and docs/scenario.schema.json")
 
 const (
 	docPath    = "../docs/scenarios.md"
 	schemaPath = "../docs/scenario.schema.json"
-	beginMark  = "<!-- BEGIN FIELDS -->\n<!-- generated from the Scenario type by go generate ./scenarios: edit the doc comments and tags in scenarios/, not this -->\n"
-	endMark    = "<!-- END FIELDS -->\n"
 )
 
 // TestGeneratedReference fails when the generated docs are stale, and
@@ -46,12 +46,16 @@ func TestGeneratedReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, rest, ok1 := strings.Cut(string(doc), "<!-- BEGIN FIELDS -->\n")
-	_, after, ok2 := strings.Cut(rest, endMark)
-	if !ok1 || !ok2 {
-		t.Fatalf("%s: no %q … %q markers", docPath, beginMark, endMark)
+	wantDoc := string(doc)
+	for _, part := range []struct{ name, from, edit, text string }{
+		{"FIELDS", "the Scenario type", "the doc comments and tags in scenarios/", g.markdown()},
+		{"BUILTIN", "the catalogue", "the files in scenarios/builtin/", catalogue()},
+	} {
+		note := fmt.Sprintf("<!-- generated from %s by go generate ./scenarios: edit %s, not this -->\n", part.from, part.edit)
+		if wantDoc, err = replacePart(wantDoc, part.name, note+part.text); err != nil {
+			t.Fatalf("%s: %v", docPath, err)
+		}
 	}
-	wantDoc := before + beginMark + g.markdown() + endMark + after
 	wantSchema, err := g.schema()
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +72,34 @@ func TestGeneratedReference(t *testing.T) {
 			t.Errorf("%s is stale: run go generate ./scenarios", path)
 		}
 	}
+}
+
+// replacePart replaces what stands between doc's markers of the part
+// name (<!-- BEGIN name --> and <!-- END name -->, each a line) with text.
+func replacePart(doc, name, text string) (string, error) {
+	begin, end := "<!-- BEGIN "+name+" -->\n", "<!-- END "+name+" -->\n"
+	before, rest, ok1 := strings.Cut(doc, begin)
+	_, after, ok2 := strings.Cut(rest, end)
+	if !ok1 || !ok2 {
+		return "", fmt.Errorf("no %q … %q markers", begin, end)
+	}
+	return before + begin + text + end + after, nil
+}
+
+// catalogue is the table of built-in scenarios: name, broker, the
+// expected verdict and what each shows, as deliverycheck list prints them.
+func catalogue() string {
+	var b strings.Builder
+	b.WriteString("\n| name | broker | expect | description |\n|---|---|---|---|\n")
+	for _, s := range Builtin() {
+		want := string(s.Expect.Verdict)
+		if s.Expect.Anomaly != "" {
+			want += " (" + string(s.Expect.Anomaly) + ")"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", s.Name, s.Broker.Kind, want, cell(s.Description))
+	}
+	b.WriteString("\n")
+	return b.String()
 }
 
 // generator renders the format's reference from the field model and the

@@ -24,7 +24,8 @@
 // checks of a scenario changed in Go, [Scenario.Marshal], the field
 // reference in docs/scenarios.md and the JSON Schema
 // docs/scenario.schema.json all come from it. The last two are generated
-// (go generate ./scenarios); a test fails when they are stale. Field doc
+// (go generate ./scenarios), as is the table of the catalogue in
+// docs/scenarios.md; a test fails when any is stale. Field doc
 // comments are written for the reader of a scenario file, as they become
 // the reference; "X is" at their start is dropped there.
 package scenarios
