@@ -92,11 +92,7 @@ func catalogue() string {
 	var b strings.Builder
 	b.WriteString("\n| name | broker | expect | description |\n|---|---|---|---|\n")
 	for _, s := range Builtin() {
-		want := string(s.Expect.Verdict)
-		if s.Expect.Anomaly != "" {
-			want += " (" + string(s.Expect.Anomaly) + ")"
-		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", s.Name, s.Broker.Kind, want, cell(s.Description))
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", s.Name, s.Broker.Kind, s.Expect.Label(), cell(s.Description))
 	}
 	b.WriteString("\n")
 	return b.String()

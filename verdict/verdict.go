@@ -38,6 +38,15 @@ func (e Expectation) String() string {
 	return string(e.Want()) + " with " + string(e.Anomaly)
 }
 
+// Label is the expectation as the catalogue lists it: "invalid (lost)",
+// "valid", or "" when the scenario states none.
+func (e Expectation) Label() string {
+	if e.Anomaly == "" {
+		return string(e.Verdict)
+	}
+	return string(e.Verdict) + " (" + string(e.Anomaly) + ")"
+}
+
 // Verdict is a run's verdict and everything it rests on.
 type Verdict struct {
 	// Validity is the run's verdict: the checker's, except that anything

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"text/tabwriter"
 
@@ -25,21 +26,9 @@ format for your own.`,
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tBROKER\tEXPECT\tDESCRIPTION")
 			for _, s := range scenarios.Builtin() {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Broker.Kind, expectation(s.Expect), s.Description)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Broker.Kind, cmp.Or(s.Expect.Label(), "-"), s.Description)
 			}
 			return tw.Flush()
 		},
 	}
-}
-
-// expectation renders a scenario's expected verdict: "valid", or
-// "invalid (lost)".
-func expectation(e scenarios.Expect) string {
-	switch {
-	case e.Verdict == "":
-		return "-"
-	case e.Anomaly != "":
-		return fmt.Sprintf("%s (%s)", e.Verdict, e.Anomaly)
-	}
-	return string(e.Verdict)
 }
