@@ -3,6 +3,7 @@ package checker
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -18,6 +19,9 @@ type Options struct {
 	MaxExamples int
 	// MaxOps caps Example.Ops, overriding the default 20.
 	MaxOps int
+	// Shards is how many workers share the events, overriding the
+	// default GOMAXPROCS. The result is the same for any number.
+	Shards int
 }
 
 func (o Options) withDefaults() Options {
@@ -29,6 +33,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxOps <= 0 {
 		o.MaxOps = 20
+	}
+	if o.Shards <= 0 {
+		o.Shards = runtime.GOMAXPROCS(0)
 	}
 	o.Guarantees = o.Guarantees.Normalize()
 	return o

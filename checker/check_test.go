@@ -401,7 +401,6 @@ func TestCheckFilesUnorderedFallsBack(t *testing.T) {
 }
 
 func TestRunLevelOpsNamingAnEventCountOnce(t *testing.T) {
-	defer func(n int) { shards = n }(shards)
 	b := new(builder)
 	for i := range 20 {
 		id := "e" + strconv.Itoa(i)
@@ -415,8 +414,7 @@ func TestRunLevelOpsNamingAnEventCountOnce(t *testing.T) {
 	}
 	b.drain().finalRead(rows...)
 	for _, n := range []int{1, 2, 3} {
-		shards = n
-		r := Check(b.h, Options{Guarantees: Guarantees{Subscriptions: []string{"inv"}}})
+		r := Check(b.h, Options{Guarantees: Guarantees{Subscriptions: []string{"inv"}}, Shards: n})
 		if r.Counts.Crashes != 20 || r.Counts.Restarts != 20 || r.Valid != Valid {
 			t.Errorf("%d shards: crashes %d, restarts %d, %s", n, r.Counts.Crashes, r.Counts.Restarts, r.Valid)
 		}

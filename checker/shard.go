@@ -3,7 +3,6 @@ package checker
 import (
 	"cmp"
 	"hash/maphash"
-	"runtime"
 	"sync"
 
 	"github.com/deliverycheck/deliverycheck/history"
@@ -85,13 +84,10 @@ func (s *subscription) at(e int32) *subEvent {
 	return &s.ev[e]
 }
 
-// shards is the number of shards, a variable so tests can vary it.
-var shards = runtime.GOMAXPROCS(0)
-
 func newAnalyzer(opts Options, eventsHint int) *analyzer {
 	opts = opts.withDefaults()
 	a := &analyzer{opts: opts, seed: maphash.MakeSeed()}
-	n := max(1, shards)
+	n := opts.Shards
 	for i := range n {
 		s := &shard{
 			id: i, n: n, seed: a.seed,
