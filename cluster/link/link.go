@@ -87,6 +87,11 @@ type Server struct {
 // NewServer returns a toxiproxy server with no links. It opens no port of
 // its own: links are driven through this package, not toxiproxy's HTTP API.
 func NewServer() *Server {
+	// Some toxics (bandwidth) log through zerolog's global logger, not
+	// the server's, at trace level: one line per interrupted write on
+	// stderr, thousands in a run. Only toxiproxy logs through zerolog in
+	// this program, so its global level is turned off.
+	zerolog.SetGlobalLevel(zerolog.Disabled)
 	m := toxiproxy.NewMetricsContainer(prometheus.NewRegistry())
 	return &Server{
 		srv:   toxiproxy.NewServer(m, zerolog.Nop()),

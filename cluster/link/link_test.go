@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	zlog "github.com/rs/zerolog/log"
+
 	"github.com/deliverycheck/deliverycheck/cluster/link"
 )
 
@@ -224,5 +226,15 @@ func TestRemoveToxicAndAcceptHealOneFault(t *testing.T) {
 	}
 	if _, err := roundTrip(dial(t, l), 5*time.Second); err != nil {
 		t.Fatalf("after Accept: %v", err)
+	}
+}
+
+// TestToxicsDoNotLogToStderr: the bandwidth toxic logs each interrupted
+// write through zerolog's global logger at trace level; a run's stderr
+// must not carry thousands of those lines.
+func TestToxicsDoNotLogToStderr(t *testing.T) {
+	link.NewServer()
+	if zlog.Trace().Enabled() || zlog.Error().Enabled() {
+		t.Fatal("zerolog's global logger is enabled: toxics would log on stderr")
 	}
 }
