@@ -201,20 +201,33 @@ func parseFault(w []string) (Fault, error) {
 		f.Term = args[0]
 		return f, nil
 	}
+	network := slices.Contains(Families()["network"], k)
 	for _, a := range args {
+		// An argument the kind has no use for is an error: kept, it
+		// would be dropped from the step's text and change the fault
+		// after a round trip through a scenario file.
 		switch {
 		case a == "upstream" || a == "downstream" || a == "both":
+			if !network {
+				return Fault{}, fmt.Errorf("%s takes no direction (%q): only network faults do", k, a)
+			}
 			f.Direction = a
 		case strings.HasPrefix(a, "±") || strings.HasPrefix(a, "+-"):
 			d, err := time.ParseDuration(strings.TrimPrefix(strings.TrimPrefix(a, "±"), "+-"))
 			if err != nil {
 				return Fault{}, fmt.Errorf("bad jitter %q", a)
 			}
+			if k != Latency {
+				return Fault{}, fmt.Errorf("%s takes no jitter (%q): only latency does", k, a)
+			}
 			f.Jitter = d
 		case strings.HasSuffix(a, "KB/s"):
 			n, err := strconv.ParseInt(strings.TrimSuffix(a, "KB/s"), 10, 64)
 			if err != nil {
 				return Fault{}, fmt.Errorf("bad rate %q", a)
+			}
+			if k != Bandwidth {
+				return Fault{}, fmt.Errorf("%s takes no rate (%q): only bandwidth does", k, a)
 			}
 			f.Rate = n
 		case strings.HasSuffix(a, "B") && k == LimitData:
@@ -228,10 +241,13 @@ func parseFault(w []string) (Fault, error) {
 			if err != nil {
 				return Fault{}, fmt.Errorf("unexpected %q", a)
 			}
-			if k == Latency {
+			switch k {
+			case Latency:
 				f.Latency = d
-			} else {
+			case SlowClose, ResetPeer:
 				f.Delay = d
+			default:
+				return Fault{}, fmt.Errorf("%s takes no duration (%q; for how long is \"for <duration>\")", k, a)
 			}
 		}
 	}
