@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -85,9 +86,24 @@ func (f field) outOfRange(x float64, got string) string {
 	return ""
 }
 
+// fieldCache holds fieldsOf's answer per struct type: the tags of a type
+// never change, and reading them is most of a parse's time otherwise
+// (encoding/json caches its fields the same way).
+var fieldCache sync.Map // reflect.Type -> []field
+
 // fieldsOf lists the keys of struct type t in field order, which is the
-// decode order and the order of "valid:" lists.
+// decode order and the order of "valid:" lists. The slice is shared:
+// callers read it and never change it.
 func fieldsOf(t reflect.Type) []field {
+	if fs, ok := fieldCache.Load(t); ok {
+		return fs.([]field)
+	}
+	fs, _ := fieldCache.LoadOrStore(t, readFields(t))
+	return fs.([]field)
+}
+
+// readFields reads the fields of struct type t from its tags.
+func readFields(t reflect.Type) []field {
 	var out []field
 	for i := range t.NumField() {
 		sf := t.Field(i)
