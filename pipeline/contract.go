@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deliverycheck/deliverycheck/failpoint"
@@ -163,7 +165,7 @@ func checkSystemSQL(ctx context.Context, db *pgxpool.Pool, sys System) error {
 	defer conn.Release()
 	for i, st := range sys.Transaction {
 		if _, err := conn.Conn().Prepare(ctx, "", st.SQL); err != nil {
-			return fmt.Errorf("pipeline: system transaction statement %d: %w", i+1, err)
+			return fmt.Errorf("pipeline: system transaction statement %d: %w", i+1, explainPrepare(st, err))
 		}
 	}
 	if err := checkColumns(ctx, conn.Conn(), "effects query", sys.EffectsQuery, effectColumns); err != nil {
@@ -176,6 +178,29 @@ func checkSystemSQL(ctx context.Context, db *pgxpool.Pool, sys System) error {
 		return err
 	}
 	return checkPending(ctx, conn.Conn(), sys.PendingQuery)
+}
+
+// untypedParam is PostgreSQL's message for a parameter whose type nothing
+// around it decides (SQLSTATE 42P18), e.g. one inside json_build_object.
+var untypedParam = regexp.MustCompile(`could not determine data type of parameter \$(\d+)`)
+
+// explainPrepare names the placeholder behind a parameter PostgreSQL
+// could not type, with the cast that fixes it; other errors pass through.
+func explainPrepare(st producer.Statement, err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42P18" {
+		return err
+	}
+	m := untypedParam.FindStringSubmatch(pe.Message)
+	if m == nil {
+		return err
+	}
+	n, _ := strconv.Atoi(m[1])
+	if n < 1 || n > len(st.Args) {
+		return err
+	}
+	name := st.Args[n-1]
+	return fmt.Errorf("PostgreSQL cannot tell the type of :%s here; cast it to the type it stands for, e.g. :%s::text (%w)", name, name, err)
 }
 
 // checkPending runs the pending query once: it must return one row with

@@ -76,6 +76,14 @@ func TestContractErrors(t *testing.T) {
 			want: []string{"system transaction statement 1", `"nowhere" does not exist`},
 		},
 		{
+			name: "transaction placeholder PostgreSQL cannot type",
+			sys: System{Transaction: []producer.Statement{
+				bind("SELECT 1"),
+				bind("SELECT json_build_object('id', :event_id, 'v', :version::int)"),
+			}},
+			want: []string{"system transaction statement 2", "cannot tell the type of :event_id", ":event_id::text", "42P18"},
+		},
+		{
 			name: "consumer command not found",
 			sys: System{Consumers: map[string]External{"inventory": {Command: []string{"./no-such-consumer"}, Dir: t.TempDir()}},
 				EffectsQuery: "SELECT 'e' AS event_id, 'c' AS consumer"},

@@ -173,7 +173,11 @@ writes what it has.`,
 func printOutcome(w io.Writer, s scenarios.Scenario, o *runner.Outcome) {
 	v := o.Verdict
 	if !v.Checked {
-		fmt.Fprintf(w, "%s: harness error: %v\n  run folder: %s\n", s.Name, o.HarnessErr, o.Dir)
+		what := "harness error"
+		if errors.Is(o.HarnessErr, pipeline.ErrContract) {
+			what = "bad input" // the scenario's system section, not the harness
+		}
+		fmt.Fprintf(w, "%s: %s: %v\n  run folder: %s\n", s.Name, what, o.HarnessErr, o.Dir)
 		return
 	}
 	r := o.Result
