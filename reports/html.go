@@ -104,6 +104,11 @@ type subRow struct {
 	Name                                      string
 	Delivered, Deliveries, Redelivered        int64
 	Applied, Effects, Acked                   int64
+	// DeliveriesSeen and AckedSeen are false when the subscription's
+	// effects exist but no deliver (or ack) op was recorded: a team's
+	// consumer that writes no lineage, or acks inside its library. The
+	// report then says "not observed" rather than 0.
+	DeliveriesSeen, AckedSeen bool
 	DeadLettered, Poison, StaleSkipped        int64
 	RedeliveryPct, DLQPct                     float64 // of delivered events
 	Lost, DuplicateEffect, Unexpected, Unseen int64
@@ -264,6 +269,8 @@ func newView(run Record, res *checker.Result) view {
 		row := subRow{Name: s.Name, Delivered: s.Delivered, Deliveries: s.Deliveries, Redelivered: s.Redelivered,
 			Applied: s.Applied, Effects: s.Effects, Acked: s.Acked, DeadLettered: s.DeadLettered, Poison: c.Poison,
 			StaleSkipped: s.StaleSkipped, Lost: s.Lost, DuplicateEffect: s.DuplicateEffect, Unexpected: s.Unexpected, Unseen: s.Unseen}
+		row.DeliveriesSeen = s.Deliveries > 0 || s.Applied == 0
+		row.AckedSeen = s.Acked > 0 || s.Applied == 0
 		if s.Delivered > 0 {
 			row.RedeliveryPct = 100 * float64(s.Redelivered) / float64(s.Delivered)
 			row.DLQPct = 100 * float64(s.DeadLettered) / float64(s.Delivered)

@@ -319,3 +319,44 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// A team's consumer that writes no lineage, or acks inside its library,
+// has effects but no deliver or ack ops: the page says those were not
+// observed instead of showing 0 acked; a subscription whose acks were
+// recorded still shows its count.
+func TestUnobservedAcksAreNotZero(t *testing.T) {
+	f := fixture{drain: history.OK, clean: true}
+	res := f.result()
+	if len(res.Subscriptions) < 2 {
+		t.Fatalf("fixture has %d subscriptions, want 2", len(res.Subscriptions))
+	}
+	team := &res.Subscriptions[0]
+	team.Applied, team.Effects, team.Acked, team.Deliveries, team.Delivered, team.Redelivered = 7, 7, 0, 0, 0, 0
+	ours := &res.Subscriptions[1]
+	ours.Applied, ours.Effects, ours.Acked, ours.Deliveries, ours.Delivered = 5, 5, 4321, 5, 5
+	var b bytes.Buffer
+	if err := HTML(&b, f.run(), res); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	_, table, ok := strings.Cut(page, "<h2>Deliveries, redeliveries and dead letters</h2>")
+	if !ok {
+		t.Fatal("no deliveries table in the page")
+	}
+	table, _, _ = strings.Cut(table, "</table>")
+	rows := regexp.MustCompile(`(?s)<tr>\s*<td>([^<]+)</td>(.*?)</tr>`).FindAllStringSubmatch(table, -1)
+	seen := map[string]string{}
+	for _, r := range rows {
+		if r[1] == team.Name || r[1] == ours.Name {
+			if _, dup := seen[r[1]]; !dup {
+				seen[r[1]] = r[2]
+			}
+		}
+	}
+	if row := seen[team.Name]; !strings.Contains(row, ">not observed<") || !strings.Contains(row, "deliveries not observed") {
+		t.Errorf("%s row does not say acks and deliveries were not observed: %q", team.Name, row)
+	}
+	if row := seen[ours.Name]; strings.Contains(row, "not observed") || !strings.Contains(row, "4,321") {
+		t.Errorf("%s row: want its ack count 4,321 and nothing unobserved: %q", ours.Name, row)
+	}
+}
