@@ -33,6 +33,8 @@
 // a random schedule adds value.reason "random" to both. A kill also
 // records a crash op per process it killed, and the start of a killed
 // server a restart op. The schedule itself is one ok fault op with
-// value.fault "schedule" and the seed and every step in value.detail.
+// value.fault "schedule" and, in value.detail, where its steps came from
+// ("fixed: " for a timeline, "seed=N: " for a random schedule) and every
+// step.
 // See docs/history.md.
 package nemesis

@@ -16,25 +16,50 @@ import (
 )
 
 // Schedule is a list of steps, each at a time since the schedule starts.
-// Steps may overlap. Seed is the seed a random schedule was made from (0
-// for a fixed one); the same seed and the same inputs to [Random] make the
-// same steps, which is what `--seed` replays.
+// Steps may overlap. Random says the schedule was drawn by [Random] from
+// Seed (a scenario's fixed timeline merged with a random schedule keeps
+// both: its timeline steps have no [Step.Reason], the drawn ones
+// [ReasonRandom]); the same seed and the same inputs to [Random] make the
+// same steps, which is what `--seed` replays. A fixed schedule has
+// Random false and no seed: 0 is a seed Random may be given.
 type Schedule struct {
-	Steps []Step `json:"steps" yaml:"steps"`
-	Seed  int64  `json:"seed,omitempty" yaml:"seed,omitempty"`
+	Steps  []Step `json:"steps" yaml:"steps"`
+	Seed   int64  `json:"seed,omitempty" yaml:"seed,omitempty"`
+	Random bool   `json:"random,omitempty" yaml:"random,omitempty"`
 }
 
 // Fixed is a schedule of the given steps, e.g. from a scenario's timeline.
 func Fixed(steps ...Step) Schedule { return Schedule{Steps: slices.Clone(steps)} }
 
-// String is how the schedule is recorded: "seed=N: at 1s: kill kafka for
-// 2s; at 5s: ...". Each step reads back with [ParseStep].
+// String is how the schedule is recorded, saying where its steps came
+// from: "fixed: at 1s: kill kafka for 2s; at 5s: ..." for a fixed one,
+// "seed=N: at 1s: ..." for a random one, and for a timeline merged with a
+// random schedule the timeline's steps then the drawn ones, "fixed: at 3s:
+// kill relay-0; seed=N: at 1s: ...". A part with no steps reads "no
+// steps" ("seed=N: no steps"). Each step reads back with [ParseStep].
 func (s Schedule) String() string {
-	steps := make([]string, len(s.Steps))
-	for i, st := range s.Steps {
-		steps[i] = st.String()
+	var fixed, drawn []string
+	for _, st := range s.Steps {
+		if s.Random && st.Reason == ReasonRandom {
+			drawn = append(drawn, st.String())
+		} else {
+			fixed = append(fixed, st.String())
+		}
 	}
-	return fmt.Sprintf("seed=%d: %s", s.Seed, strings.Join(steps, "; "))
+	steps := func(ss []string) string {
+		if len(ss) == 0 {
+			return "no steps"
+		}
+		return strings.Join(ss, "; ")
+	}
+	if !s.Random {
+		return "fixed: " + steps(fixed)
+	}
+	r := fmt.Sprintf("seed=%d: %s", s.Seed, steps(drawn))
+	if len(fixed) == 0 {
+		return r
+	}
+	return "fixed: " + steps(fixed) + "; " + r
 }
 
 // End is when the last step is healed, relative to the schedule's start.
@@ -230,7 +255,7 @@ func (t Targets) Only(names ...string) Targets {
 // math/rand/v2's PCG seeded with seed, and the inputs are sorted first.
 // Every step has Reason [ReasonRandom].
 func Random(seed int64, families []string, interval, duration time.Duration, targets Targets) (s Schedule) {
-	s = Schedule{Seed: seed}
+	s = Schedule{Seed: seed, Random: true}
 	defer func() {
 		for i := range s.Steps {
 			s.Steps[i].Reason = ReasonRandom

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -545,5 +546,53 @@ func TestRandomStepsRecordReason(t *testing.T) {
 	}
 	if randomOps != 2*len(random.Steps) {
 		t.Errorf("%d random fault ops, want an invoke and a completion for each of %d steps", randomOps, len(random.Steps))
+	}
+}
+
+// TestScheduleSaysWhereItsStepsCameFrom: a fixed timeline is recorded as
+// "fixed: ...", not "seed=0: ..." (issue 21: a --seed 1 run printed
+// "nemesis: seed=0:"); a random one with the seed it was drawn from, 0
+// included; a timeline merged with a random schedule with both. The
+// difference survives the JSON a Spec is written as.
+func TestScheduleSaysWhereItsStepsCameFrom(t *testing.T) {
+	kill := nemesis.Step{At: 3 * time.Second, Fault: nemesis.Fault{Kind: nemesis.Kill, Target: "relay-0"}}
+	targets := nemesis.Targets{Workers: []string{"relay-0"}}
+	random := nemesis.Random(0, []string{"process"}, time.Second, 4*time.Second, targets)
+	merged := nemesis.Fixed(append([]nemesis.Step{kill}, random.Steps...)...)
+	merged.Seed, merged.Random = 7, true
+	var drawn []string
+	for _, st := range random.Steps {
+		drawn = append(drawn, st.String())
+	}
+	if len(drawn) != 2 {
+		t.Fatalf("Random drew %d steps, want 2: %v", len(drawn), drawn)
+	}
+	for _, tc := range []struct {
+		name  string
+		sched nemesis.Schedule
+		want  string
+	}{
+		{"fixed", nemesis.Fixed(kill), "fixed: at 3s: kill relay-0"},
+		{"fixed, no steps", nemesis.Fixed(), "fixed: no steps"},
+		{"random, seed 0", random, "seed=0: " + strings.Join(drawn, "; ")},
+		{"random, nothing drawn", nemesis.Random(5, nil, time.Second, 4*time.Second, targets), "seed=5: no steps"},
+		{"timeline and random", merged, "fixed: at 3s: kill relay-0; seed=7: " + strings.Join(drawn, "; ")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.sched.String(); got != tc.want {
+				t.Errorf("String() = %q, want %q", got, tc.want)
+			}
+			b, err := json.Marshal(tc.sched)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var back nemesis.Schedule
+			if err := json.Unmarshal(b, &back); err != nil {
+				t.Fatal(err)
+			}
+			if got := back.String(); got != tc.want {
+				t.Errorf("after JSON %s: String() = %q, want %q", b, got, tc.want)
+			}
+		})
 	}
 }

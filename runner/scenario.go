@@ -38,7 +38,7 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 		targets = targets.Only(r.Targets...)
 		random := nemesis.Random(int64(s.RandomSeed()), r.Families, r.Interval, s.Workload.Duration, targets)
 		sched = nemesis.Fixed(append(steps, random.Steps...)...)
-		sched.Seed = random.Seed
+		sched.Seed, sched.Random = random.Seed, true
 	}
 	d := s.Workload.Duration
 	if d <= 0 {
