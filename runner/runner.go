@@ -32,9 +32,14 @@ type Spec struct {
 	Pipeline    pipeline.Config
 	// Schedule is the nemesis schedule, timed from the workload's start.
 	Schedule nemesis.Schedule
-	// Duration is how long producers run before the drain.
-	Duration   time.Duration
-	Guarantees checker.Guarantees
+	// Duration is how long producers run before the drain: WorkloadDuration, or
+	// longer when the schedule outlasts it (Run then says so at start).
+	Duration time.Duration
+	// WorkloadDuration is the workload's own duration, the scenario's or
+	// --duration's; 0 if not known, as for a Spec not made by
+	// [FromScenario].
+	WorkloadDuration time.Duration
+	Guarantees       checker.Guarantees
 	// Images overrides the containers runtime's image per server.
 	Images map[string]string
 	Seed   int64
@@ -94,6 +99,7 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	logLength(log, spec)
 	dir, err := runDir(opts.Out, spec.Name)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -40,30 +41,54 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 		sched = nemesis.Fixed(append(steps, random.Steps...)...)
 		sched.Seed, sched.Random = random.Seed, true
 	}
-	d := s.Workload.Duration
-	if d <= 0 {
-		d = scenarios.DefaultDuration
+	workload := s.Workload.Duration
+	if workload <= 0 {
+		workload = scenarios.DefaultDuration
 	}
-	if end := sched.End(); end >= d {
-		// Every fault is healed before the drain; let the workload run
-		// until the last one is over.
-		d = end + time.Second
-	}
+	d := runLength(workload, sched)
 	if s.Seed == 0 {
 		return Spec{}, fmt.Errorf("runner: scenario %s has no seed", s.Name)
 	}
 	return Spec{
-		External:    external(s, cfg),
-		Name:        s.Name,
-		Description: s.Description,
-		Pipeline:    cfg,
-		Images:      s.Images.Map(),
-		Schedule:    sched,
-		Duration:    d,
-		Guarantees:  s.CheckGuarantees(),
-		Seed:        int64(s.Seed),
-		Expect:      expectation(s),
+		External:         external(s, cfg),
+		Name:             s.Name,
+		Description:      s.Description,
+		Pipeline:         cfg,
+		Images:           s.Images.Map(),
+		Schedule:         sched,
+		Duration:         d,
+		WorkloadDuration: workload,
+		Guarantees:       s.CheckGuarantees(),
+		Seed:             int64(s.Seed),
+		Expect:           expectation(s),
 	}, nil
+}
+
+// runLength is how long the workload runs: its own duration, or, when the
+// schedule ends at or after it, until a second after the schedule's last
+// fault heals, so every fault is healed before the drain.
+func runLength(workload time.Duration, sched nemesis.Schedule) time.Duration {
+	if end := sched.End(); end >= workload {
+		return end + time.Second
+	}
+	return workload
+}
+
+// logLength says, at the start of a run, when the schedule made the
+// workload run longer than its own duration (the scenario's, or
+// --duration): nothing else would tell a `--duration 4s` run why it
+// lasted 16s.
+func logLength(log *slog.Logger, spec Spec) {
+	if spec.WorkloadDuration <= 0 || spec.Duration <= spec.WorkloadDuration {
+		return
+	}
+	end := spec.Schedule.End()
+	when := fmt.Sprintf("after the workload's %s", spec.WorkloadDuration)
+	if end == spec.WorkloadDuration {
+		when = "as the workload does"
+	}
+	log.Warn(fmt.Sprintf("the nemesis schedule ends at %s, %s: the workload runs %s, until every fault has healed", end, when, spec.Duration),
+		"schedule_end", end, "workload", spec.WorkloadDuration, "runs", spec.Duration)
 }
 
 // expectation is s's expectation; one that states nothing expects a

@@ -1,7 +1,9 @@
 package runner
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -46,5 +48,44 @@ func TestIssue21ScheduleSeed(t *testing.T) {
 	got := spec.Schedule.String()
 	if want := fmt.Sprintf("fixed: at 3s: kill relay-0; seed=%d: at 1s: ", s.RandomSeed()); !strings.HasPrefix(got, want) {
 		t.Errorf("timeline and random: schedule %q, want it to start %q", got, want)
+	}
+}
+
+// TestIssue21LongTimelineSaidAtStart: `--duration 4s` silently ran 15s
+// because the timeline was longer; the run now says so at its start.
+func TestIssue21LongTimelineSaidAtStart(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		timeline string
+		runs     time.Duration
+		want     string
+	}{
+		{"outlasts", "at 3s: pause relay-0 for 12s", 16 * time.Second,
+			"the nemesis schedule ends at 15s, after the workload's 4s: the workload runs 16s, until every fault has healed"},
+		{"ends with it", "at 3s: pause relay-0 for 1s", 5 * time.Second,
+			"the nemesis schedule ends at 4s, as the workload does: the workload runs 5s, until every fault has healed"},
+		{"fits", "at 1s: pause relay-0 for 1s", 4 * time.Second, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, err := FromScenario(scenarioWith(t, 4*time.Second, tc.timeline))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if spec.Duration != tc.runs || spec.WorkloadDuration != 4*time.Second {
+				t.Errorf("Duration %s, WorkloadDuration %s; want %s, 4s", spec.Duration, spec.WorkloadDuration, tc.runs)
+			}
+			var buf bytes.Buffer
+			logLength(slog.New(slog.NewTextHandler(&buf, nil)), spec)
+			got := buf.String()
+			if tc.want == "" {
+				if got != "" {
+					t.Errorf("logged %q, want nothing", got)
+				}
+				return
+			}
+			if !strings.Contains(got, "level=WARN") || !strings.Contains(got, fmt.Sprintf("msg=%q", tc.want)) {
+				t.Errorf("logged %q, want a warning %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -270,7 +270,9 @@ type Variants struct {
 // Workload is what the producers do and how many workers take part.
 type Workload struct {
 	// Duration is how long producers run, overriding the default 30s;
-	// faults run meanwhile, then everything heals and the run drains.
+	// faults run meanwhile, then everything heals and the run drains. A
+	// timeline that ends at or after it makes producers run until a
+	// second after its last fault heals, and the run says so at start.
 	// `run --duration` overrides.
 	Duration time.Duration `yaml:"duration" range:">0"`
 	// Producers is the number of producers, overriding the default 2; each
