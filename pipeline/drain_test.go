@@ -9,6 +9,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 )
 
 // A drain with a relay that cannot say it is idle ends by quiet; events
@@ -79,5 +80,40 @@ func TestDrainEndsByQuietOnlyOnFacts(t *testing.T) {
 				t.Logf("drain: %s %s", drain.Type, drain.Value.Detail)
 			}
 		})
+	}
+}
+
+// The status line's commits count a team's own transaction too: it writes
+// no row of the built-in outbox, and the line read 0 committed all run.
+func TestCountsCommitsOfATeamTransaction(t *testing.T) {
+	cl := servers.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := producer.Bind("INSERT INTO team_outbox (id, body) VALUES (:event_id, :payload)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Broker: "kafka", Producers: 1, Rate: 50, Subscriptions: []string{"inventory"},
+		Name: "n_" + strconv.FormatInt(time.Now().UnixNano(), 36), Quiet: time.Second, DrainTimeout: time.Minute,
+		System: System{Setup: "CREATE TABLE team_outbox (id text PRIMARY KEY, body text)",
+			Transaction: []producer.Statement{st}, Relay: &External{Command: []string{"sleep", "600"}}}}
+	r, err := Start(ctx, cl, t.TempDir(), cfg, workerCmd(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	waitUntil(t, 30*time.Second, func() error {
+		c, err := r.Counts(ctx)
+		if err == nil && c.Committed < 20 {
+			err = fmt.Errorf("status counts %d committed", c.Committed)
+		}
+		return err
+	})
+	var rows int64
+	if err := r.DB().QueryRow(ctx, "SELECT count(*) FROM team_outbox").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows == 0 {
+		t.Fatal("the team's transaction wrote nothing: the test proves nothing")
 	}
 }

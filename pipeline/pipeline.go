@@ -750,6 +750,10 @@ func (r *Deployment) teamQueries() []schema.Query {
 
 // Counts are live figures for a status line.
 type Counts struct {
+	// Committed counts the producers' committed transactions, read from
+	// the aggregates' versions (every transaction bumps one), so it is
+	// right whatever the transaction writes: the built-in outbox insert,
+	// a team's own statements, or no outbox row at all.
 	Committed, Unpublished, Effects, DeadLetters int64
 }
 
@@ -757,7 +761,7 @@ type Counts struct {
 func (r *Deployment) Counts(ctx context.Context) (Counts, error) {
 	var c Counts
 	err := r.db.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM outbox),
+		(SELECT coalesce(sum(version), 0) FROM orders),
 		(SELECT count(*) FROM outbox WHERE published_at IS NULL),
 		(SELECT count(*) FROM effects),
 		(SELECT count(*) FROM dead_letters)`).Scan(&c.Committed, &c.Unpublished, &c.Effects, &c.DeadLetters)
