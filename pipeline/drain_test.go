@@ -40,13 +40,7 @@ func TestDrainEndsByQuietOnlyOnFacts(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer r.Close()
-			waitUntil(t, 30*time.Second, func() error {
-				c, err := r.Counts(ctx)
-				if err == nil && c.Committed < 20 {
-					err = fmt.Errorf("only %d committed", c.Committed)
-				}
-				return err
-			})
+			waitCommitted(t, ctx, r, 20)
 			drained, err := r.Finish(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -102,13 +96,7 @@ func TestCountsCommitsOfATeamTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	waitUntil(t, 30*time.Second, func() error {
-		c, err := r.Counts(ctx)
-		if err == nil && c.Committed < 20 {
-			err = fmt.Errorf("status counts %d committed", c.Committed)
-		}
-		return err
-	})
+	waitCommitted(t, ctx, r, 20)
 	var rows int64
 	if err := r.DB().QueryRow(ctx, "SELECT count(*) FROM team_outbox").Scan(&rows); err != nil {
 		t.Fatal(err)
@@ -116,4 +104,17 @@ func TestCountsCommitsOfATeamTransaction(t *testing.T) {
 	if rows == 0 {
 		t.Fatal("the team's transaction wrote nothing: the test proves nothing")
 	}
+}
+
+// waitCommitted waits until the status line's count of committed
+// transactions reaches n.
+func waitCommitted(t *testing.T, ctx context.Context, r *Deployment, n int64) {
+	t.Helper()
+	waitUntil(t, 30*time.Second, func() error {
+		c, err := r.Counts(ctx)
+		if err == nil && c.Committed < n {
+			err = fmt.Errorf("status counts %d committed, want %d", c.Committed, n)
+		}
+		return err
+	})
 }
