@@ -9,6 +9,11 @@
 // are written gofail-style: "consumer.after-commit-before-ack=kill(once)",
 // "=kill(3)" (the next 3 hits), "=kill(0.2)" (each hit with probability
 // 0.2), "=kill(always)", or "=off".
+//
+// A team's own component, in Go, calls [Inject] instead: a client of the
+// endpoint the harness serves it ([EnvEndpoint]), where the harness keeps
+// its armed terms and does the killing. docs/contract.md gives the same
+// client in Java, Node.js and Python.
 package failpoint
 
 import (
@@ -203,8 +208,9 @@ func parse(s string, parseName func(string) (Name, error)) (Term, error) {
 	return t, nil
 }
 
-// ReadState reads a state file: the terms still armed in a process, one
-// per line, as [Term.String] writes them. A missing file is no terms.
+// ReadState reads a state file: the terms still armed in a built-in
+// worker, one per line, as [Term.String] writes them, which its next
+// incarnation reloads. A missing file is no terms.
 // Terms are read with [ParseAny], so a state file can hold any name.
 func ReadState(path string) ([]Term, error) {
 	b, err := os.ReadFile(path)
@@ -295,23 +301,30 @@ func (s *Set) Armed() []Term {
 // armed there fires, the crash function runs (and in a worker never
 // returns). Hit is cheap when nothing is armed.
 func (s *Set) Hit(n Name, ctx any) {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	t, ok := s.armed[n]
-	fire := false
-	if ok && (t.Prob >= 1 || s.rng.Float64() < t.Prob) {
-		fire = true
-		if t.Count > 0 {
-			t.Count--
-			if t.Count == 0 {
-				delete(s.armed, n)
-			}
-		}
-	}
-	s.mu.Unlock()
-	if fire {
+	if s.Take(n) {
 		s.crash(n, ctx)
 	}
+}
+
+// Take reports whether a hit of failpoint n fires now, and counts it
+// against its term, without calling the crash function: the harness's
+// endpoint decides for a process in another language, and does the
+// killing itself. A nil Set never fires.
+func (s *Set) Take(n Name) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.armed[n]
+	if !ok || !(t.Prob >= 1 || s.rng.Float64() < t.Prob) {
+		return false
+	}
+	if t.Count > 0 {
+		t.Count--
+		if t.Count == 0 {
+			delete(s.armed, n)
+		}
+	}
+	return true
 }

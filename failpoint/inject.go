@@ -1,22 +1,30 @@
 package failpoint
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
-
-	"github.com/deliverycheck/deliverycheck/history"
 )
 
-// EnvState names the state file of a process's armed failpoints, one term
-// per line. The harness sets it for an external component and rewrites the
-// file to arm it during a run; [Inject] reads it.
-const EnvState = "DELIVERYCHECK_FAILPOINTS"
-
-// recheck is how often Inject looks at the state file for new terms.
-const recheck = 20 * time.Millisecond
+// EnvEndpoint names the environment variable holding the harness's
+// endpoint for one external component: an http://127.0.0.1 URL, different
+// for each component, that the harness serves for the run. It is absent
+// outside a run. The protocol is plain HTTP so a component in any
+// language can speak it (docs/contract.md):
+//
+//	POST $DELIVERYCHECK_ENDPOINT/failpoint/<name>?event=<id>
+//	    204: not armed, go on. Armed: the harness records the crash and
+//	    kills the caller's process group; the call never returns.
+//	POST $DELIVERYCHECK_ENDPOINT/history
+//	    one history op per line, without index, time or process.
+const EnvEndpoint = "DELIVERYCHECK_ENDPOINT"
 
 // Inject marks a crash window in a team's own component, as etcd's gofail
 // does: call it exactly where a crash matters, e.g.
@@ -26,108 +34,81 @@ const recheck = 20 * time.Millisecond
 //	msg.Ack()
 //
 // It is a no-op (one atomic load) unless the process runs under
-// deliverycheck with EnvState set. When the harness has armed name, the
-// process records a crash op naming it in its history (history.EnvFile)
-// and kills itself with SIGKILL, so Inject does not return.
+// deliverycheck with EnvEndpoint set. Then it asks the harness whether
+// name is armed; when it is, the harness records a crash op naming it and
+// kills the process while the call is blocked, so Inject does not return.
 func Inject(name string) { InjectEvent(name, "") }
 
 // InjectEvent is [Inject] naming the event in flight, which the crash op
 // records, so the report can say which event the crash interrupted.
 func InjectEvent(name, event string) {
-	in := injectorOnce()
-	if in == nil {
-		return
+	if c := defaultClient(); c != nil {
+		c.Inject(context.Background(), name, event)
 	}
-	in.hit(Name(name), event)
 }
 
-// The process-wide injector: Inject is a package function so a team can
-// call it anywhere without plumbing, which is why this package keeps the
-// one piece of process state it needs.
-var (
-	injectInit sync.Once
-	injectPtr  atomic.Pointer[injector]
-)
-
-func injectorOnce() *injector {
-	injectInit.Do(func() {
-		if path := os.Getenv(EnvState); path != "" {
-			injectPtr.Store(newInjector(path))
-		}
-	})
-	return injectPtr.Load()
-}
-
-// injector reloads the state file when it changes, and persists what is
-// left of a term before the process dies on it, so kill(2) means two
-// crashes in all, not two per incarnation.
-type injector struct {
-	path string
-
-	mu      sync.Mutex
-	set     *Set
-	checked time.Time
-	mod     time.Time
-	size    int64
-	inode   uint64
-}
-
-func newInjector(path string) *injector {
-	in := &injector{path: path}
-	in.set = NewSet(uint64(time.Now().UnixNano()), in.crash)
-	in.reloadLocked(true)
-	return in
-}
-
-// reloadLocked re-reads the state file if it changed (or if force).
-func (in *injector) reloadLocked(force bool) {
-	now := time.Now()
-	if !force && now.Sub(in.checked) < recheck {
-		return
+// defaultClient is the process's client, from EnvEndpoint. Inject is a
+// package function so a team can call it anywhere without plumbing, which
+// is why this package keeps this one piece of process state.
+var defaultClient = sync.OnceValue(func() *Client {
+	if u := os.Getenv(EnvEndpoint); u != "" {
+		return NewClient(u)
 	}
-	in.checked = now
-	fi, err := os.Stat(in.path)
+	return nil
+})
+
+// Client speaks the endpoint protocol to one component's endpoint. The
+// package functions use the one EnvEndpoint names; a test, or a process
+// that hosts several components, can make its own.
+type Client struct {
+	base string
+	http *http.Client
+	warn sync.Once
+}
+
+// NewClient returns a client of the endpoint at base (the value of
+// EnvEndpoint). It keeps one connection alive, so a call costs a loopback
+// round trip, not a TCP handshake.
+func NewClient(base string) *Client {
+	tr := &http.Transport{
+		// The endpoint is always on loopback: never use a proxy.
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     time.Minute,
+	}
+	return &Client{base: base, http: &http.Client{Transport: tr}}
+}
+
+// Inject tells the harness the component is about to cross failpoint
+// name with event in flight ("" for none). It returns when the failpoint
+// is not armed; when it is, the process is killed before the call
+// returns. A harness that cannot be reached, or an answer other than
+// "not armed", is logged once and otherwise ignored: a component must
+// never fail because its test harness went away (outside a run it dies
+// with the harness anyway).
+func (c *Client) Inject(ctx context.Context, name, event string) {
+	u := c.base + "/failpoint/" + url.PathEscape(name)
+	if event != "" {
+		u += "?event=" + url.QueryEscape(event)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
 	if err != nil {
+		c.warnOnce("failpoint: bad endpoint", err)
 		return
 	}
-	var ino uint64
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		ino = st.Ino
-	}
-	if !force && fi.ModTime().Equal(in.mod) && fi.Size() == in.size && ino == in.inode {
-		return
-	}
-	terms, err := ReadState(in.path)
+	resp, err := c.http.Do(req)
 	if err != nil {
+		c.warnOnce("failpoint: endpoint unreachable", err)
 		return
 	}
-	in.mod, in.size, in.inode = fi.ModTime(), fi.Size(), ino
-	for _, t := range in.set.Armed() {
-		in.set.Arm(Term{Name: t.Name})
-	}
-	for _, t := range terms {
-		in.set.Arm(t)
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		c.warnOnce("failpoint: endpoint refused the call", fmt.Errorf("%s: %s", resp.Status, body))
 	}
 }
 
-func (in *injector) hit(n Name, event string) {
-	in.mu.Lock()
-	in.reloadLocked(false)
-	in.mu.Unlock()
-	in.set.Hit(n, event)
-}
-
-// crash runs when an armed term fires: save what is left, record, die.
-func (in *injector) crash(n Name, ctx any) {
-	_ = WriteState(in.path, in.set.Armed())
-	ReportHit(n)
-	if rec, err := history.OpenFromEnv(); err == nil && rec != nil {
-		event, _ := ctx.(string)
-		_, _ = rec.Record(history.Info, history.Crash, history.Value{
-			Event: event, Target: os.Getenv(history.EnvProcess), Detail: "failpoint " + string(n),
-		})
-		_ = rec.Close()
-	}
-	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {} // the signal is on its way; nothing after a failpoint may run
+func (c *Client) warnOnce(msg string, err error) {
+	c.warn.Do(func() { slog.Warn(msg, "endpoint", c.base, "err", err) })
 }

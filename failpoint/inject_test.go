@@ -1,150 +1,89 @@
 package failpoint_test
 
 import (
-	"errors"
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/failpoint"
-	"github.com/deliverycheck/deliverycheck/history"
 )
 
-// The child half of the Inject tests: it runs in a process of its own,
-// since a firing failpoint kills the process it is in.
-func init() {
-	switch os.Getenv("FAILPOINT_TEST_CHILD") {
-	case "once":
-		failpoint.InjectEvent("after-commit-before-ack", "ev-1")
-		os.Exit(0)
-	case "loop": // arming at runtime: hit until armed, at most 10s
-		failpoint.Inject("after-commit-before-ack")
-		if err := os.WriteFile(os.Getenv("FAILPOINT_TEST_READY"), nil, 0o644); err != nil {
-			os.Exit(3)
-		}
-		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-			failpoint.Inject("after-commit-before-ack")
-		}
-		os.Exit(0)
-	}
-}
+// The end-to-end tests of Inject, against the harness's real endpoint
+// and beside the Java, Node.js and Python clients, are in
+// process/supervisor (endpoint_test.go): the server lives there.
 
-type child struct {
-	t                      *testing.T
-	state, hist, mode, dir string
-}
-
-func (c child) start() *exec.Cmd {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "FAILPOINT_TEST_CHILD="+c.mode,
-		failpoint.EnvState+"="+c.state, history.EnvFile+"="+c.hist,
-		history.EnvProcess+"=consumer-inventory-0", "FAILPOINT_TEST_READY="+filepath.Join(c.dir, "ready"), history.EnvBase+"="+strconv.FormatInt(time.Now().UnixNano(), 10))
-	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	return cmd
-}
-
-// killed waits for cmd and reports whether SIGKILL ended it.
-func killed(t *testing.T, cmd *exec.Cmd) bool {
-	err := cmd.Wait()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		ws := ee.Sys().(syscall.WaitStatus)
-		return ws.Signaled() && ws.Signal() == syscall.SIGKILL
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return false
-}
-
-func crashes(t *testing.T, path string) []history.Op {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h, _, err := history.Read(f, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []history.Op
-	for _, op := range h {
-		if op.F == history.Crash {
-			out = append(out, op)
-		}
-	}
-	return out
-}
-
-// kill(2) kills two incarnations, not two per incarnation, and each
-// crash is in the history naming the failpoint and the event.
-func TestInjectCountsSurviveRestarts(t *testing.T) {
-	dir := t.TempDir()
-	c := child{t: t, state: filepath.Join(dir, "fp"), hist: filepath.Join(dir, "h.jsonl"), mode: "once", dir: dir}
-	if err := failpoint.WriteState(c.state, []failpoint.Term{{Name: "after-commit-before-ack", Count: 2, Prob: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	for i, want := range []bool{true, true, false} {
-		if got := killed(t, c.start()); got != want {
-			t.Fatalf("run %d: killed = %v, want %v", i+1, got, want)
-		}
-	}
-	ops := crashes(t, c.hist)
-	if len(ops) != 2 {
-		t.Fatalf("%d crash ops, want 2: %+v", len(ops), ops)
-	}
-	for _, op := range ops {
-		if op.Process != "consumer-inventory-0" || op.Value.Event != "ev-1" || op.Value.Detail != "failpoint after-commit-before-ack" || op.Type != history.Info {
-			t.Errorf("crash op = %+v", op)
-		}
-	}
-	if terms, err := failpoint.ReadState(c.state); err != nil || len(terms) != 0 {
-		t.Errorf("state after both crashes = %v, %v; want empty", terms, err)
-	}
-}
-
-// The harness arms a running process by rewriting its state file.
-func TestInjectArmedAtRuntime(t *testing.T) {
-	dir := t.TempDir()
-	c := child{t: t, state: filepath.Join(dir, "fp"), hist: filepath.Join(dir, "h.jsonl"), mode: "loop", dir: dir}
-	if err := failpoint.WriteState(c.state, nil); err != nil {
-		t.Fatal(err)
-	}
-	cmd := c.start()
-	// Arm only once it has passed the failpoint unarmed.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			t.Fatal("child never reached the failpoint")
-		}
-	}
-	if err := failpoint.WriteState(c.state, []failpoint.Term{{Name: "after-commit-before-ack", Count: 1, Prob: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if !killed(t, cmd) {
-		t.Fatal("the process ran its 10s without the armed failpoint firing")
-	}
-	if n := len(crashes(t, c.hist)); n != 1 {
-		t.Errorf("%d crash ops, want 1", n)
-	}
-}
-
-// Outside a run (no state file named) Inject does nothing.
+// Outside a run (no endpoint in the environment) Inject does nothing.
 func TestInjectOutsideARun(t *testing.T) {
-	t.Setenv(failpoint.EnvState, "")
+	if os.Getenv(failpoint.EnvEndpoint) != "" {
+		t.Skip("running under deliverycheck")
+	}
 	failpoint.Inject("after-commit-before-ack") // must return
+}
+
+// The client asks with the documented request and returns on each answer
+// a component must survive, but only once the harness has answered: the
+// call blocks while the harness decides.
+func TestClient(t *testing.T) {
+	release := make(chan struct{})
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Method + " " + r.URL.RequestURI())
+		switch r.URL.Query().Get("event") {
+		case "held":
+			<-release
+			w.WriteHeader(http.StatusNoContent)
+		case "refused":
+			http.Error(w, "no such worker", http.StatusNotFound)
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	defer srv.Close()
+	c := failpoint.NewClient(srv.URL + "/tok/consumer-inventory-0")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	c.Inject(ctx, "after-commit-before-ack", "ord 7/v3")
+	if want := "POST /tok/consumer-inventory-0/failpoint/after-commit-before-ack?event=ord+7%2Fv3"; got.Load() != want {
+		t.Errorf("request = %q, want %q", got.Load(), want)
+	}
+	c.Inject(ctx, "after-commit-before-ack", "refused") // logged, returns
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Inject(ctx, "after-commit-before-ack", "held")
+	}()
+	select {
+	case <-done:
+		t.Fatal("Inject returned before the harness answered")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("Inject did not return after the harness answered")
+	}
+}
+
+// A harness that is gone is not the component's problem.
+func TestClientUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	failpoint.NewClient("http://"+addr+"/tok/relay-0").Inject(ctx, "before-publish", "")
 }
 
 func TestStateRoundTrip(t *testing.T) {

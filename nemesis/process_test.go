@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -50,11 +49,9 @@ func workerEnv(t *testing.T, restartDelay time.Duration) (*nemesis.Env, *supervi
 		defer cancel()
 		sup.StopAll(ctx)
 	})
-	state := filepath.Join(dir, "relay-0.failpoints")
 	if err := sup.StartCommand(context.Background(), "relay-0", supervisor.Command{
-		Argv:           []string{os.Args[0], "-test.run=^$"},
-		Env:            []string{"NEMESIS_TEST_WORKER=late", failpoint.EnvState + "=" + state},
-		FailpointState: state,
+		Argv: []string{os.Args[0], "-test.run=^$"},
+		Env:  []string{"NEMESIS_TEST_WORKER=late"},
 	}); err != nil {
 		t.Fatal(err)
 	}

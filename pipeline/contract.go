@@ -74,7 +74,6 @@ func (r *Deployment) contractEnv(name, role, sub string) []string {
 		history.EnvProcess: name,
 		history.EnvFile:    filepath.Join(r.dir, HistoryDir, name+".jsonl"),
 		history.EnvBase:    strconv.FormatInt(r.base.UnixNano(), 10),
-		failpoint.EnvState: r.failpointState(name),
 		EnvPostgresDSN:     r.dsn,
 		EnvBroker:          b.Kind,
 		EnvSource:          producer.DefaultSource,
@@ -107,13 +106,8 @@ func (r *Deployment) contractEnv(name, role, sub string) []string {
 	return out
 }
 
-// failpointState is where worker name's armed failpoints are kept.
-func (r *Deployment) failpointState(name string) string {
-	return filepath.Join(r.dir, HistoryDir, name+".failpoints")
-}
-
 // startExternal starts a team's component as a supervised command, with
-// the failpoints the scenario arms for it in its state file.
+// the failpoints the scenario arms for it armed in its endpoint.
 func (r *Deployment) startExternal(ctx context.Context, name, role, sub string, ext External) error {
 	var terms []failpoint.Term
 	for _, s := range r.cfg.Failpoints[name] {
@@ -123,15 +117,11 @@ func (r *Deployment) startExternal(ctx context.Context, name, role, sub string, 
 		}
 		terms = append(terms, t)
 	}
-	state := r.failpointState(name)
-	if err := failpoint.WriteState(state, terms); err != nil {
-		return fmt.Errorf("pipeline: %s: %w", name, err)
-	}
 	env := r.contractEnv(name, role, sub)
 	for _, k := range slices.Sorted(maps.Keys(ext.Env)) {
 		env = append(env, k+"="+ext.Env[k])
 	}
-	if err := r.sup.StartCommand(ctx, name, supervisor.Command{Argv: ext.Command, Env: env, Dir: ext.Dir, FailpointState: state}); err != nil {
+	if err := r.sup.StartCommand(ctx, name, supervisor.Command{Argv: ext.Command, Env: env, Dir: ext.Dir, Failpoints: terms, Seed: r.cfg.Seed ^ uint64(len(r.workers)+1)}); err != nil {
 		return fmt.Errorf("%w: pipeline: %w", ErrContract, err)
 	}
 	r.workers = append(r.workers, name)

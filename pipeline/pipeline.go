@@ -304,6 +304,8 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		LogDir:       filepath.Join(dir, "logs"),
 		RestartDelay: cfg.RestartDelay,
 		Recorder:     r.rec,
+		HistoryDir:   filepath.Join(dir, HistoryDir),
+		Base:         r.base,
 		Logger:       log,
 	})
 	if err != nil {

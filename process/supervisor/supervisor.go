@@ -7,8 +7,9 @@
 // A built-in worker reads commands on its stdin ("arm <failpoint term>",
 // "stop") and exits when stdin closes, so no worker outlives the harness.
 // An external worker (a team's own relay or consumer, see [Command]) is
-// stopped with SIGTERM, and armed through a file its failpoint package
-// watches (failpoint.EnvState); the kernel kills it if the harness dies
+// stopped with SIGTERM; the supervisor keeps its armed failpoints and
+// serves it an endpoint (failpoint.EnvEndpoint, endpoint.go) that kills it
+// when it reaches one that fires. The kernel kills it if the harness dies
 // (PR_SET_PDEATHSIG).
 package supervisor
 
@@ -61,6 +62,12 @@ type Config struct {
 	RestartDelay time.Duration
 	// Recorder records crash and restart ops (process "harness").
 	Recorder *history.Recorder
+	// HistoryDir receives, for each external worker, the ops its
+	// endpoint calls record (<name>.endpoint.jsonl): lineage it sends and
+	// its crashes at failpoints. "" records none.
+	HistoryDir string
+	// Base is the run's start, the zero of every history time.
+	Base time.Time
 	Logger   *slog.Logger
 }
 
@@ -80,6 +87,9 @@ type Supervisor struct {
 	// stopped is closed by StopAll, so no worker waits out its restart
 	// delay to find it must not start again.
 	stopped chan struct{}
+	// ep serves the external workers' failpoint and history calls, from
+	// the first external worker on (endpoint.go).
+	ep *endpoint
 }
 
 // Command is how to start an external worker: any program, which learns
@@ -93,10 +103,13 @@ type Command struct {
 	Env []string
 	// Dir is the working directory; "" is the harness's.
 	Dir string
-	// FailpointState is the file the worker's failpoint package reads its
-	// armed terms from (failpoint.EnvState); arming the worker rewrites
-	// it. "" means the worker cannot be armed.
-	FailpointState string
+	// Failpoints are armed from the start. The harness keeps every
+	// external worker's armed terms itself, so a term like kill(2) means
+	// two crashes in all, across restarts; the worker asks through its
+	// endpoint (failpoint.EnvEndpoint) whether one fires.
+	Failpoints []failpoint.Term
+	// Seed makes probabilistic terms reproducible.
+	Seed uint64
 }
 
 type worker struct {
@@ -113,9 +126,14 @@ type worker struct {
 	crashes  int
 	restarts int
 	pids     []int
-	// hits counts the failpoint hits the worker reported on HitsFD, by
-	// failpoint name, over all its incarnations.
+	// hits counts the failpoint hits the worker reported on HitsFD, or
+	// that its endpoint fired, by failpoint name, over all its
+	// incarnations.
 	hits map[string]int
+	// armed is an external worker's armed failpoints, which its endpoint
+	// consults; epRec records its endpoint's ops.
+	armed *failpoint.Set
+	epRec *history.Recorder
 }
 
 // New returns a supervisor with no workers.
@@ -150,7 +168,20 @@ func (s *Supervisor) StartCommand(ctx context.Context, name string, c Command) e
 	}
 	c.Argv = slices.Clone(c.Argv)
 	c.Env = slices.Clone(c.Env)
-	return s.add(ctx, &worker{name: name, external: &c})
+	w := &worker{name: name, external: &c, armed: failpoint.NewSet(c.Seed, nil)}
+	for _, t := range c.Failpoints {
+		w.armed.Arm(t)
+	}
+	s.mu.Lock()
+	err := s.startEndpointLocked()
+	if err == nil {
+		c.Env = append(c.Env, failpoint.EnvEndpoint+"="+s.endpointURLLocked(name))
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.add(ctx, w)
 }
 
 func (s *Supervisor) add(ctx context.Context, w *worker) error {
@@ -306,18 +337,24 @@ func (s *Supervisor) readHits(w *worker, r *os.File) {
 		if !ok || name == "" {
 			continue
 		}
-		w.mu.Lock()
-		if w.hits == nil {
-			w.hits = map[string]int{}
-		}
-		w.hits[name]++
-		w.mu.Unlock()
-		s.mu.Lock()
-		close(s.hitNext)
-		s.hitNext = make(chan struct{})
-		s.mu.Unlock()
-		s.log.Info("failpoint hit", "worker", w.name, "failpoint", name)
+		s.countHit(w, name)
 	}
+}
+
+// countHit counts a hit of failpoint name in w and wakes whoever waits
+// for the next hit.
+func (s *Supervisor) countHit(w *worker, name string) {
+	w.mu.Lock()
+	if w.hits == nil {
+		w.hits = map[string]int{}
+	}
+	w.hits[name]++
+	w.mu.Unlock()
+	s.mu.Lock()
+	close(s.hitNext)
+	s.hitNext = make(chan struct{})
+	s.mu.Unlock()
+	s.log.Info("failpoint hit", "worker", w.name, "failpoint", name)
 }
 
 // Hits is how many times failpoint fired in worker so far, over all its
@@ -404,7 +441,7 @@ func (s *Supervisor) Names() []string {
 
 // Send writes one command line to a running worker's stdin, e.g.
 // "arm consumer.after-commit-before-ack=kill(once)". An external worker
-// only takes "arm <term>", which rewrites its failpoint state file.
+// only takes "arm <term>", which arms its endpoint.
 func (s *Supervisor) Send(name, line string) error {
 	w, err := s.get(name)
 	if err != nil {
@@ -413,7 +450,7 @@ func (s *Supervisor) Send(name, line string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.external != nil {
-		return armExternal(w.name, w.external.FailpointState, line)
+		return armExternal(w, line)
 	}
 	if _, err := io.WriteString(w.stdin, line+"\n"); err != nil {
 		return fmt.Errorf("supervisor: send to %s: %w", name, err)
@@ -502,6 +539,14 @@ func (s *Supervisor) StopAll(ctx context.Context) error {
 	s.mu.Unlock()
 	err := s.stopWorkers(ctx, ws)
 	s.wg.Wait()
+	s.stopEndpoint()
+	for _, w := range ws {
+		w.mu.Lock()
+		if w.epRec != nil {
+			err = errors.Join(err, w.epRec.Close())
+		}
+		w.mu.Unlock()
+	}
 	return err
 }
 
@@ -551,31 +596,29 @@ func closed(ch chan struct{}) bool {
 	}
 }
 
-// armExternal applies "arm <term>" to an external worker's failpoint state
-// file: the term replaces any earlier one of the same name. The file is
-// replaced by rename, so the worker never reads half of it.
-func armExternal(name, state, line string) error {
+// armExternal applies "arm <term>" to an external worker: the term
+// replaces any earlier one of the same name.
+func armExternal(w *worker, line string) error {
 	cmd, term, _ := strings.Cut(strings.TrimSpace(line), " ")
 	if cmd != "arm" {
-		return fmt.Errorf("supervisor: %s is external and takes only \"arm <term>\", not %q", name, line)
-	}
-	if state == "" {
-		return fmt.Errorf("supervisor: %s has no failpoint state file", name)
+		return fmt.Errorf("supervisor: %s is external and takes only \"arm <term>\", not %q", w.name, line)
 	}
 	t, err := failpoint.ParseAny(term)
 	if err != nil {
-		return fmt.Errorf("supervisor: arm %s: %w", name, err)
+		return fmt.Errorf("supervisor: arm %s: %w", w.name, err)
 	}
-	terms, err := failpoint.ReadState(state)
-	if err != nil {
-		return fmt.Errorf("supervisor: arm %s: %w", name, err)
-	}
-	terms = slices.DeleteFunc(terms, func(o failpoint.Term) bool { return o.Name == t.Name })
-	if t.Count != 0 {
-		terms = append(terms, t)
-	}
-	if err := failpoint.WriteState(state, terms); err != nil {
-		return fmt.Errorf("supervisor: arm %s: %w", name, err)
-	}
+	w.armed.Arm(t)
 	return nil
+}
+
+// Armed lists the failpoints armed in external worker name, sorted.
+func (s *Supervisor) Armed(name string) ([]failpoint.Term, error) {
+	w, err := s.get(name)
+	if err != nil {
+		return nil, err
+	}
+	if w.armed == nil {
+		return nil, fmt.Errorf("supervisor: %s is built in: its failpoints live in its process", name)
+	}
+	return w.armed.Armed(), nil
 }

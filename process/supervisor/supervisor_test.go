@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deliverycheck/deliverycheck/failpoint"
 )
 
 func newSup(t *testing.T) *Supervisor {
@@ -69,12 +68,10 @@ func TestStartCommandNotFound(t *testing.T) {
 	}
 }
 
-// Arming an external worker rewrites its failpoint state file, term by
-// term.
+// Arming an external worker arms its endpoint, term by term.
 func TestArmExternal(t *testing.T) {
 	s := newSup(t)
-	state := filepath.Join(t.TempDir(), "fp")
-	if err := s.StartCommand(context.Background(), "relay-0", Command{Argv: []string{"/bin/sleep", "60"}, FailpointState: state}); err != nil {
+	if err := s.StartCommand(context.Background(), "relay-0", Command{Argv: []string{"/bin/sleep", "60"}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range []string{"arm after-publish=kill(2)", "arm before-mark=kill(0.5)", "arm after-publish=off"} {
@@ -82,12 +79,12 @@ func TestArmExternal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	terms, err := failpoint.ReadState(state)
+	terms, err := s.Armed("relay-0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(terms) != 1 || terms[0].String() != "before-mark=kill(0.5)" {
-		t.Fatalf("state = %v", terms)
+		t.Fatalf("armed = %v", terms)
 	}
 	if err := s.Send("relay-0", "stop"); err == nil {
 		t.Error(`"stop" to an external worker: no error`)
