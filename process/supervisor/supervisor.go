@@ -67,8 +67,8 @@ type Config struct {
 	// its crashes at failpoints. "" records none.
 	HistoryDir string
 	// Base is the run's start, the zero of every history time.
-	Base time.Time
-	Logger   *slog.Logger
+	Base   time.Time
+	Logger *slog.Logger
 }
 
 // Supervisor owns a set of named workers. The caller should call StopAll
