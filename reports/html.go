@@ -101,14 +101,14 @@ type checkRow struct {
 }
 
 type subRow struct {
-	Name                                      string
-	Delivered, Deliveries, Redelivered        int64
-	Applied, Effects, Acked                   int64
+	Name                               string
+	Delivered, Deliveries, Redelivered int64
+	Applied, Effects, Acked            int64
 	// DeliveriesSeen and AckedSeen are false when the subscription's
 	// effects exist but no deliver (or ack) op was recorded: a team's
 	// consumer that writes no lineage, or acks inside its library. The
 	// report then says "not observed" rather than 0.
-	DeliveriesSeen, AckedSeen bool
+	DeliveriesSeen, AckedSeen                 bool
 	DeadLettered, Poison, StaleSkipped        int64
 	RedeliveryPct, DLQPct                     float64 // of delivered events
 	Lost, DuplicateEffect, Unexpected, Unseen int64
