@@ -50,6 +50,29 @@ const (
 // any worker runs: bad input, not a harness failure.
 var ErrContract = errors.New("system under test")
 
+// ContractError is a mistake in one part of System, found by Start: the
+// scenario field it is in and, when System.Where knows it, where that was
+// written. It reads like the scenario decoder's errors
+// ("shop.yaml:14: system.transaction[1]: ...") because it is one the
+// decoder could not see, and it is an [ErrContract].
+type ContractError struct {
+	At    string // "file:line", or "" when unknown
+	Field string // the scenario field, e.g. system.transaction[1]
+	Err   error
+}
+
+func (e *ContractError) Error() string {
+	if e.At == "" {
+		return e.Field + ": " + e.Err.Error()
+	}
+	return e.At + ": " + e.Field + ": " + e.Err.Error()
+}
+
+func (e *ContractError) Unwrap() error { return e.Err }
+
+// Is makes every ContractError an ErrContract.
+func (e *ContractError) Is(target error) bool { return target == ErrContract }
+
 // effectColumns are the columns an effects query may return; the first two
 // are required. aggregate_id and version default to the committed event's,
 // source to the producer's; committed_at (a timestamp, best
@@ -130,23 +153,38 @@ func (r *Deployment) startExternal(ctx context.Context, name, role, sub string, 
 
 // checkSystem runs the team's setup SQL and checks the rest of the
 // contract against the database before any worker starts (so before any
-// fault): each transaction statement must prepare, each query must run
-// and return the columns it owes.
-func checkSystem(ctx context.Context, db *pgxpool.Pool, sys System) error {
-	if err := checkSystemSQL(ctx, db, sys); err != nil {
+// fault): each transaction statement must exist on broker and prepare,
+// each query must run and return the columns it owes. A mistake in one
+// part is a [ContractError] naming it.
+func checkSystem(ctx context.Context, db *pgxpool.Pool, broker string, sys System) error {
+	if err := checkSystemSQL(ctx, db, broker, sys); err != nil {
+		var ce *ContractError
+		if errors.As(err, &ce) {
+			return err
+		}
 		return fmt.Errorf("%w: %w", ErrContract, err)
 	}
 	return nil
 }
 
-func checkSystemSQL(ctx context.Context, db *pgxpool.Pool, sys System) error {
+// errorIn is a mistake in sys's field, placed where sys.Where says.
+func (sys System) errorIn(field string, err error) error {
+	return &ContractError{At: sys.Where[field], Field: field, Err: err}
+}
+
+func checkSystemSQL(ctx context.Context, db *pgxpool.Pool, broker string, sys System) error {
+	for i, st := range sys.Transaction {
+		if err := st.CheckBroker(broker); err != nil {
+			return sys.errorIn(transactionField(i), err)
+		}
+	}
 	if strings.TrimSpace(sys.Setup) != "" {
 		if _, err := db.Exec(ctx, sys.Setup); err != nil {
-			return fmt.Errorf("pipeline: system setup SQL: %w", err)
+			return sys.errorIn("system.setup", err)
 		}
 	}
 	if len(sys.Consumers) > 0 && strings.TrimSpace(sys.EffectsQuery) == "" {
-		return errors.New("pipeline: external consumers need an effects query (system.effects_query)")
+		return sys.errorIn("system.effects_query", errors.New("missing: external consumers need an effects query"))
 	}
 	conn, err := db.Acquire(ctx)
 	if err != nil {
@@ -155,20 +193,30 @@ func checkSystemSQL(ctx context.Context, db *pgxpool.Pool, sys System) error {
 	defer conn.Release()
 	for i, st := range sys.Transaction {
 		if _, err := conn.Conn().Prepare(ctx, "", st.SQL); err != nil {
-			return fmt.Errorf("pipeline: system transaction statement %d: %w", i+1, explainPrepare(st, err))
+			return sys.errorIn(transactionField(i), explainPrepare(st, err))
 		}
 	}
-	if err := checkColumns(ctx, conn.Conn(), "effects query", sys.EffectsQuery, effectColumns); err != nil {
-		return err
+	for _, q := range []struct {
+		field, query string
+		cols         []string
+	}{
+		{"system.effects_query", sys.EffectsQuery, effectColumns},
+		{"system.dead_letters_query", sys.DeadLettersQuery, deadLetterColumns},
+		{"system.inbox_query", sys.InboxQuery, inboxColumns},
+	} {
+		if err := checkColumns(ctx, conn.Conn(), q.query, q.cols); err != nil {
+			return sys.errorIn(q.field, err)
+		}
 	}
-	if err := checkColumns(ctx, conn.Conn(), "dead-letters query", sys.DeadLettersQuery, deadLetterColumns); err != nil {
-		return err
+	if err := checkPending(ctx, conn.Conn(), sys.PendingQuery); err != nil {
+		return sys.errorIn("system.pending_query", err)
 	}
-	if err := checkColumns(ctx, conn.Conn(), "inbox query", sys.InboxQuery, inboxColumns); err != nil {
-		return err
-	}
-	return checkPending(ctx, conn.Conn(), sys.PendingQuery)
+	return nil
 }
+
+// transactionField is the scenario field of transaction statement i
+// (0-based, as the decoder numbers list items).
+func transactionField(i int) string { return fmt.Sprintf("system.transaction[%d]", i) }
 
 // untypedParam is PostgreSQL's message for a parameter whose type nothing
 // around it decides (SQLSTATE 42P18), e.g. one inside json_build_object.
@@ -199,10 +247,8 @@ func checkPending(ctx context.Context, conn *pgx.Conn, query string) error {
 	if strings.TrimSpace(query) == "" {
 		return nil
 	}
-	if _, err := pendingRows(ctx, conn, query); err != nil {
-		return fmt.Errorf("pipeline: pending query: %w", err)
-	}
-	return nil
+	_, err := pendingRows(ctx, conn, query)
+	return err
 }
 
 // pendingRows runs a team's pending query: one row, one integer column.
@@ -222,18 +268,18 @@ func pendingRows(ctx context.Context, q interface {
 
 // checkColumns runs query with no rows and checks its column names: the
 // first two of cols are required, the rest optional, nothing else allowed.
-func checkColumns(ctx context.Context, conn *pgx.Conn, what, query string, cols []string) error {
+func checkColumns(ctx context.Context, conn *pgx.Conn, query string, cols []string) error {
 	if strings.TrimSpace(query) == "" {
 		return nil
 	}
 	rows, err := conn.Query(ctx, "SELECT * FROM ("+query+") AS q LIMIT 0")
 	if err != nil {
-		return fmt.Errorf("pipeline: %s: %w", what, err)
+		return err
 	}
 	fields := rows.FieldDescriptions()
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("pipeline: %s: %w", what, err)
+		return err
 	}
 	var got []string
 	for _, f := range fields {
@@ -241,12 +287,12 @@ func checkColumns(ctx context.Context, conn *pgx.Conn, what, query string, cols 
 	}
 	for _, c := range got {
 		if !slices.Contains(cols, c) {
-			return fmt.Errorf("pipeline: %s returns column %q, which is not one of %s (it returned %s)", what, c, strings.Join(cols, ", "), strings.Join(got, ", "))
+			return fmt.Errorf("returns column %q, which is not one of %s (it returned %s)", c, strings.Join(cols, ", "), strings.Join(got, ", "))
 		}
 	}
 	for _, c := range cols[:2] {
 		if !slices.Contains(got, c) {
-			return fmt.Errorf("pipeline: %s must return column %q (it returned %s; want %s, optionally %s)", what, c, strings.Join(got, ", "), strings.Join(cols[:2], ", "), strings.Join(cols[2:], ", "))
+			return fmt.Errorf("must return column %q (it returned %s; want %s, optionally %s)", c, strings.Join(got, ", "), strings.Join(cols[:2], ", "), strings.Join(cols[2:], ", "))
 		}
 	}
 	return nil

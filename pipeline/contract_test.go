@@ -6,11 +6,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deliverycheck/deliverycheck/history"
@@ -37,51 +39,57 @@ func TestContractErrors(t *testing.T) {
 	}{
 		{
 			name: "setup SQL fails",
-			sys:  System{Setup: "CREATE TABLE broken ("},
-			want: []string{"system setup SQL", "syntax error"},
+			sys:  System{Setup: "CREATE TABLE broken (", Where: map[string]string{"system.setup": "shop.yaml:3"}},
+			want: []string{"shop.yaml:3: system.setup: ", "syntax error"},
 		},
 		{
 			name: "effects query fails",
-			sys:  System{Consumers: consumer, EffectsQuery: "SELECT event_id, consumer FROM no_such_table"},
-			want: []string{"effects query", `"no_such_table" does not exist`},
+			sys:  System{Consumers: consumer, EffectsQuery: "SELECT event_id, consumer FROM no_such_table", Where: map[string]string{"system.effects_query": "shop.yaml:20"}},
+			want: []string{"shop.yaml:20: system.effects_query: ", `"no_such_table" does not exist`},
 		},
 		{
 			name: "effects query misses a column",
 			sys:  System{Consumers: consumer, EffectsQuery: "SELECT 'e' AS event, 'c' AS consumer"},
-			want: []string{`effects query returns column "event"`, "event_id, consumer, aggregate_id, version, source, committed_at, applied_at"},
+			want: []string{`system.effects_query: returns column "event"`, "event_id, consumer, aggregate_id, version, source, committed_at, applied_at"},
 		},
 		{
 			name: "effects query lacks the consumer",
 			sys:  System{Consumers: consumer, EffectsQuery: "SELECT 'e' AS event_id"},
-			want: []string{`effects query must return column "consumer"`},
+			want: []string{`system.effects_query: must return column "consumer"`},
 		},
 		{
 			name: "inbox query wrong",
 			sys:  System{Consumers: consumer, EffectsQuery: "SELECT 'e' AS event_id, 'c' AS consumer", InboxQuery: "SELECT 'e' AS event_id, 'c' AS sub"},
-			want: []string{`inbox query returns column "sub"`, "event_id, consumer, source"},
+			want: []string{`system.inbox_query: returns column "sub"`, "event_id, consumer, source"},
 		},
 		{
 			name: "pending query not one integer",
-			sys:  System{Relay: &External{Command: []string{"/bin/sleep", "60"}}, PendingQuery: "SELECT 1, 2"},
-			want: []string{"pending query", "one row with one integer"},
+			sys:  System{Relay: &External{Command: []string{"/bin/sleep", "60"}}, PendingQuery: "SELECT 1, 2", Where: map[string]string{"system.pending_query": "shop.yaml:30"}},
+			want: []string{"shop.yaml:30: system.pending_query: ", "one row with one integer"},
 		},
 		{
 			name: "dead-letters query wrong",
 			sys:  System{Consumers: consumer, EffectsQuery: "SELECT 'e' AS event_id, 'c' AS consumer", DeadLettersQuery: "SELECT 1 AS why"},
-			want: []string{`dead-letters query returns column "why"`},
+			want: []string{`system.dead_letters_query: returns column "why"`},
 		},
 		{
 			name: "transaction statement does not prepare",
 			sys:  System{Transaction: []producer.Statement{bind("INSERT INTO nowhere (id) VALUES (:event_id)")}},
-			want: []string{"system transaction statement 1", `"nowhere" does not exist`},
+			want: []string{"system.transaction[0]: ", `"nowhere" does not exist`},
 		},
 		{
 			name: "transaction placeholder PostgreSQL cannot type",
 			sys: System{Transaction: []producer.Statement{
 				bind("SELECT 1"),
 				bind("SELECT json_build_object('id', :event_id, 'v', :version::int)"),
-			}},
-			want: []string{"system transaction statement 2", "cannot tell the type of :event_id", ":event_id::text", "42P18"},
+			}, Where: map[string]string{"system.transaction[0]": "shop.yaml:6", "system.transaction[1]": "shop.yaml:7"}},
+			want: []string{"shop.yaml:7: system.transaction[1]: PostgreSQL cannot tell the type of :event_id", ":event_id::text", "42P18"},
+		},
+		{
+			name: "destination placeholder of the other broker",
+			sys: System{Transaction: []producer.Statement{bind("INSERT INTO outbox (id) VALUES (:exchange)")},
+				Where: map[string]string{"system.transaction[0]": "shop.yaml:6"}},
+			want: []string{"shop.yaml:6: system.transaction[0]: :exchange only exists on rabbitmq runs, and this run's broker is kafka: use :topic"},
 		},
 		{
 			name: "consumer command not found",
@@ -131,6 +139,49 @@ func TestContractErrors(t *testing.T) {
 					continue
 				}
 				t.Errorf("a worker ran: %s", f)
+			}
+		})
+	}
+}
+
+// A team's transaction can name the event's destination, the run's
+// events topic or exchange, the same name its relay gets in its
+// environment.
+func TestTeamTransactionBindsDestination(t *testing.T) {
+	cl := servers.Get(t)
+	for i, tc := range []struct{ broker, placeholder string }{{"kafka", ":topic"}, {"rabbitmq", ":exchange"}} {
+		t.Run(tc.broker, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			st, err := producer.Bind("INSERT INTO team_outbox (id, destination) VALUES (:event_id, " + tc.placeholder + ")")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := Config{Broker: tc.broker, Producers: 1, Rate: 50, Subscriptions: []string{"inventory"},
+				Name: "d_" + strconv.FormatInt(time.Now().UnixNano(), 36) + strconv.Itoa(i),
+				System: System{Setup: "CREATE TABLE team_outbox (id text PRIMARY KEY, destination text)",
+					Transaction: []producer.Statement{st}, Relay: &External{Command: []string{"sleep", "600"}}}}
+			r, err := Start(ctx, cl, t.TempDir(), cfg, workerCmd(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			var got []string
+			waitUntil(t, 30*time.Second, func() error {
+				rows, err := r.DB().Query(ctx, "SELECT DISTINCT destination FROM team_outbox")
+				if err != nil {
+					return err
+				}
+				got, err = pgx.CollectRows(rows, pgx.RowTo[string])
+				if err == nil && len(got) == 0 {
+					err = errors.New("no row yet")
+				}
+				return err
+			})
+			env := r.contractEnv("relay-0", "relay", "")
+			want := map[string]string{"kafka": EnvKafkaTopic, "rabbitmq": EnvAMQPExchange}[tc.broker] + "=" + got[0]
+			if len(got) != 1 || !slices.Contains(env, want) {
+				t.Errorf("%s bound %q; the relay's environment is %q", tc.placeholder, got, env)
 			}
 		})
 	}

@@ -203,6 +203,11 @@ type System struct {
 	// goes quiet while events are still missing cannot tell whether they
 	// are lost or still on their way, and the verdict is unknown.
 	PendingQuery string
+	// Where says where each part was written, by its scenario field
+	// ("system.transaction[1]" → "shop.yaml:14"), so Start's errors
+	// about it (a [ContractError]) point at the line to fix; a part
+	// without an entry is named by its field alone.
+	Where map[string]string
 }
 
 // External is one component given as a command: the supervisor starts it
@@ -274,7 +279,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 	if err := schema.Create(ctx, r.db); err != nil {
 		return nil, err
 	}
-	if err := checkSystem(ctx, r.db, cfg.System); err != nil {
+	if err := checkSystem(ctx, r.db, cfg.Broker, cfg.System); err != nil {
 		return nil, err
 	}
 	r.broker = worker.Broker{
@@ -365,6 +370,9 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 			Variant: cfg.ProducerVariant, Keys: cfg.Keys, Rate: cfg.Rate,
 			PoisonRatio: cfg.PoisonRatio, AbortRatio: cfg.AbortRatio, Seed: cfg.Seed + uint64(group[0]),
 			Transaction: cfg.System.Transaction,
+			// What :topic or :exchange binds: the name the team's relay
+			// gets in its environment (contractEnv).
+			Broker: r.broker.Kind, Events: r.broker.Events(),
 		}
 		for _, i := range group[1:] {
 			c := r.spec(worker.RoleProducer, producerName(i))

@@ -32,16 +32,28 @@ type Error struct {
 
 func (e *Error) Error() string {
 	var b strings.Builder
-	b.WriteString(cmp.Or(e.File, "scenario"))
-	if e.Line > 0 {
-		b.WriteString(":" + strconv.Itoa(e.Line))
-	}
+	b.WriteString(position{cmp.Or(e.File, "scenario"), e.Line}.String())
 	b.WriteString(": ")
 	if e.Field != "" {
 		b.WriteString(e.Field + ": ")
 	}
 	b.WriteString(e.Msg)
 	return b.String()
+}
+
+// position is where a value was written: a file and 1-based line, or an
+// override ("--set") with line 0.
+type position struct {
+	file string
+	line int
+}
+
+// String is file:line, as errors start.
+func (p position) String() string {
+	if p.line > 0 {
+		return p.file + ":" + strconv.Itoa(p.line)
+	}
+	return p.file
 }
 
 // Parse reads a scenario from YAML. filename is only used in errors and
@@ -81,8 +93,29 @@ func Parse(filename string, data []byte) (Scenario, error) {
 	if len(errs) > 0 {
 		return Scenario{}, joinErrors(errs)
 	}
+	for p, l := range d.lines {
+		if l > 0 && isWritten(p) {
+			if s.written == nil {
+				s.written = map[string]position{}
+			}
+			s.written[p] = position{filename, l}
+		}
+	}
 	return s, nil
 }
+
+// loc is where path was written, as far as s knows: its line when Parse
+// kept it, else the scenario's source.
+func (s Scenario) loc(path string) (string, int) {
+	if pos, ok := s.written[path]; ok {
+		return pos.file, pos.line
+	}
+	return s.Source, 0
+}
+
+// isWritten reports whether Scenario.written keeps the position of path:
+// the system section's, which only the database checks.
+func isWritten(path string) bool { return strings.HasPrefix(path, "system.") }
 
 // Set overrides one field by its dotted path, as --set k=v does: the same
 // paths and checks as the YAML file, e.g. Set("workload.rate", "500"),
@@ -116,9 +149,23 @@ func (s *Scenario) Set(path, value string) error {
 		if p == path || strings.HasPrefix(p, path+".") || strings.HasPrefix(path, p+".") {
 			return "--set", 0
 		}
-		return s.Source, 0
+		return s.loc(p)
 	}); len(errs) > 0 {
 		return joinErrors(errs)
+	}
+	// What the override replaced was written by it, not in the file.
+	for p := range c.written {
+		if p == path || strings.HasPrefix(p, path+".") || strings.HasPrefix(p, path+"[") {
+			delete(c.written, p)
+		}
+	}
+	for p := range d.lines {
+		if isWritten(p) {
+			if c.written == nil {
+				c.written = map[string]position{}
+			}
+			c.written[p] = position{file: "--set"}
+		}
 	}
 	*s = c
 	return nil
@@ -176,7 +223,7 @@ func (d *decoder) setValue(target field, entry bool, path, value string) *yaml.N
 // Validate checks the cross-field rules (and the field ranges) after
 // fields were changed by hand, e.g. Workload.Duration from --duration.
 func (s Scenario) Validate() error {
-	if errs := s.validate(func(string) (string, int) { return s.Source, 0 }); len(errs) > 0 {
+	if errs := s.validate(s.loc); len(errs) > 0 {
 		return joinErrors(errs)
 	}
 	return nil
@@ -450,6 +497,8 @@ func (d *decoder) list(v reflect.Value, n *yaml.Node, path string, f field) {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		if f.check == "failpoint-term" { // one worker's terms: named by the worker, not the item
 			p = path
+		} else {
+			d.lines[p] = items[i].Line
 		}
 		if x, good := d.text(v.Type().Elem(), items[i], p, text, f); good {
 			out = reflect.Append(out, x)

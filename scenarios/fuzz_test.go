@@ -59,7 +59,7 @@ func FuzzSet(f *testing.F) {
 		// not use ("kill relay-0 1s" sets Delay), which Step.String drops.
 		s.Nemesis.Timeline = reparse(t, s.Nemesis.Timeline)
 		back.Nemesis.Timeline = reparse(t, back.Nemesis.Timeline)
-		if !reflect.DeepEqual(back, s) {
+		if !reflect.DeepEqual(content(back), content(s)) {
 			t.Fatalf("round trip changed it\n got %+v\nwant %+v\n%s", back, s, out)
 		}
 	})
@@ -118,4 +118,12 @@ func checkErrors(t *testing.T, err error) []*Error {
 		out = append(out, se)
 	}
 	return out
+}
+
+// content is s without where its values were written: a round trip
+// through Marshal moves them to other lines, and they are not the
+// scenario.
+func content(s Scenario) Scenario {
+	s.written = nil
+	return s
 }

@@ -96,6 +96,13 @@ type Scenario struct {
 	// Source is where the scenario came from ("builtin/<name>.yaml", a
 	// file path, or "" when built in code); errors name it.
 	Source string `yaml:"-"`
+
+	// written is where each value of the system section was written, by
+	// field path (system.transaction[1]): Parse and Set keep it so the
+	// errors only the database finds, when the run starts, name the line
+	// to fix as the decoder's do. A scenario changed in Go keeps the
+	// positions of its file.
+	written map[string]position
 }
 
 // System is the system under test when it is (partly) a team's own: its
@@ -108,8 +115,9 @@ type System struct {
 	Setup string `yaml:"setup,omitempty"`
 	// Transaction is the business transaction each producer op runs
 	// instead of the built-in outbox insert, one statement per item, with
-	// `:event_id`, `:aggregate_id`, `:version`, `:payload`, `:type` and
-	// `:source` placeholders.
+	// `:event_id`, `:aggregate_id`, `:version`, `:payload`, `:type`,
+	// `:source`, `:topic` (Kafka) and `:exchange` (RabbitMQ) placeholders
+	// (docs/contract.md says what each binds).
 	Transaction []string `yaml:"transaction,omitempty" check:"statement"`
 	// Relay replaces the built-in relay with a command.
 	Relay *Command `yaml:"relay,omitempty"`
@@ -467,6 +475,12 @@ func (s Scenario) pipelineSystem() pipeline.System {
 		InboxQuery:       s.System.InboxQuery,
 		PendingQuery:     s.System.PendingQuery,
 	}
+	for p, pos := range s.written {
+		if sys.Where == nil {
+			sys.Where = map[string]string{}
+		}
+		sys.Where[p] = pos.String()
+	}
 	for _, t := range s.System.Transaction {
 		st, err := producer.Bind(t)
 		if err == nil { // Validate reported it otherwise
@@ -560,6 +574,7 @@ func (s Scenario) clone() Scenario {
 	c.Guarantees.Subscriptions = slices.Clone(s.Guarantees.Subscriptions)
 	c.Nemesis.Timeline = slices.Clone(s.Nemesis.Timeline)
 	c.System = s.System.clone()
+	c.written = maps.Clone(s.written)
 	if s.Nemesis.Random != nil {
 		r := *s.Nemesis.Random
 		r.Families = slices.Clone(r.Families)

@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -94,6 +95,11 @@ func TestSystemErrors(t *testing.T) {
 			want: []string{"system.pending_query: only with an external relay"},
 		},
 		{
+			name: "destination placeholder of the other broker, on its item's line",
+			yaml: "broker: kafka\nsystem:\n  transaction:\n    - INSERT INTO t VALUES (:topic)\n    - INSERT INTO t VALUES (:exchange)\n",
+			want: []string{"my.yaml:5: system.transaction[1]: :exchange only exists on rabbitmq runs, and this run's broker is kafka: use :topic"},
+		},
+		{
 			name: "poison events need a dead-letters query",
 			yaml: "broker: kafka\nworkload: {poison_ratio: 0.1}\nsystem:\n  consumer:\n    command: [./c]\n  effects_query: SELECT 1\n",
 			want: []string{"system.dead_letters_query: missing"},
@@ -111,6 +117,56 @@ func TestSystemErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The pipeline learns where each part of system: was written, so the
+// mistakes only the database finds name their line like the decoder's;
+// what --set replaced is named as --set.
+func TestSystemWhere(t *testing.T) {
+	yaml := `broker: kafka
+system:
+  setup: |
+    CREATE TABLE t (id text);
+  transaction:
+    - INSERT INTO t VALUES (:event_id)
+    - >-
+      INSERT INTO t
+      VALUES (:aggregate_id)
+  pending_query: SELECT 0
+  relay:
+    command: [./r]
+`
+	s, err := Parse("shop.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"system.setup": "shop.yaml:3", "system.transaction": "shop.yaml:6",
+		"system.transaction[0]": "shop.yaml:6", "system.transaction[1]": "shop.yaml:7",
+		"system.pending_query": "shop.yaml:10", "system.relay": "shop.yaml:12", "system.relay.command": "shop.yaml:12",
+		"system.relay.command[0]": "shop.yaml:12",
+	}
+	if got := s.PipelineConfig().System.Where; !maps.Equal(got, want) {
+		t.Errorf("Where = %v\nwant    %v", got, want)
+	}
+	if err := s.Set("system.transaction", "INSERT INTO t VALUES (:version)"); err != nil {
+		t.Fatal(err)
+	}
+	got := s.PipelineConfig().System.Where
+	if got["system.transaction"] != "--set" || got["system.transaction[0]"] != "--set" || got["system.setup"] != "shop.yaml:3" {
+		t.Errorf("after --set: Where = %v", got)
+	}
+	if _, ok := got["system.transaction[1]"]; ok {
+		t.Errorf("after --set: the file's second statement is still placed: %v", got)
+	}
+	// A broker changed by --set checks the file's statements again.
+	s, err = Parse("shop.yaml", []byte("broker: kafka\nsystem:\n  transaction: [\"INSERT INTO t VALUES (:topic)\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Set("broker", "rabbitmq"); err == nil || !strings.Contains(err.Error(), "shop.yaml:3: system.transaction[0]: :topic only exists on kafka runs, and this run's broker is rabbitmq: use :exchange") {
+		t.Errorf("--set broker=rabbitmq: %v", err)
 	}
 }
 

@@ -169,7 +169,11 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 		fail("system.transaction", "a team transaction replaces the outbox producer's insert; variants.producer must be outbox, not %s", s.Variants.Producer)
 	}
 	for i, t := range sys.Transaction {
-		if _, err := producer.Bind(t); err != nil {
+		st, err := producer.Bind(t)
+		if err == nil && (isKafka || isRabbit) {
+			err = st.CheckBroker(s.Broker.Kind)
+		}
+		if err != nil {
 			fail(fmt.Sprintf("system.transaction[%d]", i), "%s", err)
 		}
 	}

@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/pipeline"
 	"github.com/deliverycheck/deliverycheck/reports"
 	"github.com/deliverycheck/deliverycheck/runner"
 	"github.com/deliverycheck/deliverycheck/scenarios"
@@ -61,5 +64,24 @@ func TestOutcomeSaysTheVerdict(t *testing.T) {
 	}
 	if got := reports.NewResults(run, res).Verdict; got != o.Verdict.Validity {
 		t.Errorf("results.json says %s, the outcome %s", got, o.Verdict.Validity)
+	}
+}
+
+// A mistake in the scenario's system section that only the database finds
+// prints as the decoder's own errors do, file:line: field: message,
+// without the harness's stages around it.
+func TestOutcomeBadInputSaysWhere(t *testing.T) {
+	cause := &pipeline.ContractError{At: "shop.yaml:7", Field: "system.transaction[1]", Err: errors.New("PostgreSQL cannot tell the type of :event_id here")}
+	o := &runner.Outcome{HarnessErr: fmt.Errorf("start pipeline: %w", cause), Dir: "runs/s/1"}
+	var out bytes.Buffer
+	printOutcome(&out, scenarios.Scenario{Name: "s"}, o)
+	if want := "s: bad input: shop.yaml:7: system.transaction[1]: PostgreSQL cannot tell the type of :event_id here\n"; !strings.HasPrefix(out.String(), want) {
+		t.Errorf("printed %q, want it to start %q", out.String(), want)
+	}
+	if got := badInput(o.HarnessErr); got != error(cause) {
+		t.Errorf("badInput = %v, want the contract error alone", got)
+	}
+	if got := badInput(errors.New("provision: no docker")); got != nil {
+		t.Errorf("a harness failure is bad input: %v", got)
 	}
 }

@@ -153,8 +153,8 @@ writes what it has.`,
 			printOutcome(out, s, o)
 			code := o.ExitCode()
 			if !o.Verdict.Checked {
-				if errors.Is(o.HarnessErr, pipeline.ErrContract) {
-					return withCode(exitBadInput, o.HarnessErr)
+				if bad := badInput(o.HarnessErr); bad != nil {
+					return withCode(exitBadInput, bad)
 				}
 				return withCode(exitHarness, o.HarnessErr)
 			}
@@ -168,16 +168,32 @@ writes what it has.`,
 	return cmd
 }
 
+// badInput is the part of a run's harness error that is the scenario's
+// mistake, or nil when the harness itself failed. A mistake in one part
+// of the system section is printed as the decoder prints its own,
+// "shop.yaml:14: system.transaction[1]: ...", without the harness's
+// stages around it ("start pipeline: ..."), which are not the reader's
+// concern.
+func badInput(err error) error {
+	if ce, ok := errors.AsType[*pipeline.ContractError](err); ok {
+		return ce
+	}
+	if errors.Is(err, pipeline.ErrContract) {
+		return err
+	}
+	return nil
+}
+
 // printOutcome prints the short summary of one run: its verdict as
 // results.json states it, and what the scenario expected.
 func printOutcome(w io.Writer, s scenarios.Scenario, o *runner.Outcome) {
 	v := o.Verdict
 	if !v.Checked {
-		what := "harness error"
-		if errors.Is(o.HarnessErr, pipeline.ErrContract) {
-			what = "bad input" // the scenario's system section, not the harness
+		what, err := "harness error", o.HarnessErr
+		if bad := badInput(err); bad != nil {
+			what, err = "bad input", bad // the scenario's system section, not the harness
 		}
-		fmt.Fprintf(w, "%s: %s: %v\n  run folder: %s\n", s.Name, what, o.HarnessErr, o.Dir)
+		fmt.Fprintf(w, "%s: %s: %v\n  run folder: %s\n", s.Name, what, err, o.Dir)
 		return
 	}
 	r := o.Result

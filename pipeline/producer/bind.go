@@ -1,15 +1,66 @@
 package producer
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 )
 
-// placeholders are the values a team's own transaction (Config.Transaction)
+// placeholder is one value a team's own transaction (Config.Transaction)
 // can use, written :name in its SQL.
-var placeholders = []string{"event_id", "aggregate_id", "version", "payload", "type", "source"}
+type placeholder struct {
+	name string
+	// broker is the only broker the value exists on, or "" for every
+	// one. A destination placeholder names the run's topic or exchange,
+	// and the other broker has no such thing: binding it to "" (or to the
+	// other broker's name) would let a statement written for one broker
+	// run on the other and route its rows nowhere, so it is a mistake
+	// reported before the run (see [Statement.CheckBroker]).
+	broker string
+	// doc is its row in docs/contract.md's placeholder table (a test
+	// keeps the two the same).
+	doc string
+	// value is what it binds for one op.
+	value func(Values) any
+}
+
+// placeholders is the one list of placeholders: Bind, the values an op
+// binds and docs/contract.md's table all come from it.
+var placeholders = []placeholder{
+	{name: "event_id", doc: "a fresh UUID; the event's identity everywhere", value: func(v Values) any { return v.EventID }},
+	{name: "aggregate_id", doc: "the aggregate (`order-7`)", value: func(v Values) any { return v.AggregateID }},
+	{name: "version", doc: "its new version, from 1, contiguous per aggregate (bigint)", value: func(v Values) any { return v.Version }},
+	{name: "payload", doc: "the event's JSON (text)", value: func(v Values) any { return v.Payload }},
+	{name: "type", doc: "`" + EventType + "`", value: func(v Values) any { return v.Type }},
+	{name: "source", doc: "`" + DefaultSource + "`", value: func(v Values) any { return v.Source }},
+	{name: "topic", broker: "kafka", doc: "the run's events topic, what `DELIVERYCHECK_KAFKA_TOPIC` holds; Kafka runs only", value: func(v Values) any { return v.Events }},
+	{name: "exchange", broker: "rabbitmq", doc: "the run's events exchange, what `DELIVERYCHECK_AMQP_EXCHANGE` holds; RabbitMQ runs only", value: func(v Values) any { return v.Events }},
+}
+
+// lookup returns the placeholder called name.
+func lookup(name string) (placeholder, bool) {
+	i := slices.IndexFunc(placeholders, func(p placeholder) bool { return p.name == name })
+	if i < 0 {
+		return placeholder{}, false
+	}
+	return placeholders[i], true
+}
+
+// Values are what one op's placeholders stand for.
+type Values struct {
+	EventID     string
+	AggregateID string
+	Version     int64
+	Payload     string
+	Type        string
+	Source      string
+	// Events is the run's events topic (Kafka) or exchange (RabbitMQ):
+	// what :topic or :exchange binds, whichever exists on the broker.
+	Events string
+}
 
 // Statement is one statement of a team's business transaction, its :name
 // placeholders turned into $1, $2... (Args names the value of each).
@@ -18,11 +69,52 @@ type Statement struct {
 	Args []string `json:"args"`
 }
 
-// Bind turns :name placeholders (:event_id, :aggregate_id, :version,
-// :payload, :type and :source) into positional parameters. It leaves
-// string literals, quoted identifiers, dollar-quoted bodies, comments and
-// :: casts alone, and rejects unknown placeholders and $n parameters, so a
-// mistake shows when the scenario is read, not mid-run.
+// Values returns the statement's arguments for one op, in $n order.
+func (st Statement) Values(v Values) []any {
+	args := make([]any, len(st.Args))
+	for i, a := range st.Args {
+		if p, ok := lookup(a); ok { // Bind only names placeholders
+			args[i] = p.value(v)
+		}
+	}
+	return args
+}
+
+// CheckBroker reports a placeholder the statement uses that does not
+// exist on broker ("kafka" or "rabbitmq"): :topic on RabbitMQ, :exchange
+// on Kafka.
+func (st Statement) CheckBroker(broker string) error {
+	for _, a := range st.Args {
+		p, ok := lookup(a)
+		if !ok || p.broker == "" || p.broker == broker {
+			continue
+		}
+		msg := fmt.Sprintf(":%s only exists on %s runs, and this run's broker is %s", p.name, p.broker, cmp.Or(broker, "not set"))
+		if alt := destinationOn(broker); alt != "" {
+			msg += fmt.Sprintf(": use :%s", alt)
+		}
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// destinationOn is the destination placeholder that exists on broker, or "".
+func destinationOn(broker string) string {
+	for _, p := range placeholders {
+		if p.broker != "" && p.broker == broker {
+			return p.name
+		}
+	}
+	return ""
+}
+
+// Bind turns :name placeholders (those of [placeholders], the table in
+// docs/contract.md) into positional parameters. It leaves string
+// literals, quoted identifiers, dollar-quoted bodies, comments and ::
+// casts alone, and rejects unknown placeholders and $n parameters, so a
+// mistake shows when the scenario is read, not mid-run. It reads the statement alone: whether
+// :topic or :exchange exists depends on the run's broker, which
+// [Statement.CheckBroker] checks.
 func Bind(sql string) (Statement, error) {
 	var b strings.Builder
 	var args []string
@@ -78,7 +170,7 @@ func Bind(sql string) (Statement, error) {
 				j++
 			}
 			name := sql[i+1 : j]
-			if !slices.Contains(placeholders, name) {
+			if _, ok := lookup(name); !ok {
 				return Statement{}, fmt.Errorf("unknown placeholder :%s (valid: %s)", name, strings.Join(prefixed(), ", "))
 			}
 			n := slices.Index(args, name)
@@ -103,7 +195,7 @@ func Bind(sql string) (Statement, error) {
 func prefixed() []string {
 	out := make([]string, len(placeholders))
 	for i, p := range placeholders {
-		out[i] = ":" + p
+		out[i] = ":" + p.name
 	}
 	return out
 }

@@ -1,6 +1,8 @@
 package producer
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -44,6 +46,100 @@ func TestBind(t *testing.T) {
 	}
 }
 
+// TestStatementValues: each placeholder binds its op's value, in $n
+// order, on the broker it exists on; the other broker's destination
+// placeholder is refused before the run.
+func TestStatementValues(t *testing.T) {
+	v := Values{EventID: "e-1", AggregateID: "order-3", Version: 7, Payload: `{"v":7}`, Type: EventType, Source: "/orders", Events: "run1.events"}
+	tests := []struct {
+		broker, sql string
+		want        []any
+		err         string
+	}{
+		{broker: "kafka", sql: "INSERT INTO box (id, agg, v, body, t, src, dest) VALUES (:event_id, :aggregate_id, :version, :payload, :type, :source, :topic)",
+			want: []any{"e-1", "order-3", int64(7), `{"v":7}`, EventType, "/orders", "run1.events"}},
+		{broker: "rabbitmq", sql: "INSERT INTO box (dest, id, again) VALUES (:exchange, :event_id, :exchange)",
+			want: []any{"run1.events", "e-1"}},
+		{broker: "kafka", sql: "INSERT INTO box (topic, exchange) VALUES (:topic, :exchange)", err: ":exchange only exists on rabbitmq runs, and this run's broker is kafka: use :topic"},
+		{broker: "rabbitmq", sql: "INSERT INTO box (dest) VALUES (:topic)", err: ":topic only exists on kafka runs, and this run's broker is rabbitmq: use :exchange"},
+		{broker: "", sql: "INSERT INTO box (dest) VALUES (:topic)", err: ":topic only exists on kafka runs, and this run's broker is not set"},
+		{broker: "", sql: "INSERT INTO box (id) VALUES (:event_id)", want: []any{"e-1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.broker+" "+tt.sql, func(t *testing.T) {
+			st, err := Bind(tt.sql)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = st.CheckBroker(tt.broker)
+			if tt.err != "" {
+				if err == nil || err.Error() != tt.err {
+					t.Fatalf("CheckBroker = %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := st.Values(v); !slices.Equal(got, tt.want) {
+				t.Fatalf("Values = %#v, want %#v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestNewChecksBroker: a producer built in Go gets the same check as a
+// scenario file.
+func TestNewChecksBroker(t *testing.T) {
+	st, err := Bind("INSERT INTO box (dest) VALUES (:exchange)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Variant: Outbox, Transaction: []Statement{{SQL: "SELECT 1"}, st}, Broker: "kafka", Events: "x.events"}
+	if _, err := New(cfg, nil, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "transaction[1]: :exchange only exists on rabbitmq runs") {
+		t.Fatalf("New = %v", err)
+	}
+	cfg.Broker = "rabbitmq"
+	if _, err := New(cfg, nil, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPlaceholderDocs keeps docs/contract.md's placeholder table the list
+// Bind reads, row for row, and the scenario reference naming each.
+func TestPlaceholderDocs(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "contract.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got []string
+	for _, p := range placeholders {
+		want = append(want, "| `:"+p.name+"` | "+p.doc+" |")
+	}
+	for line := range strings.Lines(string(data)) {
+		if strings.HasPrefix(line, "| `:") {
+			got = append(got, strings.TrimSpace(line))
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("docs/contract.md's placeholder table is\n%s\nwant (from placeholders in bind.go)\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	ref, err := os.ReadFile(filepath.Join("..", "..", "docs", "scenarios.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(ref), "| `transaction` |")
+	if i < 0 {
+		t.Fatal("docs/scenarios.md has no transaction row")
+	}
+	row, _, _ := strings.Cut(string(ref[i:]), "\n")
+	for _, p := range placeholders {
+		if !strings.Contains(row, "`:"+p.name+"`") {
+			t.Errorf("docs/scenarios.md's transaction row does not name :%s (scenarios.System.Transaction's doc)", p.name)
+		}
+	}
+}
+
 var positional = regexp.MustCompile(`\$([0-9]+)`)
 
 // FuzzBind: Bind never panics, and what it accepts numbers its parameters
@@ -59,7 +155,7 @@ func FuzzBind(f *testing.F) {
 			return
 		}
 		for _, a := range st.Args {
-			if !slices.Contains(placeholders, a) {
+			if _, ok := lookup(a); !ok {
 				t.Fatalf("arg %q is not a placeholder", a)
 			}
 		}

@@ -66,6 +66,11 @@ type Config struct {
 	// each aggregate's versions, the team's SQL writes its own tables.
 	// Outbox variant only.
 	Transaction []Statement `json:"transaction"`
+	// Broker is the run's broker, "kafka" or "rabbitmq", and Events its
+	// events topic or exchange: what the transaction's :topic or
+	// :exchange binds (only the one of this broker exists).
+	Broker string `json:"broker,omitempty"`
+	Events string `json:"events,omitempty"`
 }
 
 // DefaultSource is the source of every event unless Config.Source says
@@ -105,6 +110,11 @@ func New(cfg Config, db *pgxpool.Pool, rec *history.Recorder, fp *failpoint.Set,
 	}
 	if len(cfg.Transaction) > 0 && cfg.Variant != Outbox {
 		return nil, fmt.Errorf("producer: a team transaction needs the outbox variant, not %s", cfg.Variant)
+	}
+	for i, st := range cfg.Transaction {
+		if err := st.CheckBroker(cfg.Broker); err != nil {
+			return nil, fmt.Errorf("producer: transaction[%d]: %w", i, err)
+		}
 	}
 	seed := cfg.Seed
 	if seed == 0 {
@@ -305,17 +315,14 @@ func (p *Producer) commit(ctx context.Context, v history.Value, outbox, abort bo
 		return 0, definite(err)
 	}
 	if outbox {
-		vals := map[string]any{
-			"event_id": v.Event, "aggregate_id": v.Key, "version": version,
-			"payload": string(Payload(v.Key, version, v.Poison)), "type": EventType, "source": v.Source,
+		vals := Values{
+			EventID: v.Event, AggregateID: v.Key, Version: version,
+			Payload: string(Payload(v.Key, version, v.Poison)), Type: EventType, Source: v.Source,
+			Events: p.cfg.Events,
 		}
 		for i, st := range p.cfg.Transaction {
-			args := make([]any, len(st.Args))
-			for j, a := range st.Args {
-				args[j] = vals[a]
-			}
-			if _, err := tx.Exec(ctx, st.SQL, args...); err != nil {
-				return 0, definite(fmt.Errorf("transaction statement %d: %w", i+1, err))
+			if _, err := tx.Exec(ctx, st.SQL, st.Values(vals)...); err != nil {
+				return 0, definite(fmt.Errorf("transaction[%d]: %w", i, err))
 			}
 		}
 	}
