@@ -138,13 +138,13 @@ func (s *Supervisor) serveFailpoint(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, fmt.Sprintf("bad failpoint name %q: use letters, digits, '.', '-' and '_'", r.PathValue("name")), http.StatusBadRequest)
 		return
 	}
-	if !w.armed.Take(t.Name) {
-		rw.WriteHeader(http.StatusNoContent)
-		return
-	}
-	exited, err := s.crashAt(w, t.Name, r.URL.Query().Get("event"))
+	fire, exited, err := s.crashAt(w, t.Name, r.URL.Query().Get("event"))
 	if err != nil {
 		http.Error(rw, err.Error(), http.StatusConflict)
+		return
+	}
+	if !fire {
+		rw.WriteHeader(http.StatusNoContent)
 		return
 	}
 	// The caller is dying; it must never read an answer. Wait for the
@@ -161,14 +161,26 @@ func (s *Supervisor) serveFailpoint(rw http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// crashAt records the crash of w at failpoint n with event in flight, as
-// a hit of n, and SIGKILLs w's process group. It returns the channel
-// closed when that process has exited.
-func (s *Supervisor) crashAt(w *worker, n failpoint.Name, event string) (<-chan struct{}, error) {
+// crashAt decides a hit of failpoint n in w with event in flight. When
+// it fires, it records the crash, counts the hit and SIGKILLs w's process
+// group, and returns the channel closed once that process has exited. A
+// process already being killed (by an earlier hit from another of its
+// threads, or by the nemesis) is dying: its call is held too, without
+// spending another hit of the term, so kill(2) is two crashes.
+func (s *Supervisor) crashAt(w *worker, n failpoint.Name, event string) (fire bool, exited <-chan struct{}, err error) {
 	w.mu.Lock()
 	if w.cmd == nil || closed(w.exited) {
 		w.mu.Unlock()
-		return nil, fmt.Errorf("%w: %s", ErrNotRunning, w.name)
+		return false, nil, fmt.Errorf("%w: %s", ErrNotRunning, w.name)
+	}
+	if w.killed {
+		exited := w.exited
+		w.mu.Unlock()
+		return true, exited, nil
+	}
+	if !w.armed.Take(n) {
+		w.mu.Unlock()
+		return false, nil, nil
 	}
 	// The crash op first: if the harness died between the two, the
 	// history must still say why the worker went away.
@@ -180,12 +192,12 @@ func (s *Supervisor) crashAt(w *worker, n failpoint.Name, event string) (<-chan 
 	w.killed = true // recorded here, not again by watch
 	if err := syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		w.mu.Unlock()
-		return nil, fmt.Errorf("supervisor: kill %s at failpoint %s: %w", w.name, n, err)
+		return false, nil, fmt.Errorf("supervisor: kill %s at failpoint %s: %w", w.name, n, err)
 	}
-	exited := w.exited
+	exited = w.exited
 	w.mu.Unlock()
 	s.countHit(w, string(n))
-	return exited, nil
+	return true, exited, nil
 }
 
 // serveHistory appends the request's ops to the worker's endpoint history,

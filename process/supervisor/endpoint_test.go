@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +25,23 @@ import (
 // The Go half of TestEndpointClients: the test binary, started as an
 // external worker, is a component using the failpoint package.
 func init() {
-	if os.Getenv("ENDPOINT_TEST_CHILD") != "go" {
+	switch os.Getenv("ENDPOINT_TEST_CHILD") {
+	case "go":
+	case "threads":
+		// Eight threads reach the failpoint together, again and again.
+		fmt.Println("before")
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 50 {
+					failpoint.Inject("after-commit-before-ack")
+				}
+			})
+		}
+		wg.Wait()
+		fmt.Println("after")
+		time.Sleep(10 * time.Minute)
+	default:
 		return
 	}
 	fmt.Println("before")
@@ -357,5 +374,41 @@ func BenchmarkEndpointHistory(b *testing.B) {
 		if resp.StatusCode != http.StatusNoContent {
 			b.Fatal(resp.Status)
 		}
+	}
+}
+
+// Threads of one process that reach an armed failpoint together die
+// together: one crash, one hit, so kill(2) is two incarnations, not two
+// threads of the first.
+func TestEndpointConcurrentHits(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(Config{Command: []string{"/bin/false"}, LogDir: dir, RestartDelay: 10 * time.Millisecond,
+		HistoryDir: dir, Base: time.Now(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, _ := failpoint.ParseAny("after-commit-before-ack=kill(2)")
+	if err := s.StartCommand(context.Background(), "relay-0", Command{Argv: []string{os.Args[0], "-test.run=^$"},
+		Env: []string{"ENDPOINT_TEST_CHILD=threads"}, Failpoints: []failpoint.Term{term}}); err != nil {
+		t.Fatal(err)
+	}
+	lines := waitLines(t, filepath.Join(dir, "relay-0.log"), "after", 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.StopAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"before", "before", "before", "after"}; !slices.Equal(lines, want) {
+		t.Errorf("printed %q, want %q", lines, want)
+	}
+	if n, _ := s.Hits("relay-0", "after-commit-before-ack"); n != 2 {
+		t.Errorf("hits = %d, want 2", n)
+	}
+	h, _, err := history.ReadFile(filepath.Join(dir, "relay-0"+EndpointHistorySuffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) != 2 {
+		t.Errorf("%d crash ops, want 2: %v", len(h), h)
 	}
 }
