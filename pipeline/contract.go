@@ -145,10 +145,23 @@ func (r *Deployment) startExternal(ctx context.Context, name, role, sub string, 
 		env = append(env, k+"="+ext.Env[k])
 	}
 	if err := r.sup.StartCommand(ctx, name, supervisor.Command{Argv: ext.Command, Env: env, Dir: ext.Dir, Failpoints: terms, Seed: r.cfg.Seed ^ uint64(len(r.workers)+1)}); err != nil {
-		return fmt.Errorf("%w: pipeline: %w", ErrContract, err)
+		return r.cfg.System.errorIn(commandField(r.cfg.System, role, sub), err)
 	}
 	r.workers = append(r.workers, name)
 	return nil
+}
+
+// commandField is the scenario field that gave the command of a team's
+// component: a subscription's own consumer, else the one for every
+// subscription, or the relay.
+func commandField(sys System, role, sub string) string {
+	if role == worker.RoleRelay {
+		return "system.relay.command"
+	}
+	if f := "system.consumers." + sub + ".command"; sys.Where[f] != "" {
+		return f
+	}
+	return "system.consumer.command"
 }
 
 // checkSystem runs the team's setup SQL and checks the rest of the
@@ -157,6 +170,17 @@ func (r *Deployment) startExternal(ctx context.Context, name, role, sub string, 
 // each query must run and return the columns it owes. A mistake in one
 // part is a [ContractError] naming it.
 func checkSystem(ctx context.Context, db *pgxpool.Pool, broker string, sys System) error {
+	if sys.Relay != nil {
+		if err := (supervisor.Command{Argv: sys.Relay.Command, Dir: sys.Relay.Dir}).Check(); err != nil {
+			return sys.errorIn(commandField(sys, worker.RoleRelay, ""), err)
+		}
+	}
+	for _, sub := range slices.Sorted(maps.Keys(sys.Consumers)) {
+		c := sys.Consumers[sub]
+		if err := (supervisor.Command{Argv: c.Command, Dir: c.Dir}).Check(); err != nil {
+			return sys.errorIn(commandField(sys, worker.RoleConsumer, sub), err)
+		}
+	}
 	if err := checkSystemSQL(ctx, db, broker, sys); err != nil {
 		var ce *ContractError
 		if errors.As(err, &ce) {

@@ -94,8 +94,14 @@ func TestContractErrors(t *testing.T) {
 		{
 			name: "consumer command not found",
 			sys: System{Consumers: map[string]External{"inventory": {Command: []string{"./no-such-consumer"}, Dir: t.TempDir()}},
-				EffectsQuery: "SELECT 'e' AS event_id, 'c' AS consumer"},
-			want: []string{"no-such-consumer"},
+				EffectsQuery: "SELECT 'e' AS event_id, 'c' AS consumer", Where: map[string]string{"system.consumer.command": "shop.yaml:14"}},
+			want: []string{"shop.yaml:14: system.consumer.command: ", "no-such-consumer"},
+		},
+		{
+			name: "relay command not found",
+			sys: System{Relay: &External{Command: []string{"./no-such-relay"}, Dir: t.TempDir()},
+				Where: map[string]string{"system.relay.command": "shop.yaml:12"}},
+			want: []string{"shop.yaml:12: system.relay.command: ", "no-such-relay"},
 		},
 	}
 	for i, tt := range tests {

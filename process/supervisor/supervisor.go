@@ -112,6 +112,28 @@ type Command struct {
 	Seed uint64
 }
 
+// Program is the program Argv names: a relative path with a slash is
+// resolved against Dir, a bare name on PATH.
+func (c Command) Program() string {
+	prog := c.Argv[0]
+	if strings.ContainsRune(prog, '/') && !filepath.IsAbs(prog) && c.Dir != "" {
+		prog = filepath.Join(c.Dir, prog)
+	}
+	return prog
+}
+
+// Check reports whether the program can be started, before anything is:
+// a missing program is the team's mistake, found before any worker runs.
+func (c Command) Check() error {
+	if len(c.Argv) == 0 {
+		return errors.New("empty command")
+	}
+	if _, err := exec.LookPath(c.Program()); err != nil {
+		return fmt.Errorf("cannot start %q: %w", c.Argv[0], err)
+	}
+	return nil
+}
+
 type worker struct {
 	name     string
 	spec     []byte   // built-in: the spec, in SpecEnv
@@ -223,11 +245,7 @@ func (s *Supervisor) launch(w *worker) error {
 	var cmd *exec.Cmd
 	var stdin io.WriteCloser
 	if c := w.external; c != nil {
-		prog := c.Argv[0]
-		if strings.ContainsRune(prog, '/') && !filepath.IsAbs(prog) && c.Dir != "" {
-			prog = filepath.Join(c.Dir, prog)
-		}
-		cmd = exec.Command(prog, c.Argv[1:]...)
+		cmd = exec.Command(c.Program(), c.Argv[1:]...)
 		cmd.Dir = c.Dir
 		cmd.Env = append(append(os.Environ(), s.cfg.Env...), c.Env...)
 		// Its stdin is /dev/null: an external program owes the harness
