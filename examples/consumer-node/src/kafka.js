@@ -1,5 +1,14 @@
 'use strict';
-const { Kafka, logLevel } = require('kafkajs');
+const { Kafka, logLevel, CompressionTypes, CompressionCodecs } = require('kafkajs');
+const SnappyCodec = require('kafkajs-snappy');
+
+// kafkajs decodes only gzip by itself and fails the whole fetch on any
+// other codec ("KafkaJSNotImplemented: Snappy compression not
+// implemented", then the consumer crashes for good). deliverycheck's relay,
+// like most Go and Java producers, compresses batches with snappy:
+// register the pure-JS codec (kafkajs-snappy, on snappyjs; no native
+// build).
+CompressionCodecs[CompressionTypes.Snappy] = SnappyCodec;
 
 // consumeKafka handles the topic's records in order (one partition at a
 // time, the kafkajs default), committing each record's offset by hand
