@@ -2,6 +2,8 @@
 # runs every test against real servers. Both install what they need first.
 
 GO      ?= go
+NODE    ?= node
+NPM     ?= npm
 BIN     := bin/deliverycheck
 # Server-backed packages share one machine's two cores: never run them in
 # parallel (each starts its own PostgreSQL, Kafka and RabbitMQ).
@@ -13,7 +15,7 @@ IMAGES := DELIVERYCHECK_IMAGE_POSTGRES=localhost/deliverycheck/postgres:15 \
 	DELIVERYCHECK_IMAGE_RABBITMQ=localhost/deliverycheck/rabbitmq:3.10 \
 	DELIVERYCHECK_IMAGE_KAFKA=localhost/deliverycheck/kafka:4.1.1
 
-.PHONY: all build deps containers compile test vet demo bench fuzz matrix clean
+.PHONY: all build deps containers compile node-example test vet demo bench fuzz matrix clean
 
 all: build
 
@@ -36,6 +38,15 @@ compile: vet
 	$(GO) test -count=1 -c -o $(CURDIR)/.testbin/ ./... >/dev/null
 	rm -rf $(CURDIR)/.testbin
 	cd examples/consumer && $(GO) vet ./... && $(GO) vet -tags buggy ./...
+	$(MAKE) --no-print-directory node-example
+
+# The Node.js example consumer's packages (amqplib, kafkajs, pg), exactly
+# as its committed lock file says (node_modules is not committed), then a
+# syntax check of its files and a load of both builds' modules.
+node-example:
+	cd examples/consumer-node && $(NPM) ci --no-audit --no-fund --loglevel=error \
+		&& for f in *.js src/*.js; do $(NODE) --check $$f || exit 1; done \
+		&& $(NODE) -e "require('./src/main'); require('./src/settle'); require('./src/settle-buggy')"
 
 # Both runtimes are tested, and every server-backed test runs: a missing
 # server, tool or container engine fails the run instead of skipping the

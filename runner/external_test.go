@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 	"github.com/deliverycheck/deliverycheck/scenarios"
 )
 
@@ -31,48 +32,128 @@ func buildExample(t *testing.T, tags string) string {
 	return bin
 }
 
-// TestExampleConsumer runs the example team consumer end to end through
-// its own scenario files, on each broker (the files say kafka; --set
-// broker=rabbitmq is how a team would switch): the correct build comes out
-// valid although its failpoints crashed it, the buggy build (no inbox
-// check) is caught applying a redelivered event twice.
+// installNodeExample makes sure examples/consumer-node has its packages
+// (`make test` runs npm ci before the tests; a bare go test installs them
+// here when node_modules is missing or older than the lock file).
+func installNodeExample(t *testing.T) {
+	t.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		_, err := exec.LookPath(tool)
+		testenv.MustHaveServer(t, tool, err)
+	}
+	dir := filepath.Join("..", "examples", "consumer-node")
+	lock, err := os.Stat(filepath.Join(dir, "package-lock.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err == nil && !inst.ModTime().Before(lock.ModTime()) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+	}
+}
+
+// TestExampleConsumer runs the example team consumers end to end through
+// their own scenario files, on each broker (the files say kafka; --set
+// broker=rabbitmq is how a team would switch): each correct build comes
+// out valid although its failpoints crashed it, each buggy build is
+// caught with the anomaly its scenario expects. examples/consumer (Go):
+// the buggy build has no inbox check, a redelivered event is applied
+// twice. examples/consumer-node (Node.js, failpoints and lineage through
+// DELIVERYCHECK_ENDPOINT): the buggy build acks or commits the offset
+// before its transaction, and a crash in between loses the event.
 func TestExampleConsumer(t *testing.T) {
 	shared.Get(t)
-	bins := map[string]string{"": buildExample(t, ""), "buggy": buildExample(t, "buggy")}
-	for _, br := range []string{"kafka", "rabbitmq"} {
-		for _, tc := range []struct{ file, tags string }{{"scenario.yaml", ""}, {"scenario-buggy.yaml", "buggy"}} {
-			t.Run(br+"/"+tc.file, func(t *testing.T) {
-				s, err := scenarios.Load(filepath.Join("..", "examples", "consumer", tc.file))
-				if err != nil {
-					t.Fatal(err)
+	type build struct {
+		file    string
+		command []string // nil: the scenario's own
+	}
+	examples := []struct {
+		dir    string
+		builds func(t *testing.T) []build
+	}{
+		{"consumer", func(t *testing.T) []build {
+			return []build{
+				{"scenario.yaml", []string{buildExample(t, "")}},
+				{"scenario-buggy.yaml", []string{buildExample(t, "buggy")}},
+			}
+		}},
+		{"consumer-node", func(t *testing.T) []build {
+			installNodeExample(t)
+			return []build{{"scenario.yaml", nil}, {"scenario-buggy.yaml", nil}}
+		}},
+	}
+	for _, ex := range examples {
+		t.Run(ex.dir, func(t *testing.T) {
+			builds := ex.builds(t)
+			for _, br := range []string{"kafka", "rabbitmq"} {
+				for _, b := range builds {
+					t.Run(br+"/"+b.file, func(t *testing.T) {
+						runExample(t, ex.dir, b.file, br, b.command)
+					})
 				}
-				if err := s.Set("broker", br); err != nil {
-					t.Fatal(err)
-				}
-				s.System.Consumer.Command = []string{bins[tc.tags]}
-				if err := s.Validate(); err != nil {
-					t.Fatal(err)
-				}
-				out := t.TempDir()
-				if os.Getenv("DELIVERYCHECK_KEEP") != "" {
-					out = filepath.Join(os.TempDir(), "deliverycheck-example", br)
-				}
-				o := runScenario(t, s, 1, out)
-				r := o.Result
-				t.Logf("%s on %s: %s %v; committed %d, crashes %d (%s)", s.Name, br, r.Valid, r.Reasons, r.Counts.Committed, r.Counts.Crashes, o.Dir)
-				if ok, why := met(o); !ok {
-					t.Fatalf("expectation not met: %s", why)
-				}
-				if r.Counts.Committed == 0 {
-					t.Fatal("nothing was committed")
-				}
-				if r.Counts.Crashes == 0 {
-					t.Error("the consumer's failpoints never crashed it")
-				}
-				if s.Expect.Verdict == checker.Valid && r.Valid != checker.Valid {
-					t.Errorf("correct build: %s", r.Valid)
-				}
-			})
+			}
+		})
+	}
+}
+
+func runExample(t *testing.T, dir, file, br string, command []string) {
+	s, err := scenarios.Load(filepath.Join("..", "examples", dir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Set("broker", br); err != nil {
+		t.Fatal(err)
+	}
+	if command != nil {
+		s.System.Consumer.Command = command
+	}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	if os.Getenv("DELIVERYCHECK_KEEP") != "" {
+		out = filepath.Join(os.TempDir(), "deliverycheck-example", dir, br)
+	}
+	o := runScenario(t, s, 1, out)
+	r := o.Result
+	t.Logf("%s on %s: %s %v; committed %d, crashes %d (%s)", s.Name, br, r.Valid, r.Reasons, r.Counts.Committed, r.Counts.Crashes, o.Dir)
+	if ok, why := met(o); !ok {
+		t.Fatalf("expectation not met: %s", why)
+	}
+	if r.Counts.Committed == 0 {
+		t.Fatal("nothing was committed")
+	}
+	if r.Counts.Crashes == 0 {
+		t.Error("the consumer's failpoints never crashed it")
+	}
+	var sub *checker.SubscriptionStats
+	for i := range r.Subscriptions {
+		if r.Subscriptions[i].Name == "inventory" {
+			sub = &r.Subscriptions[i]
+		}
+	}
+	if sub == nil {
+		t.Fatalf("no inventory subscription in %+v", r.Subscriptions)
+	}
+	// Both examples write lineage: the report must have their deliveries
+	// and acks, not "not observed".
+	if sub.Deliveries == 0 || sub.Acked == 0 {
+		t.Errorf("lineage missing: %d deliver ops, %d acked", sub.Deliveries, sub.Acked)
+	}
+	if s.Expect.Verdict == checker.Valid {
+		if r.Valid != checker.Valid {
+			t.Errorf("correct build: %s", r.Valid)
+		}
+		// after-commit-before-ack crashed it with an applied event unacked:
+		// that event came back, and the inbox turned it away.
+		if sub.Redelivered == 0 {
+			t.Error("no event was redelivered although the consumer crashed between its commit and its ack")
 		}
 	}
 }

@@ -42,8 +42,10 @@ async function consumeRabbitMQ({ cfg, log, pool, dc, settle, applyEvent, parseEv
     const id = msg.properties.messageId;
     // A quorum queue adds an integer x-delivery-count header to every
     // REdelivery (absent on the first one): 1 on the second delivery, 2
-    // on the third... Past x-delivery-limit the broker dead-letters the
-    // message. It is this delivery's attempt number, from 1.
+    // on the third... It counts every time the broker handed the message
+    // out, also to a process killed with it still prefetched (unhandled),
+    // and past x-delivery-limit the broker dead-letters the message. Plus
+    // one, it is this delivery's attempt number, from 1.
     const redeliveries = Number.isInteger(headers['x-delivery-count']) ? headers['x-delivery-count'] : 0;
     const attempt = redeliveries + 1;
     const lineage = { event: id, consumer: cfg.subscription, tag: msg.fields.deliveryTag };
