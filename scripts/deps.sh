@@ -2,12 +2,14 @@
 # Installs what deliverycheck's local runtime needs on Debian/Ubuntu:
 # PostgreSQL, RabbitMQ, a Java runtime and Maven (for the Kafka broker jars),
 # Chromium (the reports tests open report.html in it headless; works with
-# --no-install-recommends), then fetches the Kafka broker jars and Kafka Connect with
+# --no-install-recommends), Node.js with npm and Python 3 (the tests run
+# examples/consumer-node and the endpoint clients docs/contract.md gives),
+# then fetches the Kafka broker jars and Kafka Connect with
 # Debezium (the debezium relay) from Maven Central into the user cache.
 # Idempotent and quick when everything is already there.
 set -euo pipefail
 
-pkgs=(postgresql rabbitmq-server default-jre-headless maven chromium)
+pkgs=(postgresql rabbitmq-server default-jre-headless maven chromium nodejs npm python3)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -18,6 +20,14 @@ if command -v java >/dev/null 2>&1; then
 fi
 if command -v mvn >/dev/null 2>&1; then
 	missing=("${missing[@]/maven}")
+fi
+# So is a Node.js (18 or later) with npm, or a Python 3, installed otherwise.
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+	missing=("${missing[@]/nodejs}")
+	missing=("${missing[@]/npm}")
+fi
+if command -v python3 >/dev/null 2>&1; then
+	missing=("${missing[@]/python3}")
 fi
 want=()
 for p in "${missing[@]}"; do [ -n "$p" ] && want+=("$p"); done
