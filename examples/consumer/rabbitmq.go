@@ -49,7 +49,7 @@ func consumeRabbitMQ(ctx context.Context, log *slog.Logger, cfg config, db *pgxp
 		if !ok {
 			return errors.New("rabbitmq: deliveries stopped (channel or connection closed)")
 		}
-		v := history.Value{Event: d.MessageId, Tag: int64(d.DeliveryTag)}
+		v := history.Value{Event: d.MessageId, Tag: int64(d.DeliveryTag), Attempt: attempt(d.Headers)}
 		record(history.Deliver, v)
 		order, _ := d.Headers["aggregate-id"].(string)
 		version, _ := d.Headers["version"].(string)
@@ -69,4 +69,22 @@ func consumeRabbitMQ(ctx context.Context, log *slog.Logger, cfg config, db *pgxp
 		}
 		record(history.Ack, v)
 	}
+}
+
+// attempt is which delivery of its message d is, from 1. A quorum queue
+// adds an integer x-delivery-count header to every redelivery (absent on
+// the first delivery): read it as the integer it is, and never refuse a
+// message for carrying it (a header marshaler that accepts only strings
+// would refuse every redelivery, and past the delivery limit the broker
+// dead-letters the message instead of redelivering it).
+func attempt(h amqp.Table) int64 {
+	switch n := h["x-delivery-count"].(type) {
+	case int64:
+		return n + 1
+	case int32:
+		return int64(n) + 1
+	case int:
+		return int64(n) + 1
+	}
+	return 1
 }
