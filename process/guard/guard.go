@@ -1,7 +1,8 @@
 // Package guard runs a watchdog process that cleans up after a harness
 // that died without doing so itself (SIGKILL, a test timeout, a crash in
 // a cgo call): it kills the process groups, removes the containers and
-// deletes the temp dirs it was told about.
+// deletes the temp dirs it was told about, and removes the network
+// namespaces and host links of a run's nodes (cluster/netns).
 //
 // The watchdog is a small shell script in its own process group reading
 // commands on a pipe from the harness. When the pipe reaches EOF without
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +35,8 @@ groups=""
 stops=""
 ids=""
 dirs=""
+nets=""
+links=""
 while IFS= read -r line; do
   case "$line" in
     "group "*) groups="$groups ${line#group }" ;;
@@ -42,6 +46,10 @@ while IFS= read -r line; do
       keep=""; for s in $stops; do [ "${s%%:*}" = "${line#ungroup }" ] || keep="$keep $s"; done; stops=$keep ;;
     "container "*) ids="$ids ${line#container }" ;;
     "uncontainer "*) keep=""; for i in $ids; do [ "$i" = "${line#uncontainer }" ] || keep="$keep $i"; done; ids=$keep ;;
+    "netns "*) nets="$nets ${line#netns }" ;;
+    "unnetns "*) keep=""; for x in $nets; do [ "$x" = "${line#unnetns }" ] || keep="$keep $x"; done; nets=$keep ;;
+    "iflink "*) links="$links ${line#iflink }" ;;
+    "uniflink "*) keep=""; for x in $links; do [ "$x" = "${line#uniflink }" ] || keep="$keep $x"; done; links=$keep ;;
     "dir "*) dirs="$dirs
 ${line#dir }" ;;
     exit) exit 0 ;;
@@ -71,6 +79,14 @@ for i in $ids; do
     curl -s -o /dev/null --max-time 30 -X DELETE "$BASE/containers/$i?force=true&v=true"
   fi
 done
+# After the groups: a namespace lives on while a process is in it.
+for x in $links; do ip link delete dev "$x" 2>/dev/null; done
+for x in $nets; do
+  case "$x" in [A-Za-z0-9]*) ;; *) continue ;; esac
+  ip netns delete "$x" 2>/dev/null
+  rm -rf -- "/etc/netns/$x"
+done
+[ -n "$nets" ] && rmdir /etc/netns 2>/dev/null
 printf '%s\n' "$dirs" | while IFS= read -r d; do [ -n "$d" ] && rm -rf -- "$d"; done
 exit 0
 `
@@ -161,6 +177,37 @@ func (g *Guard) UntrackContainer(id string) error { return g.send("uncontainer",
 
 // TrackDir asks the guard to remove dir if the harness dies.
 func (g *Guard) TrackDir(dir string) error { return g.send("dir", dir) }
+
+// netName is what TrackNetns and TrackLink accept: the script puts a
+// namespace's name in a path it removes (/etc/netns/<name>), so no '/',
+// no "..", nothing a shell word would split.
+var netName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+func (g *Guard) sendName(verb, name string) error {
+	if g == nil {
+		return nil
+	}
+	if !netName.MatchString(name) {
+		return fmt.Errorf("guard: bad %s name %q", verb, name)
+	}
+	return g.send(verb, name)
+}
+
+// TrackNetns asks the guard to delete network namespace name (ip netns
+// delete) and its /etc/netns/<name> dir if the harness dies. It does so
+// after killing the tracked groups, since a namespace a process is still
+// in outlives its deletion.
+func (g *Guard) TrackNetns(name string) error { return g.sendName("netns", name) }
+
+// UntrackNetns tells the guard namespace name is gone.
+func (g *Guard) UntrackNetns(name string) error { return g.sendName("unnetns", name) }
+
+// TrackLink asks the guard to delete the host's network interface name
+// (ip link delete: both ends of a veth) if the harness dies.
+func (g *Guard) TrackLink(name string) error { return g.sendName("iflink", name) }
+
+// UntrackLink tells the guard link name is gone.
+func (g *Guard) UntrackLink(name string) error { return g.sendName("uniflink", name) }
 
 // Open reports whether the guard is running and listening.
 func (g *Guard) Open() bool {

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 )
 
 // sleeper starts a process in its own group that lives until killed.
@@ -210,4 +213,83 @@ func groupMembers(pgid int) []string {
 		}
 	}
 	return out
+}
+
+// TestHarnessDeathRemovesNetworks: a namespace (with its /etc/netns dir)
+// and a host link the harness made are gone once the guard has run; an
+// untracked one stays. It needs root and ip, like cluster/netns.
+func TestHarnessDeathRemovesNetworks(t *testing.T) {
+	ip, err := exec.LookPath("ip")
+	if err == nil && os.Geteuid() != 0 {
+		err = errors.New("not root")
+	}
+	testenv.MustHaveServer(t, "network namespaces", err)
+	id := "dcguard" + strconv.Itoa(os.Getpid()%100000)
+	tracked, kept, link := id+"-a", id+"-b", id+"h"
+	mustRun := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(ip, args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() {
+		_ = exec.Command(ip, "netns", "delete", tracked).Run()
+		_ = exec.Command(ip, "netns", "delete", kept).Run()
+		_ = exec.Command(ip, "link", "delete", "dev", link).Run()
+		_ = os.RemoveAll("/etc/netns/" + tracked)
+		_ = os.Remove("/etc/netns")
+	})
+	g, err := Start(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{g.TrackNetns(tracked), g.TrackNetns(kept), g.UntrackNetns(kept), g.TrackLink(link)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustRun("netns", "add", tracked)
+	mustRun("netns", "add", kept)
+	mustRun("link", "add", "name", link, "type", "veth", "peer", "name", "eth0", "netns", tracked)
+	if err := os.MkdirAll("/etc/netns/"+tracked, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("/etc/netns/"+tracked+"/hosts", []byte("10.0.0.2 a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	g.w.Close()
+	g.w = nil
+	g.mu.Unlock()
+	if err := g.cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/run/netns/" + tracked); !os.IsNotExist(err) {
+		t.Errorf("tracked namespace left behind: %v", err)
+	}
+	if _, err := os.Stat("/etc/netns/" + tracked); !os.IsNotExist(err) {
+		t.Errorf("tracked namespace's /etc/netns dir left behind: %v", err)
+	}
+	if err := exec.Command(ip, "link", "show", "dev", link).Run(); err == nil {
+		t.Error("tracked link left behind")
+	}
+	if _, err := os.Stat("/run/netns/" + kept); err != nil {
+		t.Errorf("the guard removed a namespace it was told was gone: %v", err)
+	}
+}
+
+func TestBadNetworkNames(t *testing.T) {
+	g, err := Start(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for _, bad := range []string{"", "..", ".x", "a/b", "a b", "a\nexit", "-n"} {
+		if g.TrackNetns(bad) == nil || g.TrackLink(bad) == nil {
+			t.Errorf("name %q accepted", bad)
+		}
+	}
+	if err := g.TrackNetns("dcn0123abcd-kafka-0"); err != nil {
+		t.Errorf("good name refused: %v", err)
+	}
 }
