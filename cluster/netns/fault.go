@@ -277,9 +277,14 @@ func (f *Fault) Heal(ctx context.Context) (Evidence, error) {
 }
 
 // HealAll heals every open fault, then empties the fault chain in every
-// node's namespace, so no rule survives it even if a Heal failed.
+// node's namespace, so no rule survives it even if a Heal failed. On a
+// closed network there is nothing left to heal.
 func (n *Network) HealAll(ctx context.Context) error {
 	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
 	open := make([]*Fault, 0, len(n.open))
 	for f := range n.open {
 		open = append(open, f)

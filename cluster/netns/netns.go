@@ -113,14 +113,11 @@ type Network struct {
 
 var nodeName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
 
-// New makes the network: it refuses with an *UnsupportedError when the
-// machine cannot (see [Check]), and on any other failure removes what it
-// had made. The caller must Close it.
+// New makes the network: it refuses bad options, then, with an
+// *UnsupportedError, a machine that cannot (see [Check]); on any other
+// failure it removes what it had made. The caller must Close it.
 func New(ctx context.Context, o Options) (*Network, error) {
 	start := time.Now()
-	if err := Check(); err != nil {
-		return nil, err
-	}
 	if len(o.Nodes) == 0 {
 		return nil, errors.New("netns: no nodes")
 	}
@@ -142,6 +139,9 @@ func New(ctx context.Context, o Options) (*Network, error) {
 			return nil, fmt.Errorf("netns: node %q named twice", name)
 		}
 		n.index[name] = i
+	}
+	if err := Check(); err != nil {
+		return nil, err
 	}
 	n.ip, _ = exec.LookPath("ip")
 	n.ipt, _ = exec.LookPath("iptables")

@@ -574,3 +574,39 @@ func TestHarnessKilled(t *testing.T) {
 		t.Errorf("left behind:\n%s", strings.Join(left, "\n"))
 	}
 }
+
+// TestParallelRuns: two runs with the same node names at once get their
+// own names and subnets, and the same port on the same node name in each.
+func TestParallelRuns(t *testing.T) {
+	testenv.MustHaveServer(t, "network namespaces", Check())
+	nets := make([]*Network, 2)
+	err := parallel(len(nets), func(i int) error {
+		n, err := New(context.Background(), Options{Nodes: []string{"a", "b"}})
+		nets[i] = n
+		return err
+	})
+	for _, n := range nets {
+		if n != nil {
+			t.Cleanup(func() { _ = n.Close() })
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nets[0].Name() == nets[1].Name() || nets[0].Subnet().Overlaps(nets[1].Subnet()) {
+		t.Fatalf("runs collide: %s %s and %s %s", nets[0].Name(), nets[0].Subnet(), nets[1].Name(), nets[1].Subnet())
+	}
+	for i, n := range nets {
+		start(t, n, "a", "ready", "listen", "7000", "run"+strconv.Itoa(i))
+	}
+	for i, n := range nets {
+		if got, want := dial(t, n, "b", "a:7000", 5*time.Second), "ok run"+strconv.Itoa(i); got != want {
+			t.Errorf("run %d: b→a: %q, want %q", i, got, want)
+		}
+		// A node of one run cannot reach the other run's nodes.
+		other := nets[1-i].Addr("a")
+		if got := dial(t, n, "b", hostPort(other, 7000), short); !strings.Contains(got, "network is unreachable") {
+			t.Errorf("run %d reached run %d's node: %q", i, 1-i, got)
+		}
+	}
+}
