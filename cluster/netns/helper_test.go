@@ -149,7 +149,9 @@ func harness(nodes []string) int {
 		Namespaces: n.namespaces()}
 	for i, argv := range [][]string{
 		must(n.Command(nodes[0], self, "listen", "7000", "a")),
-		must(n.CommandAs(nodes[1], 65534, 65534, "/bin/sleep", "300")),
+		// It says when it runs as that user: past ip and setpriv, which
+		// is when the parent-death signal must have been kept.
+		must(n.CommandAs(nodes[1], 65534, 65534, "/bin/sh", "-c", `echo ready; exec sleep 300`)),
 	} {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = append(os.Environ(), helperEnv+"=1", raceQuick)
@@ -167,11 +169,10 @@ func harness(nodes []string) int {
 				fmt.Println("error", err)
 				return 1
 			}
-			line, _ := bufio.NewReader(out).ReadString('\n')
-			if line != "ready\n" {
-				fmt.Println("error listener:", line)
-				return 1
-			}
+		}
+		if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+			fmt.Printf("error child %d: %q\n", i, line)
+			return 1
 		}
 		rep.Children = append(rep.Children, cmd.Process.Pid)
 	}

@@ -610,3 +610,94 @@ func TestParallelRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestExitPaths: however a run ends with its network up (it returns, New
+// fails halfway, its context is cancelled as Ctrl-C does, or it panics),
+// Close in a defer leaves nothing behind. (A SIGKILL is TestHarnessKilled.)
+func TestExitPaths(t *testing.T) {
+	testenv.MustHaveServer(t, "network namespaces", Check())
+	for _, tc := range []struct {
+		name string
+		// run makes a network and ends the way its name says; it
+		// returns what the network was, if it got that far.
+		run func(t *testing.T) (nss []string, link, subnet string)
+	}{
+		{"success", func(t *testing.T) ([]string, string, string) {
+			n, err := New(context.Background(), Options{Nodes: []string{"a", "b"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n.Close()
+			if _, err := n.Drop(context.Background(), []string{"a"}, []string{"b"}); err != nil {
+				t.Fatal(err)
+			}
+			return n.namespaces(), n.HostLink(), n.Subnet().String()
+		}},
+		{"New fails halfway", func(t *testing.T) ([]string, string, string) {
+			// Everything but the last step works: the namespaces, links
+			// and hosts files exist when iptables-restore fails.
+			dir := t.TempDir()
+			for _, tool := range []string{"ip", "iptables", "setpriv"} {
+				if p, err := exec.LookPath(tool); err == nil {
+					if err := os.Symlink(p, filepath.Join(dir, tool)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := os.WriteFile(filepath.Join(dir, "iptables-restore"), []byte("#!/bin/sh\necho broken >&2\nexit 1\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("PATH", dir)
+			before := snapshot(t)
+			n, err := New(context.Background(), Options{Nodes: []string{"a", "b"}})
+			if err == nil {
+				n.Close()
+				t.Fatal("New with a broken iptables-restore succeeded")
+			}
+			if !strings.Contains(err.Error(), "broken") {
+				t.Errorf("error %q does not say what failed", err)
+			}
+			if after := snapshot(t); after.netns != before.netns || after.etc != before.etc {
+				t.Errorf("a failed New left namespaces or hosts files:\n%s%s", after.netns, after.etc)
+			}
+			return nil, "", ""
+		}},
+		{"context cancelled", func(t *testing.T) ([]string, string, string) {
+			ctx, cancel := context.WithCancel(context.Background())
+			n, err := New(ctx, Options{Nodes: []string{"a", "b"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n.Close()
+			cancel()
+			if _, err := n.Drop(ctx, []string{"a"}, []string{"b"}); err == nil {
+				t.Error("a fault with a cancelled context went in")
+			}
+			return n.namespaces(), n.HostLink(), n.Subnet().String()
+		}},
+		{"panic", func(t *testing.T) (nss []string, link, subnet string) {
+			defer func() {
+				if r := recover(); r != "boom" {
+					t.Fatalf("recovered %v", r)
+				}
+			}()
+			n, err := New(context.Background(), Options{Nodes: []string{"a", "b"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n.Close()
+			nss, link, subnet = n.namespaces(), n.HostLink(), n.Subnet().String()
+			panic("boom")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nss, link, sub := tc.run(t)
+			if link == "" {
+				return
+			}
+			if left := leftovers(t, nss, link, sub); len(left) > 0 {
+				t.Errorf("left behind:\n%s", strings.Join(left, "\n"))
+			}
+		})
+	}
+}
