@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
@@ -16,6 +18,8 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster/freeport"
 	"github.com/deliverycheck/deliverycheck/cluster/link"
 	"github.com/deliverycheck/deliverycheck/cluster/local"
+	"github.com/deliverycheck/deliverycheck/cluster/netns"
+	"github.com/deliverycheck/deliverycheck/process/guard"
 )
 
 // Both runtimes have every optional ability today; an external runtime
@@ -64,6 +68,13 @@ type Config struct {
 	KafkaVersion string
 	// Logger overrides slog.Default().
 	Logger *slog.Logger
+	// Nodes asks for replicated services: the number of nodes by service
+	// name ("kafka": 3). Absent, or 1, is the single server of before.
+	// Each node of a replicated service is a service of its own, named
+	// <service>-<i> ("kafka-0"), behind its own proxy link of that name,
+	// in its own network namespace (cluster/netns), so a fault can kill,
+	// pause or cut off one node. Local runtime only, as root.
+	Nodes map[string]int
 }
 
 // Cluster is a set of running services, each behind its own toxiproxy
@@ -76,6 +87,12 @@ type Cluster struct {
 	links    *link.Server
 	services map[string]Service
 	urls     map[string]func(addr string) string
+	// nodes are the nodes of each replicated service, each behind the
+	// link of its own name; net is their network and guard removes it
+	// if the harness dies (nil when nothing is replicated).
+	nodes map[string][]Service
+	net   *netns.Network
+	guard *guard.Guard
 }
 
 // Start provisions and starts the configured services concurrently and
@@ -105,17 +122,27 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("cluster: image for unknown service %q (want one of %v)", n, Names())
 		}
 	}
+	replicated, err := checkNodes(cfg, names)
+	if err != nil {
+		return nil, err
+	}
 	c := &Cluster{
 		runtime:  cfg.Runtime,
 		links:    link.NewServer(),
 		services: map[string]Service{},
 		urls:     map[string]func(string) string{},
+		nodes:    map[string][]Service{},
 	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, c.Close())
 		}
 	}()
+	if len(replicated) > 0 {
+		if err := c.startNetwork(ctx, cfg, replicated); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Runtime == Containers {
 		if c.ctr, err = containers.New(ctx, containers.Options{Engine: eng, Keep: cfg.Keep, TempRoot: cfg.TempRoot, Logger: cfg.Logger}); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
@@ -123,7 +150,12 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	opts := local.Options{Keep: cfg.Keep, TempRoot: cfg.TempRoot, Logger: cfg.Logger}
 	for _, n := range names {
-		if err := c.provision(n, opts, cfg); err != nil {
+		if cfg.Nodes[n] > 1 {
+			err = c.provisionReplicated(n, cfg.Nodes[n], opts, cfg)
+		} else {
+			err = c.provision(n, opts, cfg)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -201,6 +233,117 @@ func (c *Cluster) provision(name string, opts local.Options, cfg Config) error {
 	return l.SetUpstream(s.Endpoint())
 }
 
+// checkNodes refuses, before anything starts, a replicated service the
+// cluster cannot run, naming what is missing, and returns the replicated
+// services' node names.
+func checkNodes(cfg Config, names []string) ([]string, error) {
+	var nodes []string
+	for _, n := range slices.Sorted(maps.Keys(cfg.Nodes)) {
+		count := cfg.Nodes[n]
+		switch {
+		case !slices.Contains(Names(), n):
+			return nil, fmt.Errorf("cluster: nodes for unknown service %q (want one of %v)", n, Names())
+		case count < 0:
+			return nil, fmt.Errorf("cluster: %s: %d nodes", n, count)
+		case count <= 1:
+			continue
+		case !slices.Contains(names, n):
+			return nil, fmt.Errorf("cluster: %d nodes of %s, which the cluster does not run", count, n)
+		case n == Postgres:
+			return nil, fmt.Errorf("cluster: postgres runs one primary; a standby is its own setting, not nodes")
+		case cfg.Runtime != Local:
+			return nil, fmt.Errorf("cluster: %d nodes of %s: the %s runtime runs single nodes only (use the local runtime)", count, n, cfg.Runtime)
+		}
+		for i := range count {
+			nodes = append(nodes, NodeName(n, i))
+		}
+	}
+	if len(nodes) > 0 {
+		if err := netns.Check(); err != nil {
+			return nil, fmt.Errorf("cluster: replicated services need a network namespace per node: %w", err)
+		}
+	}
+	return nodes, nil
+}
+
+// NodeName is the name of node i of service, as a fault targets it and as
+// its link and host name are called: "kafka-0".
+func NodeName(service string, i int) string { return service + "-" + strconv.Itoa(i) }
+
+// startNetwork makes the namespaces of every replicated service's nodes,
+// with a guard that removes them if the harness dies.
+func (c *Cluster) startNetwork(ctx context.Context, cfg Config, nodes []string) error {
+	g, err := guard.Start(guard.Options{})
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	c.guard = g
+	c.net, err = netns.New(ctx, netns.Options{Nodes: nodes, Guard: g, Logger: cfg.Logger})
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	return nil
+}
+
+// provisionReplicated creates a replicated service of n nodes (not
+// started) and one link per node.
+func (c *Cluster) provisionReplicated(name string, n int, opts local.Options, cfg Config) error {
+	ports, err := freeport.Take(n)
+	if err != nil {
+		return fmt.Errorf("cluster: links of %s: %w", name, err)
+	}
+	ro := local.ReplicatedOptions{Options: opts, Network: c.net}
+	var links []*link.Link
+	for i := range n {
+		l, err := c.links.Add(NodeName(name, i), "127.0.0.1:"+strconv.Itoa(ports[i]), "127.0.0.1:1")
+		if err != nil {
+			return err
+		}
+		links = append(links, l)
+		ro.Nodes = append(ro.Nodes, NodeName(name, i))
+		ro.Advertise = append(ro.Advertise, l.Addr())
+	}
+	var nodes []Service
+	switch name {
+	case Kafka:
+		k, err := local.NewKafkaCluster(local.KafkaClusterOptions{ReplicatedOptions: ro, Version: cfg.KafkaVersion})
+		if err != nil {
+			return err
+		}
+		for _, node := range k.Nodes() {
+			nodes = append(nodes, node)
+		}
+		c.services[name], c.urls[name] = k, func(addr string) string { return addr }
+	case RabbitMQ:
+		r, err := local.NewRabbitMQCluster(local.RabbitMQClusterOptions{ReplicatedOptions: ro})
+		if err != nil {
+			return err
+		}
+		for _, node := range r.Nodes() {
+			nodes = append(nodes, node)
+		}
+		c.services[name], c.urls[name] = r, r.URL
+	default:
+		return fmt.Errorf("cluster: %s cannot be replicated", name)
+	}
+	c.nodes[name] = nodes
+	for i, node := range nodes {
+		if err := links[i].SetUpstream(node.Endpoint()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Nodes returns the nodes of a replicated service, in order, or nil for a
+// single-node one. Each is a Service of its own, behind the link of its
+// name, and can be killed, paused or restarted alone.
+func (c *Cluster) Nodes(name string) []Service { return c.nodes[name] }
+
+// Network is the network namespaces of the replicated services' nodes, or
+// nil when nothing is replicated: partitions between nodes are made there.
+func (c *Cluster) Network() *netns.Network { return c.net }
+
 // Runtime names the runtime that provisioned the cluster ("local" or
 // "containers").
 func (c *Cluster) Runtime() string { return c.runtime }
@@ -226,13 +369,37 @@ func (c *Cluster) Links() *link.Server { return c.links }
 
 // ClientURL is what a client of the run dials to reach the named service
 // through its link: a PostgreSQL DSN, a Kafka seed broker (host:port) or
-// an AMQP URL. It is "" for a service the cluster does not run.
+// an AMQP URL. It is "" for a service the cluster does not run. For a
+// replicated Kafka it is every node's link, comma-separated; for a
+// replicated RabbitMQ, the first node's (see [Cluster.NodeURLs]).
 func (c *Cluster) ClientURL(name string) string {
+	if urls := c.NodeURLs(name); len(urls) > 0 {
+		if name == Kafka {
+			return strings.Join(urls, ",")
+		}
+		return urls[0]
+	}
 	u, l := c.urls[name], c.links.Link(name)
 	if u == nil || l == nil {
 		return ""
 	}
 	return u(l.Addr())
+}
+
+// NodeURLs is, for a replicated service, what a client dials to reach
+// each node through its own link, in node order; nil otherwise.
+func (c *Cluster) NodeURLs(name string) []string {
+	u := c.urls[name]
+	if u == nil || len(c.nodes[name]) == 0 {
+		return nil
+	}
+	var out []string
+	for i := range c.nodes[name] {
+		if l := c.links.Link(NodeName(name, i)); l != nil {
+			out = append(out, u(l.Addr()))
+		}
+	}
+	return out
 }
 
 // Versions maps each service's name to its exact server version, for the
@@ -280,6 +447,15 @@ func (c *Cluster) Close() error {
 	if c.ctr != nil {
 		errs = append(errs, c.ctr.Close())
 		c.ctr = nil
+	}
+	// The network goes after every process that lived in it.
+	if c.net != nil {
+		errs = append(errs, c.net.Close())
+		c.net = nil
+	}
+	if c.guard != nil {
+		errs = append(errs, c.guard.Close())
+		c.guard = nil
 	}
 	return errors.Join(errs...)
 }

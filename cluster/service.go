@@ -112,7 +112,7 @@ func (c *Cluster) Restarter(name string) (Restarter, error) {
 // ability is the named service as A, or why it cannot be.
 func ability[A any](c *Cluster, name, cannot string) (A, error) {
 	var zero A
-	s := c.services[name]
+	s := c.lookup(name)
 	if s == nil {
 		return zero, fmt.Errorf("cluster: no service %s", name)
 	}
@@ -121,4 +121,19 @@ func ability[A any](c *Cluster, name, cannot string) (A, error) {
 		return zero, &UnsupportedError{Service: name, Runtime: c.runtime, Cannot: cannot}
 	}
 	return a, nil
+}
+
+// lookup is the named service, or the named node of a replicated one.
+func (c *Cluster) lookup(name string) Service {
+	if s := c.services[name]; s != nil {
+		return s
+	}
+	for _, nodes := range c.nodes {
+		for _, n := range nodes {
+			if n.Name() == name {
+				return n
+			}
+		}
+	}
+	return nil
 }

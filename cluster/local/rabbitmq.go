@@ -326,7 +326,10 @@ func (r *RabbitMQ) Endpoint() string {
 // address to go through the link, or Endpoint to go direct. The URL has
 // no path on purpose: by the AMQP URI spec a trailing "/" names the empty
 // vhost "", which some clients honour.
-func (r *RabbitMQ) URL(addr string) string {
+func (r *RabbitMQ) URL(addr string) string { return amqpURL(addr) }
+
+// amqpURL is the AMQP URL of the harness's user at addr.
+func amqpURL(addr string) string {
 	u := url.URL{Scheme: "amqp", User: url.UserPassword(RabbitMQUser, RabbitMQPassword), Host: addr}
 	return u.String()
 }

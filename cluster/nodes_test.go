@@ -1,0 +1,40 @@
+package cluster
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// A replicated service the cluster cannot run is refused before anything
+// starts, saying why.
+func TestCheckNodes(t *testing.T) {
+	all := Names()
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		names   []string
+		want    []string // node names
+		wantErr string
+	}{
+		{"single nodes", Config{Runtime: Local, Nodes: map[string]int{Kafka: 1}}, all, nil, ""},
+		{"unknown service", Config{Runtime: Local, Nodes: map[string]int{"redis": 3}}, all, nil, `unknown service "redis"`},
+		{"negative", Config{Runtime: Local, Nodes: map[string]int{Kafka: -1}}, all, nil, "-1 nodes"},
+		{"not run", Config{Runtime: Local, Nodes: map[string]int{Kafka: 3}}, []string{Postgres}, nil, "3 nodes of kafka, which the cluster does not run"},
+		{"postgres", Config{Runtime: Local, Nodes: map[string]int{Postgres: 2}}, all, nil, "a standby is its own setting"},
+		{"containers", Config{Runtime: Containers, Nodes: map[string]int{RabbitMQ: 3}}, all, nil, "the containers runtime runs single nodes only"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := checkNodes(tc.cfg, tc.names)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Fatalf("checkNodes = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+}
