@@ -13,7 +13,8 @@ import (
 )
 
 // SetupKafka creates cfg's events topic and its dead-letter topic (same
-// partition count, replication factor 1) and waits until every partition
+// partition count, the brokers' default replication factor: 1 on a single
+// node, 3 on a three-node cluster) and waits until every partition
 // of both has a leader, so the first publish does not race the topic's
 // creation. Topics that exist already are left as they are (a warning is
 // logged if the partition count differs).
@@ -29,7 +30,7 @@ func SetupKafka(ctx context.Context, cfg KafkaConfig) error {
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	topics := []string{cfg.Topic, cfg.DLQTopic()}
-	resps, err := adm.CreateTopics(ctx, cfg.Partitions, 1, nil, topics...)
+	resps, err := adm.CreateTopics(ctx, cfg.Partitions, -1, nil, topics...)
 	if err != nil {
 		return fmt.Errorf("kafka setup: create topics: %w", err)
 	}

@@ -42,7 +42,9 @@ type Spec struct {
 	Guarantees       checker.Guarantees
 	// Images overrides the containers runtime's image per server.
 	Images map[string]string
-	Seed   int64
+	// Nodes is the node count of each replicated server (cluster.Config.Nodes).
+	Nodes map[string]int
+	Seed  int64
 	// External describes the components that are not deliverycheck's own,
 	// for the report.
 	External []reports.External
@@ -115,7 +117,7 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	if cl == nil {
 		services := []string{cluster.Postgres, spec.Pipeline.Broker}
 		start := time.Now()
-		cl, err = cluster.Start(ctx, cluster.Config{Runtime: opts.Runtime, Images: spec.Images, Services: services, Keep: opts.Keep, Logger: log})
+		cl, err = cluster.Start(ctx, cluster.Config{Runtime: opts.Runtime, Images: spec.Images, Nodes: spec.Nodes, Services: services, Keep: opts.Keep, Logger: log})
 		if err != nil {
 			out.HarnessErr = fmt.Errorf("provision: %w", err)
 			return out, writeAll(out, &meta, nil, log)

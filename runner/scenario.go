@@ -55,6 +55,7 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 		Description:      s.Description,
 		Pipeline:         cfg,
 		Images:           s.Images.Map(),
+		Nodes:            nodes(s),
 		Schedule:         sched,
 		Duration:         d,
 		WorkloadDuration: workload,
@@ -62,6 +63,14 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 		Seed:             int64(s.Seed),
 		Expect:           expectation(s),
 	}, nil
+}
+
+// nodes is the node count of the scenario's replicated servers, or nil.
+func nodes(s scenarios.Scenario) map[string]int {
+	if s.Broker.Nodes <= 1 {
+		return nil
+	}
+	return map[string]int{s.Broker.Kind: s.Broker.Nodes}
 }
 
 // runLength is how long the workload runs: its own duration, or, when the

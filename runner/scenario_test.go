@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +88,30 @@ func TestIssue21LongTimelineSaidAtStart(t *testing.T) {
 				t.Errorf("logged %q, want a warning %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// broker.nodes reaches the cluster as the broker's node count; one node
+// asks for nothing replicated.
+func TestFromScenarioNodes(t *testing.T) {
+	for _, tc := range []struct {
+		kind  string
+		nodes int
+		want  map[string]int
+	}{
+		{"kafka", 0, nil},
+		{"kafka", 1, nil},
+		{"kafka", 3, map[string]int{"kafka": 3}},
+		{"rabbitmq", 3, map[string]int{"rabbitmq": 3}},
+	} {
+		s := scenarioWith(t, 4*time.Second)
+		s.Broker.Kind, s.Broker.Nodes = tc.kind, tc.nodes
+		spec, err := FromScenario(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(spec.Nodes, tc.want) || (tc.want == nil) != (spec.Nodes == nil) {
+			t.Errorf("%s with nodes %d: Nodes = %v, want %v", tc.kind, tc.nodes, spec.Nodes, tc.want)
+		}
 	}
 }

@@ -256,6 +256,15 @@ type Broker struct {
 	// decides how deliveries spread over competing consumers (a paused one
 	// holds a full window).
 	Prefetch int `yaml:"prefetch,omitempty" range:">=1,zero=default"`
+	// Nodes is how many broker nodes run, overriding the default 1. With
+	// 3, Kafka is a KRaft cluster of three combined broker+controller
+	// nodes (replication factor 3, min.insync.replicas 2) and RabbitMQ a
+	// three-node cluster whose quorum queues have a member on each. Each
+	// node is its own process in its own network namespace, behind its
+	// own proxy link, so faults can target one: kafka-0, rabbitmq-2
+	// (local runtime, as root; anything else is refused before the run
+	// starts, saying what is missing).
+	Nodes int `yaml:"nodes,omitempty" range:">=1,zero=default"`
 }
 
 // Variants picks the implementation of each component; the defaults are

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -78,7 +79,10 @@ unknown, 4 when a harness error persisted.`,
 			}
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
+			// One set of servers serves every scenario of the same
+			// shape; a scenario with other node counts gets its own.
 			var cl *cluster.Cluster
+			var clNodes map[string]int
 			defer func() {
 				if cl != nil {
 					err = errors.Join(err, cl.Close())
@@ -91,9 +95,16 @@ unknown, 4 when a harness error persisted.`,
 					row.Expected = checker.Valid
 				}
 				start := time.Now()
+				if cl != nil && !maps.Equal(clNodes, it.spec.Nodes) {
+					if err := cl.Close(); err != nil {
+						slog.Warn("close servers", "err", err)
+					}
+					cl = nil
+				}
 				for row.Attempts = 1; row.Attempts <= 1+retries && ctx.Err() == nil; row.Attempts++ {
 					if cl == nil {
-						if cl, err = cluster.Start(ctx, cluster.Config{Runtime: f.runtime, Images: it.s.Images.Map(), Services: services, Keep: f.keep}); err != nil {
+						clNodes = it.spec.Nodes
+						if cl, err = cluster.Start(ctx, cluster.Config{Runtime: f.runtime, Images: it.s.Images.Map(), Nodes: clNodes, Services: services, Keep: f.keep}); err != nil {
 							row.Error = err.Error()
 							cl = nil
 							continue
