@@ -67,9 +67,11 @@ const (
 //     removes exactly that toxic (or re-enables a refused link), leaving
 //     other faults on the link in place. Two faults of the same kind and
 //     direction on one link share a toxic: the later replaces the earlier
-//     and the first heal removes it. Evidence is what the link counted
-//     during the window (connections held, delayed, reset or cut, bytes
-//     held back); a window no connection crossed never bit.
+//     and the first heal removes it. A partition holds the data, it does
+//     not drop it: at the heal it goes on, in order, on the same
+//     connections. Evidence is what the link counted during the window
+//     (connections held with data waiting, delayed, reset or cut); a
+//     window no connection crossed never bit.
 func (f Fault) Inject(ctx context.Context, env *Env) (heal func(context.Context) error, err error) {
 	a, err := env.inject(ctx, f, f.String(), "")
 	if err != nil {
@@ -523,8 +525,9 @@ func (e *Env) network(f Fault) (effect, error) {
 			return fmt.Sprintf("%s: %s closed, new ones refused", where, plural(open.Conns, "open connection")), nil
 		}}, nil
 	}
-	// The watch goes on first, so its counting toxic sits ahead of the
-	// fault's in the chain and sees the traffic the fault acts on.
+	// The watch counts in the link's gate, ahead of every toxic, so it
+	// sees the traffic the fault acts on. It goes on before the fault so
+	// that it sees all of the window.
 	limit := int64(0)
 	if f.Kind == LimitData {
 		limit = cmp.Or(f.Bytes, DefaultBytes)
@@ -536,7 +539,7 @@ func (e *Env) network(f Fault) (effect, error) {
 	var typ string
 	switch f.Kind {
 	case Partition:
-		typ, err = "timeout", l.Partition(d)
+		typ, err = "partition", l.Partition(d)
 	case Latency:
 		typ, err = "latency", l.Latency(d, cmp.Or(f.Latency, DefaultLatency), f.Jitter)
 	case Bandwidth:
@@ -555,6 +558,10 @@ func (e *Env) network(f Fault) (effect, error) {
 	}
 	var seen link.Traffic
 	return effect{
+		// The fault heals first, then the watch stops, so the counts
+		// cover all of the window. Neither can block on a connection: a
+		// partition and a watch are flags on the link's gate, not
+		// toxics in toxiproxy's chain (see cluster/link).
 		undo: func(context.Context) error {
 			if err := l.RemoveToxic(typ, d); err != nil {
 				return err
@@ -570,13 +577,20 @@ func (e *Env) network(f Fault) (effect, error) {
 // networkEvidence says what a network fault did to the traffic seen on
 // its link during its window, or why it did nothing.
 func networkEvidence(f Fault, where string, t link.Traffic) (string, error) {
+	if f.Kind == Partition {
+		// A partition reads (and counts) at most the first chunk of
+		// each connection that tries to send; the rest waits in the
+		// senders' buffers, so the bytes are a lower bound.
+		if t.Held == 0 {
+			return "", fmt.Errorf("no connection crossed %s during the window", where)
+		}
+		return fmt.Sprintf("%s: %s held, at least %s waiting", where, plural(t.Held, "connection"), sizeOf(t.HeldBytes)), nil
+	}
 	if t.Active == 0 {
 		return "", fmt.Errorf("no connection crossed %s during the window", where)
 	}
 	conns, data := plural(t.Active, "connection"), sizeOf(t.Bytes)
 	switch f.Kind {
-	case Partition:
-		return fmt.Sprintf("%s: %s held, %s held back", where, conns, data), nil
 	case Latency:
 		by := cmp.Or(f.Latency, DefaultLatency).String()
 		if f.Jitter > 0 {

@@ -370,9 +370,9 @@ func TestNetworkFaultsHealOneByOne(t *testing.T) {
 		// evidence of an ok completion, or error of a fail one.
 		evidence, err string
 	}{
-		{"partition bit", "at 0s: partition echo upstream", []string{"timeout_upstream"}, false, hang,
-			"link echo upstream: 1 connection held, 5 B held back", ""},
-		{"partition idle", "at 0s: partition echo upstream", []string{"timeout_upstream"}, false, none,
+		{"partition bit", "at 0s: partition echo upstream", []string{"partition_upstream"}, false, hang,
+			"link echo upstream: 1 connection held, at least 5 B waiting", ""},
+		{"partition idle", "at 0s: partition echo upstream", []string{"partition_upstream"}, false, none,
 			"", "no connection crossed link echo upstream during the window"},
 		{"refuse bit", "at 0s: refuse echo", []string{"refused"}, true, none,
 			"link echo: 1 open connection closed, new ones refused", ""},

@@ -2,13 +2,21 @@
 // run makes, so a nemesis can partition, delay, throttle or reset one link
 // in one direction.
 //
-// Read [Server] and [Link] first. Known toxiproxy behaviours this package
-// relies on: a `timeout` toxic with timeout 0 holds data forever, which is
-// how a real partition looks to a client (connections hang, they are not
-// refused); disabling a proxy (see [Link.Refuse]) closes its connections and
-// refuses new ones; toxicity is always 1.0 here so a fault always fires;
-// `reset_peer` affects only connections opened after it is added; and
-// toxiproxy's own randomness (latency jitter) cannot be seeded.
+// Read [Server] and [Link] first. A partition ([Link.Partition]) is not a
+// toxiproxy toxic: every link carries a toxic of this package's own, the
+// gate, first in each direction's chain for as long as the link exists,
+// and a partition makes it stop reading. Data is held, not dropped, and
+// the senders' writes block once the kernel's buffers fill, which is how
+// a real partition looks to a client (connections hang, they are neither
+// refused, closed nor reset); when it heals, the held data goes on, in
+// order, on the same connections. A [Watch] counts in the same gate. See
+// gateToxic for why neither adds or removes toxiproxy toxics.
+//
+// Known toxiproxy behaviours this package relies on: disabling a proxy
+// (see [Link.Refuse]) closes its connections and refuses new ones;
+// toxicity is always 1.0 here so a fault always fires; `reset_peer`
+// affects only connections opened after it is added; and toxiproxy's own
+// randomness (latency jitter) cannot be seeded.
 package link
 
 import (
@@ -108,10 +116,27 @@ func (s *Server) Add(name, listen, upstream string) (*Link, error) {
 		return nil, fmt.Errorf("link: %s already exists", name)
 	}
 	p := toxiproxy.NewProxy(s.srv, name, listen, upstream)
+	l := &Link{name: name, p: p, upstream: upstream, toxics: map[string]string{}, gates: map[string]*gateToxic{}}
+	// The gates go in before the proxy accepts a connection, so every
+	// connection has one from its start.
+	for _, stream := range Both.streams() {
+		body, err := json.Marshal(map[string]any{"name": gateType + "_" + stream, "type": gateType, "stream": stream, "toxicity": 1.0})
+		if err != nil {
+			return nil, fmt.Errorf("link %s: %w", name, err)
+		}
+		tw, err := p.Toxics.AddToxicJson(bytes.NewReader(body))
+		if err != nil {
+			return nil, fmt.Errorf("link %s: add gate: %w", name, err)
+		}
+		g, ok := tw.Toxic.(*gateToxic)
+		if !ok {
+			return nil, fmt.Errorf("link %s: add gate: toxiproxy made a %T", name, tw.Toxic)
+		}
+		l.gates[stream] = g
+	}
 	if err := s.srv.Collection.Add(p, true); err != nil {
 		return nil, fmt.Errorf("link: start proxy %s: %w", name, err)
 	}
-	l := &Link{name: name, p: p, upstream: upstream, toxics: map[string]string{}}
 	s.links[name] = l
 	return l, nil
 }
@@ -144,8 +169,15 @@ func (s *Server) HealAll() error {
 	return errors.Join(errs...)
 }
 
-// Close stops every proxy and closes its connections.
+// Close stops every proxy and closes its connections. It heals the
+// partitions first, or the goroutines moving a held connection's data
+// would wait for a heal that never comes.
 func (s *Server) Close() error {
+	for _, l := range s.Links() {
+		for _, g := range l.gates {
+			g.hold(false)
+		}
+	}
 	return s.srv.Collection.Clear()
 }
 
@@ -156,10 +188,25 @@ type Link struct {
 	upstream string
 	p        *toxiproxy.Proxy
 
+	// gates is the link's gate toxic per stream ("upstream",
+	// "downstream"), set by Add and never changed.
+	gates map[string]*gateToxic
+
 	mu      sync.Mutex
 	toxics  map[string]string // toxic name → type, for Active
 	refused bool
-	watches int // Watches started, to name each one's toxics
+}
+
+// partitionType is what [Link.Active] and [Link.RemoveToxic] call a
+// partition, which is the gate holding, not a toxiproxy toxic.
+const partitionType = "partition"
+
+func (l *Link) gatesFor(d Direction) []*gateToxic {
+	var out []*gateToxic
+	for _, stream := range d.streams() {
+		out = append(out, l.gates[stream])
+	}
+	return out
 }
 
 // Name is the link's name, e.g. "kafka".
@@ -176,13 +223,19 @@ func (l *Link) Addr() string {
 func (l *Link) Upstream() string { return l.upstream }
 
 // Toxic adds a toxic of type typ (a toxiproxy toxic: latency, timeout,
-// bandwidth, reset_peer, limit_data, slow_close, slicer) in direction d with
-// the given attributes, replacing a toxic of the same type and direction.
+// bandwidth, reset_peer, limit_data, slow_close, slicer; or "partition",
+// see [Link.Partition]) in direction d with the given attributes,
+// replacing a toxic of the same type and direction.
 func (l *Link) Toxic(typ string, d Direction, attrs map[string]any) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, stream := range d.streams() {
 		name := typ + "_" + stream
+		if typ == partitionType {
+			l.gates[stream].hold(true)
+			l.toxics[name] = typ
+			continue
+		}
 		if _, ok := l.toxics[name]; ok {
 			if err := l.p.Toxics.RemoveToxic(context.Background(), name); err != nil {
 				return fmt.Errorf("link %s: replace %s: %w", l.name, name, err)
@@ -215,6 +268,11 @@ func (l *Link) RemoveToxic(typ string, d Direction) error {
 		if _, ok := l.toxics[name]; !ok {
 			continue
 		}
+		if typ == partitionType {
+			l.gates[stream].hold(false)
+			delete(l.toxics, name)
+			continue
+		}
 		if err := l.p.Toxics.RemoveToxic(context.Background(), name); err != nil {
 			return fmt.Errorf("link %s: remove %s: %w", l.name, name, err)
 		}
@@ -224,9 +282,16 @@ func (l *Link) RemoveToxic(typ string, d Direction) error {
 }
 
 // Partition makes the link hang in direction d, as a real network
-// partition does: bytes stop flowing, connections neither close nor error.
+// partition does: bytes stop flowing, connections neither close nor
+// error, and writes block once the buffers between sender and link are
+// full. Nothing is dropped: when the partition heals
+// ([Link.RemoveToxic]("partition", d) or [Link.Heal]), what was held goes
+// on, in order, on the same connections. A connection opened during the
+// partition is accepted and carries nothing until the heal, and a close
+// during it is held behind the data. Active lists it as
+// "partition_upstream" and "partition_downstream".
 func (l *Link) Partition(d Direction) error {
-	return l.Toxic("timeout", d, map[string]any{"timeout": 0})
+	return l.Toxic(partitionType, d, nil)
 }
 
 // Latency delays every chunk of data in direction d by latency ± jitter.
@@ -257,6 +322,8 @@ func (l *Link) SlowClose(d Direction, delay time.Duration) error {
 
 // Refuse disables the link: open connections are closed and new ones are
 // refused, like a server host that went away (unlike [Link.Partition]).
+// A connection held by a partition learns of the close when the partition
+// heals, as it would on a real network.
 func (l *Link) Refuse() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -280,19 +347,34 @@ func (l *Link) Accept() error {
 	return nil
 }
 
-// Heal removes every toxic and re-enables a refused link on the same port.
+// Heal removes every toxic, heals a partition and re-enables a refused
+// link on the same port.
 func (l *Link) Heal() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.p.Toxics.ResetToxics(context.Background())
+	var errs []error
+	for name, typ := range l.toxics {
+		if typ == partitionType {
+			continue
+		}
+		if err := l.p.Toxics.RemoveToxic(context.Background(), name); err != nil && !errors.Is(err, toxiproxy.ErrToxicNotFound) {
+			errs = append(errs, fmt.Errorf("link %s: remove %s: %w", l.name, name, err))
+		}
+	}
+	// The toxiproxy toxics go first, the gates' hold last, so what was
+	// held meets the link as it is after the heal.
+	for _, g := range l.gates {
+		g.hold(false)
+	}
 	clear(l.toxics)
 	if l.refused {
 		if err := l.p.Start(); err != nil && !errors.Is(err, toxiproxy.ErrProxyAlreadyStarted) {
-			return fmt.Errorf("link %s: re-enable: %w", l.name, err)
+			errs = append(errs, fmt.Errorf("link %s: re-enable: %w", l.name, err))
+		} else {
+			l.refused = false
 		}
-		l.refused = false
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Active lists the link's active faults ("latency_upstream", "refused", ...)

@@ -1,84 +1,30 @@
 package link
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
+	"sync"
 	"sync/atomic"
-
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/Shopify/toxiproxy/v2/toxics"
 )
 
-// countType is the toxiproxy type of the counting toxic a [Watch] puts on
-// a link. toxiproxy builds toxics by type name from its own registry, so
-// registering the type is the only way to add one; the counts live in
-// each toxic instance, not in this package.
-const countType = "deliverycheck_count"
+// watchCounts is what one [Watch] counted in one direction. The link's
+// gate adds to it from the goroutines that move the data.
+type watchCounts struct {
+	// limit, when above 0, counts the connections that carried at least
+	// limit bytes (a limit-data fault cuts those).
+	limit int64
 
-func init() { toxics.Register(countType, new(countToxic)) }
-
-// countToxic passes every chunk on unchanged and counts what it saw. It
-// is on a link only while a [Watch] is, so the traffic of a run pays for
-// it only during a fault window: one more channel hop per chunk.
-type countToxic struct {
-	// Limit, when above 0, counts the connections that carried at least
-	// Limit bytes past the toxic (a limit-data fault cuts those).
-	Limit int64 `json:"limit"`
-
-	conns   atomic.Int64 // connections (in this direction) the toxic was on
-	active  atomic.Int64 // connections at least one chunk crossed
-	bytes   atomic.Int64
-	closed  atomic.Int64 // connections whose sender closed while watched
-	reached atomic.Int64 // connections that carried Limit bytes or more
+	conns     atomic.Int64 // connections (in this direction) open during the watch
+	active    atomic.Int64 // connections at least one chunk arrived on
+	bytes     atomic.Int64
+	closed    atomic.Int64 // connections whose sender closed while watched
+	reached   atomic.Int64 // connections that carried limit bytes or more
+	held      atomic.Int64 // connections with data waiting at a partition
+	heldBytes atomic.Int64
 }
 
-// countState is one connection's share, kept by toxiproxy on the stub
-// across re-runs of Pipe (a toxic added later interrupts and restarts it).
-type countState struct {
-	seen  bool
-	bytes int64
-}
-
-// NewState implements toxics.StatefulToxic. toxiproxy calls it once per
-// connection and direction: for each open one when the toxic is added,
-// and for each new one while it is in place.
-func (t *countToxic) NewState() any {
-	t.conns.Add(1)
-	return &countState{}
-}
-
-// Pipe implements toxics.Toxic.
-func (t *countToxic) Pipe(stub *toxics.ToxicStub) {
-	st, _ := stub.State.(*countState)
-	if st == nil {
-		st = &countState{}
-	}
-	for {
-		select {
-		case <-stub.Interrupt:
-			return
-		case c := <-stub.Input:
-			if c == nil {
-				t.closed.Add(1)
-				stub.Close()
-				return
-			}
-			n := int64(len(c.Data))
-			if !st.seen {
-				st.seen = true
-				t.active.Add(1)
-			}
-			if t.Limit > 0 && st.bytes < t.Limit && st.bytes+n >= t.Limit {
-				t.reached.Add(1)
-			}
-			st.bytes += n
-			t.bytes.Add(n)
-			stub.Output <- c
-		}
-	}
+// connCounts is one connection's share of one watch.
+type connCounts struct {
+	active, held bool
+	bytes        int64
 }
 
 // Traffic is what crossed a link in one direction (or both, summed) while
@@ -86,60 +32,56 @@ func (t *countToxic) Pipe(stub *toxics.ToxicStub) {
 type Traffic struct {
 	// Conns is the connections open at any time during the watch.
 	Conns int64
-	// Active is the connections at least one byte crossed.
+	// Active is the connections at least one byte arrived on.
 	Active int64
-	// Bytes is the bytes that arrived at the toxics after the watch
-	// (what a partition dropped, a latency toxic delayed, ...).
+	// Bytes is the bytes that arrived at the link after the watch began
+	// (what a latency toxic then delayed, ...). Under a partition the link
+	// reads almost nothing: see Held.
 	Bytes int64
 	// Closed is the connections whose sending side closed during the watch.
 	Closed int64
 	// Reached is the connections that carried the watch's limit or more.
 	Reached int64
+	// Held is the connections that had data (or their close) waiting at
+	// a partition of the link during the watch.
+	Held int64
+	// HeldBytes is the data that waited at the link itself: at most the
+	// first chunk of each held connection, which the link reads before it
+	// stops reading. The rest waits in the kernel's buffers and the
+	// senders, and is not counted.
+	HeldBytes int64
 }
 
 func (t Traffic) add(o Traffic) Traffic {
 	return Traffic{Conns: max(t.Conns, o.Conns), Active: max(t.Active, o.Active), Bytes: t.Bytes + o.Bytes,
-		Closed: max(t.Closed, o.Closed), Reached: max(t.Reached, o.Reached)}
+		Closed: max(t.Closed, o.Closed), Reached: max(t.Reached, o.Reached),
+		Held: max(t.Held, o.Held), HeldBytes: t.HeldBytes + o.HeldBytes}
 }
 
 // Watch counts the traffic on a link, in one direction or both, from
-// [Link.Watch] until [Watch.Stop]. A nemesis starts one just before it
-// adds a fault's toxic, so the counting toxic sits ahead of the fault in
-// the chain and sees what the fault then acts on.
+// [Link.Watch] until [Watch.Stop]. The counting happens in the link's
+// gate, which is first in the chain of toxics, so a watch sees what every
+// fault on the link then acts on.
 type Watch struct {
-	l      *Link
-	names  []string
-	toxics []*countToxic
+	gates  []*gateToxic
+	counts []*watchCounts
+
+	once    sync.Once
+	stopped Traffic
 }
 
 // Watch starts counting the traffic in direction d. limit, when above 0,
 // also counts the connections that carry limit bytes or more (see
-// [Traffic.Reached]). The caller must call Stop.
+// [Traffic.Reached]). The caller must call Stop. A watch adds nothing to
+// toxiproxy's chain, so starting and stopping one never waits on a
+// connection.
 func (l *Link) Watch(d Direction, limit int64) (*Watch, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.watches++
-	w := &Watch{l: l}
-	for _, stream := range d.streams() {
-		name := fmt.Sprintf("%s_%d_%s", countType, l.watches, stream)
-		body, err := json.Marshal(map[string]any{
-			"name": name, "type": countType, "stream": stream, "toxicity": 1.0, "attributes": map[string]any{"limit": limit},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("link %s: watch: %w", l.name, err)
-		}
-		tw, err := l.p.Toxics.AddToxicJson(bytes.NewReader(body))
-		if err != nil {
-			w.stopLocked()
-			return nil, fmt.Errorf("link %s: watch: %w", l.name, err)
-		}
-		ct, ok := tw.Toxic.(*countToxic)
-		if !ok {
-			w.stopLocked()
-			return nil, fmt.Errorf("link %s: watch: toxiproxy made a %T", l.name, tw.Toxic)
-		}
-		w.names = append(w.names, name)
-		w.toxics = append(w.toxics, ct)
+	w := &Watch{}
+	for _, g := range l.gatesFor(d) {
+		c := &watchCounts{limit: limit}
+		g.watch(c)
+		w.gates = append(w.gates, g)
+		w.counts = append(w.counts, c)
 	}
 	return w, nil
 }
@@ -147,29 +89,24 @@ func (l *Link) Watch(d Direction, limit int64) (*Watch, error) {
 // Traffic is what the watch has counted so far.
 func (w *Watch) Traffic() Traffic {
 	var out Traffic
-	for _, t := range w.toxics {
-		out = out.add(Traffic{Conns: t.conns.Load(), Active: t.active.Load(), Bytes: t.bytes.Load(),
-			Closed: t.closed.Load(), Reached: t.reached.Load()})
+	for _, c := range w.counts {
+		out = out.add(Traffic{Conns: c.conns.Load(), Active: c.active.Load(), Bytes: c.bytes.Load(),
+			Closed: c.closed.Load(), Reached: c.reached.Load(), Held: c.held.Load(), HeldBytes: c.heldBytes.Load()})
 	}
 	return out
 }
 
-// Stop removes the counting toxics and returns what they counted. A
-// second Stop returns the same counts. A toxic already gone (a
-// [Link.Heal] clears every toxic) is not an error.
+// Stop ends the watch and returns what it counted. A second Stop returns
+// the same counts. The error is always nil; it is there for callers that
+// treat a watch like the faults it accompanies.
 func (w *Watch) Stop() (Traffic, error) {
-	w.l.mu.Lock()
-	defer w.l.mu.Unlock()
-	return w.Traffic(), w.stopLocked()
-}
-
-func (w *Watch) stopLocked() error {
-	var err error
-	for _, name := range w.names {
-		if e := w.l.p.Toxics.RemoveToxic(context.Background(), name); e != nil && !errors.Is(e, toxiproxy.ErrToxicNotFound) && err == nil {
-			err = fmt.Errorf("link %s: stop watch: %w", w.l.name, e)
+	w.once.Do(func() {
+		for i, g := range w.gates {
+			g.unwatch(w.counts[i])
 		}
-	}
-	w.names = nil
-	return err
+		// A chunk being counted as the watch stops may still add to
+		// the counts; the first Stop's snapshot is the answer.
+		w.stopped = w.Traffic()
+	})
+	return w.stopped, nil
 }
