@@ -225,7 +225,9 @@ func (l *Link) Upstream() string { return l.upstream }
 // Toxic adds a toxic of type typ (a toxiproxy toxic: latency, timeout,
 // bandwidth, reset_peer, limit_data, slow_close, slicer; or "partition",
 // see [Link.Partition]) in direction d with the given attributes,
-// replacing a toxic of the same type and direction.
+// replacing a toxic of the same type and direction. toxiproxy's timeout
+// toxic is not a partition: it drops what it gets, and its removal ends
+// every connection through it with EOF.
 func (l *Link) Toxic(typ string, d Direction, attrs map[string]any) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
