@@ -827,7 +827,7 @@ func TestKafkaCrashHelper(t *testing.T) {
 }
 
 // TestKafkaLostConfirmIsUnknown: when the broker's answer is lost (the
-// link drops everything broker → client), Publish says ErrUnconfirmed,
+// link holds everything broker → client past the delivery timeout), Publish says ErrUnconfirmed,
 // not a failure, because the record was in fact written: a subscriber
 // gets it once the link heals. This is the relay's `info` publish.
 func TestKafkaLostConfirmIsUnknown(t *testing.T) {
