@@ -348,8 +348,9 @@ func (c *Cluster) Network() *netns.Network { return c.net }
 // "containers").
 func (c *Cluster) Runtime() string { return c.runtime }
 
-// Service returns the named service, or nil if the cluster does not run it.
-func (c *Cluster) Service(name string) Service { return c.services[name] }
+// Service returns the named service, or the named node of a replicated
+// one ("kafka-1"), or nil if the cluster does not run it.
+func (c *Cluster) Service(name string) Service { return c.lookup(name) }
 
 // Services returns the running services sorted by name.
 func (c *Cluster) Services() []Service {

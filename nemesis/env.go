@@ -12,6 +12,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/cluster/link"
+	"github.com/deliverycheck/deliverycheck/cluster/netns"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/process/supervisor"
 )
@@ -35,6 +36,14 @@ type Env struct {
 	// Links overrides Cluster.Links() for network faults, so a test can
 	// drive a bare link server without starting any server.
 	Links *link.Server
+	// Network overrides Cluster.Network() for nodes faults, so a test
+	// can drive bare namespaces without starting any server.
+	Network *netns.Network
+	// Leader looks up the node that leads service (a replicated one) now,
+	// for a target such as "kafka:leader": the pipeline knows what to ask
+	// about (its topic's first partition, its first queue). Nil: such
+	// targets cannot be injected.
+	Leader func(ctx context.Context, service string) (node string, err error)
 	// HealTimeout bounds the final heal of a schedule (which runs on a
 	// fresh context, because the schedule's own may be cancelled),
 	// overriding the default 2m: starting a killed Kafka takes a while.
@@ -293,6 +302,11 @@ func HealAll(ctx context.Context, env *Env) error {
 	if ls := env.links(); ls != nil {
 		if err := ls.HealAll(); err != nil {
 			errs = append(errs, fmt.Errorf("nemesis: heal links: %w", err))
+		}
+	}
+	if n := env.nodeNetwork(); n != nil {
+		if err := n.HealAll(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("nemesis: heal nodes' network: %w", err))
 		}
 	}
 	for _, name := range env.snapshot(env.pausedServices) {

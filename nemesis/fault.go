@@ -34,7 +34,30 @@ const (
 	ResetPeer Kind = "reset-peer" // new connections reset
 	LimitData Kind = "limit-data" // connections closed after N bytes
 	SlowClose Kind = "slow-close" // closing delayed
+
+	// Nodes family, between the nodes of a replicated service (broker
+	// nodes: true partitions in their network namespaces, cluster/netns).
+	// Clients still reach every node through its link.
+	Isolate Kind = "isolate" // one node cut off from the others
+	Split   Kind = "split"   // a service's nodes split by a shape
 )
+
+// The shapes of a split, as Jepsen names them.
+const (
+	// ShapeHalves cuts the nodes into a minority and a majority: the
+	// first half of them (rounded down) from the rest.
+	ShapeHalves = "halves"
+	// ShapeRing leaves every node seeing a majority, each a different
+	// one: node i hears only from itself and the next n/2 nodes round
+	// the ring (a one-way drop from the others).
+	ShapeRing = "ring"
+	// ShapeBridge splits the nodes in two halves but for one node in the
+	// middle, which still talks to both.
+	ShapeBridge = "bridge"
+)
+
+// Shapes lists the split shapes.
+func Shapes() []string { return []string{ShapeHalves, ShapeRing, ShapeBridge} }
 
 // Families groups kinds for random schedules.
 func Families() map[string][]Kind {
@@ -42,12 +65,13 @@ func Families() map[string][]Kind {
 		"process":   {Kill, Pause, Restart},
 		"failpoint": {Failpoint},
 		"network":   {Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose},
+		"nodes":     {Isolate, Split},
 	}
 }
 
 // Kinds lists every fault kind.
 func Kinds() []Kind {
-	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose}
+	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose, Isolate, Split}
 }
 
 // ParseKind checks a kind name and lists the valid ones if wrong.
@@ -66,9 +90,13 @@ func ParseKind(s string) (Kind, error) {
 type Fault struct {
 	Kind Kind `json:"kind" yaml:"kind"`
 	// Target is a service (postgres, kafka, rabbitmq, or "broker" for the
-	// run's broker) or a worker (producer-0, relay-0, consumer-email-0; a
-	// trailing * matches several, e.g. consumer-*).
+	// run's broker), a node of a replicated one (kafka-1, broker-0, or
+	// broker:leader for the node leading the run's first partition or
+	// queue when the fault starts), or a worker (producer-0, relay-0,
+	// consumer-email-0; a trailing * matches several, e.g. consumer-*).
 	Target string `json:"target" yaml:"target"`
+	// Shape of a split: halves (the default), ring or bridge.
+	Shape string `json:"shape,omitempty" yaml:"shape,omitempty"`
 	// Direction of a network fault: upstream (client → server),
 	// downstream, or both (default).
 	Direction string `json:"direction,omitempty" yaml:"direction,omitempty"`
@@ -93,6 +121,9 @@ func (f Fault) String() string {
 		return strings.Join(parts, " ")
 	}
 	parts = append(parts, f.Target)
+	if f.Kind == Split && f.Shape != "" && f.Shape != ShapeHalves {
+		parts = append(parts, f.Shape)
+	}
 	if f.Direction != "" && f.Direction != "both" {
 		parts = append(parts, f.Direction)
 	}
@@ -153,6 +184,9 @@ var stepRe = regexp.MustCompile(`^at\s+(\S+)\s*:\s*(.+?)(?:\s+for\s+(\S+))?$`)
 //	at 4s: pause consumer-* for 1s
 //	at 1s: failpoint consumer-inventory-0 consumer.after-commit-before-ack=kill(once)
 //	at 6s: bandwidth kafka downstream 64KB/s for 5s
+//	at 2s: kill broker:leader for 3s
+//	at 3s: isolate kafka-1 for 5s
+//	at 3s: split broker ring for 5s
 //
 // "→" in a target (relay→kafka) names the link to the service after it:
 // links are per service, shared by every client of it.
@@ -203,6 +237,12 @@ func parseFault(w []string) (Fault, error) {
 	}
 	network := slices.Contains(Families()["network"], k)
 	for _, a := range args {
+		if k == Split && slices.Contains(Shapes(), a) {
+			if a != ShapeHalves { // the default, written as nothing
+				f.Shape = a
+			}
+			continue
+		}
 		// An argument the kind has no use for is an error: kept, it
 		// would be dropped from the step's text and change the fault
 		// after a round trip through a scenario file.

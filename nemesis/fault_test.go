@@ -13,6 +13,12 @@ func TestParseStepRoundTrip(t *testing.T) {
 		"at 1s: failpoint consumer-inventory-0 consumer.after-commit-before-ack=kill(once)",
 		"at 6s: bandwidth kafka downstream 64KB/s for 5s",
 		"at 1s: limit-data postgres 1000B for 2s",
+		"at 2s: kill broker:leader for 3s",
+		"at 3s: isolate kafka-1 for 5s",
+		"at 3s: split broker for 5s",
+		"at 3s: split rabbitmq ring for 5s",
+		"at 3s: split kafka bridge for 5s",
+		"at 1s: partition kafka-2 upstream for 1s",
 	} {
 		st, err := ParseStep(s)
 		if err != nil {
@@ -33,7 +39,8 @@ func TestParseStepErrors(t *testing.T) {
 		// An argument the kind has no use for would vanish from the
 		// step's text and change the fault after a round trip.
 		"at 0s: kill relay-0 1s", "at 0s: pause kafka upstream for 1s", "at 0s: partition kafka ±5ms for 1s",
-		"at 0s: restart kafka 64KB/s", "at 0s: partition kafka 100ms for 1s"} {
+		"at 0s: restart kafka 64KB/s", "at 0s: partition kafka 100ms for 1s",
+		"at 0s: isolate kafka-1 ring for 1s", "at 0s: split kafka square for 1s", "at 0s: isolate kafka-1 upstream for 1s"} {
 		if _, err := ParseStep(s); err == nil {
 			t.Errorf("ParseStep(%q) succeeded", s)
 		}
@@ -43,6 +50,7 @@ func TestParseStepErrors(t *testing.T) {
 func FuzzParseStep(f *testing.F) {
 	f.Add("at 10s: partition kafka for 5s")
 	f.Add("at 5s: latency postgres 100ms ±20ms for 10s")
+	f.Add("at 3s: split broker ring for 5s")
 	f.Fuzz(func(t *testing.T, s string) {
 		st, err := ParseStep(s)
 		if err != nil {
@@ -53,4 +61,12 @@ func FuzzParseStep(f *testing.F) {
 			t.Fatalf("%q → %q → %v %v", s, st.String(), again, err)
 		}
 	})
+}
+
+// "split ... halves" is the default shape, written as nothing.
+func TestParseSplitHalves(t *testing.T) {
+	st, err := ParseStep("at 1s: split kafka halves for 2s")
+	if err != nil || st.Fault.Shape != "" || st.String() != "at 1s: split kafka for 2s" {
+		t.Fatalf("%+v %v", st, err)
+	}
 }

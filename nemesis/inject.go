@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -72,6 +71,13 @@ const (
 //     connections. Evidence is what the link counted during the window
 //     (connections held with data waiting, delayed, reset or cut); a
 //     window no connection crossed never bit.
+//   - isolate, split: between the nodes of a replicated service, iptables
+//     DROP rules in the receiving nodes' network namespaces (clients keep
+//     reaching every node through its link); heal removes exactly those
+//     rules. Evidence is the packets they dropped; none never bit.
+//   - a target "kafka-1" or "broker-1" is one node of a replicated
+//     service; "broker:leader" is resolved through Env.Leader when the
+//     fault starts, and the evidence names the node.
 func (f Fault) Inject(ctx context.Context, env *Env) (heal func(context.Context) error, err error) {
 	a, err := env.inject(ctx, f, f.String(), "")
 	if err != nil {
@@ -114,8 +120,14 @@ func (e *Env) inject(ctx context.Context, f Fault, detail, reason string) (*acti
 // recordedTarget is the target as the history names it: "broker" resolved
 // to the run's broker; worker patterns kept as written.
 func (e *Env) recordedTarget(f Fault) string {
-	if f.Target == "broker" && e.Broker != "" {
+	if e.Broker == "" {
+		return f.Target
+	}
+	if f.Target == "broker" {
 		return e.Broker
+	}
+	if rest, ok := strings.CutPrefix(f.Target, "broker"); ok && (strings.HasPrefix(rest, "-") || rest == LeaderSuffix) {
+		return e.Broker + rest
 	}
 	return f.Target
 }
@@ -133,9 +145,11 @@ func (e *Env) cleanRestartNote(f Fault) string {
 	return "(after a clean restart of rabbitmq, once per run: RabbitMQ 3.10.8 quorum queues can lose their leader to a kill -9 soon after being declared)"
 }
 
-// isService reports whether target names a server rather than workers.
+// isService reports whether target names a server (or a node of one)
+// rather than workers.
 func (e *Env) isService(target string) bool {
-	return target == "broker" || slices.Contains(cluster.Names(), target)
+	_, _, node := nodeOf(target)
+	return node || isServiceName(target)
 }
 
 // do applies f and returns how to undo it and tell whether it bit.
@@ -149,7 +163,9 @@ func (e *Env) do(ctx context.Context, f Fault) (effect, error) {
 	case Failpoint:
 		return e.failpoint(ctx, f)
 	case Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose:
-		return e.network(f)
+		return e.network(ctx, f)
+	case Isolate, Split:
+		return e.nodeFault(ctx, f)
 	}
 	_, err := ParseKind(string(f.Kind))
 	return effect{}, err
@@ -171,7 +187,10 @@ type exitStatuser interface {
 }
 
 func (e *Env) serviceFault(ctx context.Context, f Fault) (effect, error) {
-	name := e.recordedTarget(f)
+	name, err := e.resolveNode(ctx, e.recordedTarget(f))
+	if err != nil {
+		return effect{}, err
+	}
 	svc := e.service(name)
 	if svc == nil {
 		return effect{}, fmt.Errorf("no service %s in the cluster", f.Target)
@@ -482,12 +501,15 @@ func (e *Env) disarm(ctx context.Context, ws []string, name string) error {
 	return errors.Join(errs...)
 }
 
-func (e *Env) network(f Fault) (effect, error) {
+func (e *Env) network(ctx context.Context, f Fault) (effect, error) {
 	ls := e.links()
 	if ls == nil {
 		return effect{}, errors.New("no links")
 	}
-	name := e.recordedTarget(f)
+	name, err := e.resolveNode(ctx, e.recordedTarget(f))
+	if err != nil {
+		return effect{}, err
+	}
 	l := ls.Link(name)
 	if l == nil {
 		var have []string

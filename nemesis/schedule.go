@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -183,6 +184,37 @@ type Targets struct {
 	// Failpoints maps a worker (or pattern) to the terms that apply to it,
 	// e.g. "relay-0": ["relay.before-publish=kill(1)"].
 	Failpoints map[string][]string `json:"failpoints,omitempty" yaml:"failpoints,omitempty"`
+	// Nodes are the nodes of replicated services ("broker-0"), for the
+	// nodes family: isolate one, or split their service.
+	Nodes []string `json:"nodes,omitempty" yaml:"nodes,omitempty"`
+}
+
+// WithNodes is t for a service (as t names it: "broker") that runs n
+// nodes: each node replaces the service as a process and network target
+// (it has no single server or link of its own), and the nodes family can
+// cut them off from each other.
+func (t Targets) WithNodes(service string, n int) Targets {
+	if n <= 1 {
+		return t
+	}
+	var nodes []string
+	for i := range n {
+		nodes = append(nodes, service+"-"+strconv.Itoa(i))
+	}
+	swap := func(xs []string) []string {
+		var out []string
+		for _, x := range xs {
+			if x == service {
+				out = append(out, nodes...)
+			} else {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	t.Services, t.Links = swap(t.Services), swap(t.Links)
+	t.Nodes = append(slices.Clone(t.Nodes), nodes...)
+	return t
 }
 
 // DefaultTargets is what a correct pipeline is hit with: PostgreSQL and
@@ -218,7 +250,9 @@ func (t Targets) Only(names ...string) Targets {
 	match := func(x string) bool {
 		return slices.ContainsFunc(names, func(n string) bool {
 			ok, _ := path.Match(n, x)
-			return ok
+			// A replicated service's name keeps its nodes.
+			svc, _, node := nodeOf(x)
+			return ok || node && svc == n
 		})
 	}
 	out := Targets{Failpoints: map[string][]string{}}
@@ -240,6 +274,11 @@ func (t Targets) Only(names ...string) Targets {
 	for w, terms := range t.Failpoints {
 		if match(w) {
 			out.Failpoints[w] = slices.Clone(terms)
+		}
+	}
+	for _, n := range t.Nodes {
+		if match(n) {
+			out.Nodes = append(out.Nodes, n)
 		}
 	}
 	return out
@@ -292,6 +331,8 @@ func (t Targets) has(f string) bool {
 		return false
 	case "network":
 		return len(t.Links) > 0
+	case "nodes":
+		return len(t.Nodes) > 1
 	}
 	return false
 }
@@ -303,6 +344,7 @@ func (t Targets) sorted() Targets {
 		Services:   slices.Sorted(slices.Values(t.Services)),
 		Workers:    slices.Sorted(slices.Values(t.Workers)),
 		Links:      slices.Sorted(slices.Values(t.Links)),
+		Nodes:      slices.Sorted(slices.Values(t.Nodes)),
 		Failpoints: map[string][]string{},
 	}
 	for w, terms := range t.Failpoints {
@@ -353,6 +395,24 @@ func (t Targets) draw(r *rand.Rand, family string, at, d time.Duration) Step {
 			f.Delay = pick(r, []time.Duration{100 * time.Millisecond, time.Second})
 		}
 		st.Fault = f
+	case "nodes":
+		node := pick(r, t.Nodes)
+		svc, _, _ := nodeOf(node)
+		peers := 0
+		for _, n := range t.Nodes {
+			if s, _, _ := nodeOf(n); s == svc {
+				peers++
+			}
+		}
+		if k := pick(r, Families()["nodes"]); k == Split && peers >= 3 {
+			shape := pick(r, Shapes())
+			if shape == ShapeHalves {
+				shape = ""
+			}
+			st.Fault = Fault{Kind: Split, Target: svc, Shape: shape}
+		} else {
+			st.Fault = Fault{Kind: Isolate, Target: node}
+		}
 	}
 	return st
 }

@@ -596,3 +596,44 @@ func TestScheduleSaysWhereItsStepsCameFrom(t *testing.T) {
 		})
 	}
 }
+
+// A replicated broker is hit node by node: its nodes replace it as
+// process and network targets, and the nodes family isolates one or
+// splits them, every step reading back as written.
+func TestRandomNodes(t *testing.T) {
+	tg := nemesis.DefaultTargets([]string{"relay-0"}).WithNodes("broker", 3)
+	nodes := []string{"broker-0", "broker-1", "broker-2"}
+	if want := append([]string{"postgres"}, nodes...); !slices.Equal(tg.Services, want) || !slices.Equal(tg.Links, want) || !slices.Equal(tg.Nodes, nodes) {
+		t.Fatalf("targets %+v", tg)
+	}
+	if one := nemesis.DefaultTargets(nil).WithNodes("broker", 1); !slices.Equal(one.Services, []string{"postgres", "broker"}) || one.Nodes != nil {
+		t.Fatalf("one node: %+v", one)
+	}
+	kinds := map[nemesis.Kind]int{}
+	s := nemesis.Random(7, []string{"nodes"}, time.Second, 200*time.Second, tg)
+	for _, st := range s.Steps {
+		kinds[st.Fault.Kind]++
+		switch st.Fault.Kind {
+		case nemesis.Isolate:
+			if !slices.Contains(nodes, st.Fault.Target) {
+				t.Errorf("isolate of %q", st.Fault.Target)
+			}
+		case nemesis.Split:
+			if st.Fault.Target != "broker" {
+				t.Errorf("split of %q", st.Fault.Target)
+			}
+		default:
+			t.Errorf("nodes family drew %s", st.Fault)
+		}
+		again, err := nemesis.ParseStep(st.String())
+		if err != nil || again.Fault != st.Fault {
+			t.Errorf("%q reads back as %+v, %v", st, again.Fault, err)
+		}
+	}
+	if kinds[nemesis.Isolate] == 0 || kinds[nemesis.Split] == 0 {
+		t.Errorf("drew %v, want both kinds", kinds)
+	}
+	if len(nemesis.Random(7, []string{"nodes"}, time.Second, 20*time.Second, nemesis.DefaultTargets(nil)).Steps) != 0 {
+		t.Error("the nodes family drew steps without a replicated service")
+	}
+}

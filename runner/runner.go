@@ -156,7 +156,7 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	}
 	defer r.Close()
 
-	env := nemesis.Env{Cluster: cl, Workers: r.Supervisor(), Recorder: r.Recorder(), Broker: cfg.Broker, Log: log}
+	env := nemesis.Env{Cluster: cl, Workers: r.Supervisor(), Recorder: r.Recorder(), Broker: cfg.Broker, Log: log, Leader: r.Leader}
 	wctx, cancel := context.WithTimeout(ctx, spec.Duration)
 	nemDone := make(chan error, 1)
 	go func() { nemDone <- spec.Schedule.Run(wctx, &env) }()

@@ -28,7 +28,7 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 		if err != nil {
 			return Spec{}, err
 		}
-		targets := nemesis.DefaultTargets(workers)
+		targets := nemesis.DefaultTargets(workers).WithNodes("broker", s.Broker.Nodes)
 		// A team's component has only the failpoints it declares.
 		for w, names := range s.TeamFailpoints() {
 			delete(targets.Failpoints, w)

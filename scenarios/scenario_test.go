@@ -251,9 +251,9 @@ func TestParseErrors(t *testing.T) {
 		{"wrong preset string", "broker: kafka\nguarantees: exactly-once\n",
 			[]string{`my.yaml:2: guarantees: unknown guarantee preset "exactly-once" (have at-least-once, at-most-once, effectively-once, ordered-effectively-once)`}},
 		{"wrong fault", "broker: kafka\nnemesis:\n  timeline:\n    - \"at 1s: explode relay-0\"\n",
-			[]string{`my.yaml:4: nemesis.timeline[0]: step "at 1s: explode relay-0": unknown fault "explode" (valid: kill, pause, restart, failpoint, partition, refuse, latency, bandwidth, reset-peer, limit-data, slow-close)`}},
+			[]string{`my.yaml:4: nemesis.timeline[0]: step "at 1s: explode relay-0": unknown fault "explode" (valid: kill, pause, restart, failpoint, partition, refuse, latency, bandwidth, reset-peer, limit-data, slow-close, isolate, split)`}},
 		{"wrong family", "broker: kafka\nnemesis:\n  random:\n    families: [network, disk]\n",
-			[]string{`my.yaml:4: nemesis.random.families[1]: unknown fault family "disk" (valid: failpoint, network, process)`}},
+			[]string{`my.yaml:4: nemesis.random.families[1]: unknown fault family "disk" (valid: failpoint, network, nodes, process)`}},
 		{"wrong failpoint", "broker: kafka\nnemesis:\n  failpoints:\n    relay-0: relay.after-publish\n",
 			[]string{`my.yaml:4: nemesis.failpoints.relay-0: unknown failpoint "relay.after-publish" (valid: consumer.after-ack-before-commit, consumer.after-commit-before-ack, consumer.after-effect-before-commit, producer.after-commit, relay.after-publish-before-mark, relay.before-publish)`}},
 		{"not a number", "broker: kafka\nworkload:\n  producers: two\n",
@@ -359,7 +359,7 @@ func TestSet(t *testing.T) {
 			return len(s.Nemesis.Timeline) == 2 && s.Nemesis.Timeline[1].Fault.Kind == nemesis.Pause
 		}},
 		{"nemesis.random.interval", "3s", func(s Scenario) bool {
-			return s.Nemesis.Random != nil && s.Nemesis.Random.Interval == 3*time.Second && len(s.Nemesis.Random.Families) == 3
+			return s.Nemesis.Random != nil && s.Nemesis.Random.Interval == 3*time.Second && len(s.Nemesis.Random.Families) == len(nemesis.Families())
 		}},
 		{"nemesis.random", "off", func(s Scenario) bool { return s.Nemesis.Random == nil }},
 		{"nemesis.failpoints.relay-0", "relay.before-publish=kill(2)", func(s Scenario) bool {
@@ -694,5 +694,45 @@ func TestDefaultGuarantees(t *testing.T) {
 	}
 	if got := Default().Guarantees; !reflect.DeepEqual(got, want) {
 		t.Errorf("Default().Guarantees = %+v, want preset %s %+v", got, DefaultGuarantees, want)
+	}
+}
+
+// With a replicated broker, faults name its nodes (or its leader), and
+// the faults between nodes need one.
+func TestNodeSteps(t *testing.T) {
+	for _, tc := range []struct {
+		nodes int
+		step  string
+		err   string // "" valid
+	}{
+		{3, "at 1s: isolate broker-1 for 2s", ""},
+		{3, "at 1s: isolate kafka:leader for 2s", ""},
+		{3, "at 1s: split broker ring for 2s", ""},
+		{3, "at 1s: kill kafka-2 for 2s", ""},
+		{3, "at 1s: pause broker:leader for 2s", ""},
+		{3, "at 1s: partition broker-0 upstream for 2s", ""},
+		{3, "at 1s: kill postgres for 2s", ""},
+		{0, "at 1s: isolate broker-1 for 2s", "isolate acts between the nodes of a replicated broker; set broker.nodes"},
+		{3, "at 1s: isolate postgres for 2s", `isolate takes a broker node, not "postgres"`},
+		{3, "at 1s: isolate kafka-3 for 2s", `isolate takes a broker node, not "kafka-3"`},
+		{3, "at 1s: split kafka-1 for 2s", `split acts on the broker's nodes: target broker, not "kafka-1"`},
+		{2, "at 1s: split broker for 2s", "split needs 3 or more broker nodes"},
+		{3, "at 1s: kill broker for 2s", `unknown target "broker"`},
+		{0, "at 1s: kill kafka-1 for 2s", `unknown target "kafka-1"`},
+	} {
+		s := Default()
+		s.Name, s.Broker.Kind, s.Broker.Nodes = "nodes", "kafka", tc.nodes
+		st, err := nemesis.ParseStep(tc.step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Nemesis.Timeline = []nemesis.Step{st}
+		err = s.Validate()
+		if tc.err == "" && err != nil {
+			t.Errorf("nodes %d, %q: %v", tc.nodes, tc.step, err)
+		}
+		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("nodes %d, %q: error %v, want %q", tc.nodes, tc.step, err, tc.err)
+		}
 	}
 }

@@ -332,6 +332,8 @@ func (s Scenario) checkStep(st nemesis.Step, workers []string) string {
 		return s.checkTerm(f.Term, matched)
 	case nemesis.Kill, nemesis.Pause, nemesis.Restart:
 		return s.checkTarget(f.Target, workers, true, true)
+	case nemesis.Isolate, nemesis.Split:
+		return s.checkNodesStep(f)
 	default: // network
 		if f.Kind == nemesis.Latency && f.Latency <= 0 {
 			return fmt.Sprintf("%s needs a delay, e.g. \"latency %s 100ms ±20ms\"", f.Kind, f.Target)
@@ -349,7 +351,7 @@ func (s Scenario) checkStep(st nemesis.Step, workers []string) string {
 // checkTarget checks a fault target: a worker (pattern) if workersOK, a
 // service if servicesOK. Network links exist per service only.
 func (s Scenario) checkTarget(t string, workers []string, workersOK, servicesOK bool) string {
-	svcs := services(s.Broker.Kind)
+	svcs := s.serviceTargets()
 	if servicesOK && slices.Contains(svcs, t) {
 		return ""
 	}
@@ -369,6 +371,49 @@ func (s Scenario) checkTarget(t string, workers []string, workersOK, servicesOK 
 		return fmt.Sprintf("%s is a worker; network faults act on a service's link (valid: %s)", t, strings.Join(valid, ", "))
 	}
 	return fmt.Sprintf("unknown target %q%s (valid: %s; a trailing * matches several workers)", t, suggest(t, valid), strings.Join(valid, ", "))
+}
+
+// serviceTargets are the server targets of process and network faults:
+// postgres and the broker, or, when the broker is replicated, each of its
+// nodes (by its own name or as broker-<i>) and its current leader, since
+// a cluster has no one server or link to hit.
+func (s Scenario) serviceTargets() []string {
+	if s.Broker.Nodes <= 1 {
+		return services(s.Broker.Kind)
+	}
+	out := []string{"postgres"}
+	for _, name := range []string{"broker", s.Broker.Kind} {
+		if name == "" {
+			continue
+		}
+		for i := range s.Broker.Nodes {
+			out = append(out, fmt.Sprintf("%s-%d", name, i))
+		}
+		out = append(out, name+nemesis.LeaderSuffix)
+	}
+	return out
+}
+
+// checkNodesStep checks a fault between the nodes of the replicated
+// broker: isolate one node (or the leader), split the broker.
+func (s Scenario) checkNodesStep(f nemesis.Fault) string {
+	if s.Broker.Nodes < 2 {
+		return fmt.Sprintf("%s acts between the nodes of a replicated broker; set broker.nodes (e.g. 3)", f.Kind)
+	}
+	if f.Kind == nemesis.Split {
+		if s.Broker.Nodes < 3 {
+			return fmt.Sprintf("split needs 3 or more broker nodes (broker.nodes is %d); isolate one instead", s.Broker.Nodes)
+		}
+		if f.Target == "broker" || f.Target == s.Broker.Kind {
+			return ""
+		}
+		return fmt.Sprintf("split acts on the broker's nodes: target broker, not %q", f.Target)
+	}
+	nodes := slices.DeleteFunc(s.serviceTargets(), func(t string) bool { return t == "postgres" })
+	if slices.Contains(nodes, f.Target) {
+		return ""
+	}
+	return fmt.Sprintf("isolate takes a broker node, not %q%s (valid: %s)", f.Target, suggest(f.Target, nodes), strings.Join(nodes, ", "))
 }
 
 // checkTerm checks that a failpoint term can fire in every matched worker.

@@ -39,6 +39,13 @@ func (n *Network) Drop(ctx context.Context, from, to []string) (*Fault, error) {
 	return n.add(ctx, "drop", pairs(from, to), 0)
 }
 
+// DropPairs drops every packet from p[0] to p[1] for each pair p, as one
+// Fault: the shapes no from and to lists describe, such as Jepsen's
+// majorities ring, where each node hears a different majority.
+func (n *Network) DropPairs(ctx context.Context, ps [][2]string) (*Fault, error) {
+	return n.add(ctx, "drop", dedupe(ps), 0)
+}
+
 // Partition cuts each group off from every other, both ways, as one
 // Fault; nodes in no group keep talking to everyone (Jepsen's shapes:
 // isolate one node is Partition([]string{a}, rest), halves two groups,

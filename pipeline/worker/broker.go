@@ -35,7 +35,7 @@ func (b Broker) Qualify(sub string) string { return b.Namespace + "." + sub }
 func (b Broker) Events() string { return b.Namespace + ".events" }
 
 // KafkaDLQ names the Kafka dead-letter topic.
-func (b Broker) KafkaDLQ() string { return b.kafka().DLQTopic() }
+func (b Broker) KafkaDLQ() string { return b.Kafka().DLQTopic() }
 
 func (b Broker) qualifyAll(subs []string) []string {
 	out := make([]string, len(subs))
@@ -45,7 +45,8 @@ func (b Broker) qualifyAll(subs []string) []string {
 	return out
 }
 
-func (b Broker) kafka() broker.KafkaConfig {
+// Kafka is the client configuration of b's Kafka.
+func (b Broker) Kafka() broker.KafkaConfig {
 	return broker.KafkaConfig{Seeds: strings.Split(b.URL, ","), Topic: b.Events(), Partitions: b.Partitions}
 }
 
@@ -61,7 +62,7 @@ func (b Broker) rabbit() broker.RabbitConfig {
 func SetupBroker(ctx context.Context, b Broker) error {
 	switch b.Kind {
 	case "kafka":
-		return broker.SetupKafka(ctx, b.kafka())
+		return broker.SetupKafka(ctx, b.Kafka())
 	case "rabbitmq":
 		return broker.SetupRabbitMQ(ctx, b.rabbit())
 	}
@@ -76,7 +77,7 @@ func (b Broker) DeadLetters(ctx context.Context) ([]broker.DeadLetter, error) {
 	var err error
 	switch b.Kind {
 	case "kafka":
-		out, err = broker.KafkaDeadLetters(ctx, b.kafka())
+		out, err = broker.KafkaDeadLetters(ctx, b.Kafka())
 	case "rabbitmq":
 		out, err = broker.RabbitDeadLetters(ctx, b.rabbit())
 	default:
@@ -103,7 +104,7 @@ func NewBacklogReader(b Broker) (*BacklogReader, error) {
 	r := &BacklogReader{b: b}
 	switch b.Kind {
 	case "kafka":
-		r.kafka = broker.NewKafkaBacklogReader(b.kafka())
+		r.kafka = broker.NewKafkaBacklogReader(b.Kafka())
 	case "rabbitmq":
 		r.rabbit = broker.NewRabbitBacklogReader(b.rabbit())
 	default:
@@ -153,7 +154,7 @@ func openPublisher(ctx context.Context, b Broker, mode string) (broker.Publisher
 		if mode == "unconfirmed" {
 			m = broker.KafkaUnconfirmed
 		}
-		return broker.NewKafkaPublisher(b.kafka(), broker.KafkaPublisherOptions{Mode: m})
+		return broker.NewKafkaPublisher(b.Kafka(), broker.KafkaPublisherOptions{Mode: m})
 	case "rabbitmq":
 		m, err := broker.ParseRabbitPublishMode(mode)
 		if err != nil {
@@ -170,7 +171,7 @@ func openSubscriber(ctx context.Context, b Broker, sub string) (broker.Subscribe
 	case "kafka":
 		// A short session, so a crashed consumer's partitions move on
 		// quickly (the local broker allows sessions down to 1s).
-		return broker.NewKafkaSubscriber(b.kafka(), b.Qualify(sub), broker.KafkaSubscriberOptions{SessionTimeout: 2 * time.Second})
+		return broker.NewKafkaSubscriber(b.Kafka(), b.Qualify(sub), broker.KafkaSubscriberOptions{SessionTimeout: 2 * time.Second})
 	case "rabbitmq":
 		return broker.NewRabbitSubscriber(b.rabbit(), b.Qualify(sub))
 	}

@@ -1,0 +1,167 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/cluster/netns"
+)
+
+// LeaderSuffix ends a target that names whichever node of a replicated
+// service leads when the fault starts: "kafka:leader" (the leader of the
+// run's first events partition), "broker:leader".
+const LeaderSuffix = ":leader"
+
+// nodeOf splits a node target, "kafka-1", "broker-2" or "kafka:leader",
+// into its service ("broker" as written) and node index (-1 for the
+// leader). ok is false for anything else.
+func nodeOf(target string) (service string, index int, ok bool) {
+	if svc, found := strings.CutSuffix(target, LeaderSuffix); found {
+		return svc, -1, isServiceName(svc)
+	}
+	i := strings.LastIndexByte(target, '-')
+	if i <= 0 {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(target[i+1:])
+	if err != nil || n < 0 || strconv.Itoa(n) != target[i+1:] {
+		return "", 0, false
+	}
+	return target[:i], n, isServiceName(target[:i])
+}
+
+func isServiceName(s string) bool { return s == "broker" || slices.Contains(cluster.Names(), s) }
+
+// resolveNode is the node a target names when the fault starts: a node
+// by its name, the leader looked up through Env.Leader.
+func (e *Env) resolveNode(ctx context.Context, target string) (string, error) {
+	svc, i, ok := nodeOf(target)
+	if !ok {
+		return target, nil
+	}
+	if svc == "broker" && e.Broker != "" {
+		svc = e.Broker
+	}
+	if i >= 0 {
+		return cluster.NodeName(svc, i), nil
+	}
+	if e.Leader == nil {
+		return "", fmt.Errorf("%s: no way to look up the leader of %s", target, svc)
+	}
+	node, err := e.Leader(ctx, svc)
+	if err != nil {
+		return "", fmt.Errorf("%s: look up the leader: %w", target, err)
+	}
+	return node, nil
+}
+
+// network is the network the nodes live in.
+func (e *Env) nodeNetwork() *netns.Network {
+	if e.Network != nil {
+		return e.Network
+	}
+	if e.Cluster != nil {
+		return e.Cluster.Network()
+	}
+	return nil
+}
+
+// serviceNodes are the nodes of service (as the network names them).
+func (e *Env) serviceNodes(service string) []string {
+	var out []string
+	if n := e.nodeNetwork(); n != nil {
+		for _, node := range n.Nodes() {
+			if svc, _, ok := nodeOf(node); ok && svc == service {
+				out = append(out, node)
+			}
+		}
+	}
+	return out
+}
+
+// nodeFault cuts nodes off from each other in their namespaces: isolate
+// one node from the others of its service, or split a service's nodes by
+// a shape. Heal removes exactly its rules; the evidence is the packets
+// they dropped, and a window in which no packet was dropped never bit.
+func (e *Env) nodeFault(ctx context.Context, f Fault) (effect, error) {
+	net := e.nodeNetwork()
+	if net == nil {
+		return effect{}, errors.New("no replicated service: nodes faults need a service with several nodes (broker.nodes)")
+	}
+	var (
+		nf   *netns.Fault
+		what string
+		err  error
+	)
+	switch f.Kind {
+	case Isolate:
+		node, rerr := e.resolveNode(ctx, e.recordedTarget(f))
+		if rerr != nil {
+			return effect{}, rerr
+		}
+		svc, _, ok := nodeOf(node)
+		peers := slices.DeleteFunc(e.serviceNodes(svc), func(n string) bool { return n == node })
+		if !ok || len(peers) == len(e.serviceNodes(svc)) {
+			return effect{}, fmt.Errorf("no node %s (have %s)", node, strings.Join(net.Nodes(), ", "))
+		}
+		nf, err = net.Partition(ctx, []string{node}, peers)
+		what = node + " isolated from " + strings.Join(peers, ", ")
+	case Split:
+		svc := e.recordedTarget(f)
+		nodes := e.serviceNodes(svc)
+		if len(nodes) < 3 {
+			return effect{}, fmt.Errorf("split %s: %d nodes (a split needs 3 or more)", svc, len(nodes))
+		}
+		nf, what, err = split(ctx, net, nodes, f.Shape)
+	}
+	if err != nil {
+		return effect{}, err
+	}
+	var seen netns.Evidence
+	return effect{
+		undo: func(ctx context.Context) error {
+			ev, err := nf.Heal(ctx)
+			seen = ev
+			return err
+		},
+		bit: func() (string, error) {
+			if seen.Packets() == 0 {
+				return "", fmt.Errorf("%s, but no packet was dropped during the window", what)
+			}
+			return what + ": " + seen.String(), nil
+		},
+	}, nil
+}
+
+// split cuts nodes by shape (see the Shape constants) as one fault.
+func split(ctx context.Context, net *netns.Network, nodes []string, shape string) (*netns.Fault, string, error) {
+	n := len(nodes)
+	switch shape {
+	case "", ShapeHalves:
+		a, b := nodes[:n/2], nodes[n/2:]
+		f, err := net.Partition(ctx, a, b)
+		return f, strings.Join(a, ",") + " | " + strings.Join(b, ","), err
+	case ShapeBridge:
+		mid := n / 2
+		a, b := nodes[:mid], nodes[mid+1:]
+		f, err := net.Partition(ctx, a, b)
+		return f, fmt.Sprintf("%s | %s, bridged by %s", strings.Join(a, ","), strings.Join(b, ","), nodes[mid]), err
+	case ShapeRing:
+		// Node i hears from itself and the next n/2 nodes, a majority
+		// of n/2+1, a different one for each node; it drops the rest.
+		var pairs [][2]string
+		for i, to := range nodes {
+			for k := n/2 + 1; k < n; k++ {
+				pairs = append(pairs, [2]string{nodes[(i+k)%n], to})
+			}
+		}
+		f, err := net.DropPairs(ctx, pairs)
+		return f, "majorities ring over " + strings.Join(nodes, ","), err
+	}
+	return nil, "", fmt.Errorf("unknown shape %q (want %s)", shape, strings.Join(Shapes(), ", "))
+}
