@@ -598,3 +598,51 @@ func TestKfakeFetchErrors(t *testing.T) {
 		})
 	}
 }
+
+// Each publish mode asks the broker for the acks it stands for, and a
+// confirmed publish (every mode but acks=0's) is in the log.
+func TestKfakePublishAcks(t *testing.T) {
+	for _, tc := range []struct {
+		mode KafkaPublishMode
+		acks int16
+	}{
+		{KafkaConfirmed, -1},
+		{KafkaLeaderAck, 1},
+		{KafkaUnconfirmed, 0},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			c, cfg := kfakeCluster(t, 1)
+			var acks atomic.Int32
+			acks.Store(99)
+			c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				acks.Store(int32(r.(*kmsg.ProduceRequest).Acks))
+				return nil, nil, false
+			})
+			p, err := NewKafkaPublisher(cfg, KafkaPublisherOptions{Mode: tc.mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			ev := Event{ID: "ev-1", Key: "order-1", Source: "/orders", Version: 1, Type: "OrderConfirmed", Payload: []byte("{}")}
+			if err := p.Publish(ctx, []Event{ev})[0]; err != nil {
+				t.Fatal(err)
+			}
+			if tc.mode == KafkaUnconfirmed {
+				// Handed over is all acks=0 knows: wait until it is in.
+				deadline := time.Now().Add(5 * time.Second)
+				for kfakeCopies(t, cfg)["ev-1"] == 0 && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			if got := acks.Load(); got != int32(tc.acks) {
+				t.Errorf("produce asked for acks=%d, want %d", got, tc.acks)
+			}
+			if n := kfakeCopies(t, cfg)["ev-1"]; n != 1 {
+				t.Errorf("%d copies in the log, want 1", n)
+			}
+		})
+	}
+}

@@ -23,6 +23,12 @@ const (
 	// returns as soon as the records are handed to the client, so a broker
 	// crash (or a relay crash) loses what had not reached the log.
 	KafkaUnconfirmed KafkaPublishMode = "unconfirmed"
+	// KafkaLeaderAck is known-bad: acks=1. The leader confirms a record
+	// once it is in its own log, before any follower has it, so a leader
+	// that dies or is cut off right after confirming takes the record
+	// with it when a follower takes over: confirmed, then gone. Only a
+	// replicated Kafka shows it.
+	KafkaLeaderAck KafkaPublishMode = "leader-ack"
 )
 
 // KafkaPublisherOptions tune a KafkaPublisher. The zero value is the
@@ -104,8 +110,14 @@ func NewKafkaPublisher(cfg KafkaConfig, opts KafkaPublisherOptions) (*KafkaPubli
 			// never answers, so there is no sequence to track.
 			kgo.DisableIdempotentWrite(),
 		)
+	case KafkaLeaderAck:
+		kopts = append(kopts,
+			kgo.RequiredAcks(kgo.LeaderAck()),
+			// The idempotent producer requires acks=all.
+			kgo.DisableIdempotentWrite(),
+		)
 	default:
-		return nil, fmt.Errorf("kafka publisher: unknown mode %q (valid: %s, %s)", opts.Mode, KafkaConfirmed, KafkaUnconfirmed)
+		return nil, fmt.Errorf("kafka publisher: unknown mode %q (valid: %s, %s, %s)", opts.Mode, KafkaConfirmed, KafkaUnconfirmed, KafkaLeaderAck)
 	}
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {

@@ -47,12 +47,18 @@ const (
 	// message no queue is bound for is acked by the broker and dropped,
 	// and Publish reports success.
 	RabbitUnroutable RabbitPublishMode = "unroutable"
+	// RabbitTransient is known-bad: confirmed and mandatory, but not
+	// persistent (delivery mode 1). A classic queue keeps such a message
+	// in memory only, so a broker restart drops it although the broker
+	// confirmed it. (A quorum queue stores every message: only a classic
+	// queue shows it.)
+	RabbitTransient RabbitPublishMode = "transient"
 )
 
 // ParseRabbitPublishMode checks a mode name.
 func ParseRabbitPublishMode(s string) (RabbitPublishMode, error) {
 	switch m := RabbitPublishMode(s); m {
-	case RabbitConfirmed, RabbitUnconfirmed, RabbitUnroutable:
+	case RabbitConfirmed, RabbitUnconfirmed, RabbitUnroutable, RabbitTransient:
 		return m, nil
 	}
 	return "", fmt.Errorf("broker: unknown rabbitmq publish mode %q (valid: confirmed, unconfirmed, unroutable)", s)

@@ -131,9 +131,14 @@ func (p *RabbitPublisher) Publish(ctx context.Context, evs []Event) []error {
 		for k, v := range hs {
 			h[k] = v
 		}
-		dc, err := s.ch.PublishWithDeferredConfirm(p.cfg.Exchange, key, p.mode == RabbitConfirmed, false, amqp.Publishing{
+		mode := amqp.Persistent
+		if p.mode == RabbitTransient {
+			mode = amqp.Transient
+		}
+		mandatory := p.mode == RabbitConfirmed || p.mode == RabbitTransient
+		dc, err := s.ch.PublishWithDeferredConfirm(p.cfg.Exchange, key, mandatory, false, amqp.Publishing{
 			Headers:       h,
-			DeliveryMode:  amqp.Persistent,
+			DeliveryMode:  mode,
 			MessageId:     ev.ID,
 			CorrelationId: ids[i],
 			Type:          ev.Type,

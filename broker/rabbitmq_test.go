@@ -812,3 +812,38 @@ func TestRabbitAckAsync(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The transient mode is confirmed like the correct one, but its
+// messages are not persistent (delivery mode 1): what a classic queue
+// keeps in memory only.
+func TestRabbitTransientMode(t *testing.T) {
+	rt := newRabbitTest(t, []string{"s"}, nil)
+	conn, err := amqp.Dial(rt.cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode RabbitPublishMode
+		want uint8
+	}{{RabbitTransient, amqp.Transient}, {RabbitConfirmed, amqp.Persistent}} {
+		evs := events(string(tc.mode), 1)
+		rt.publishOK(rt.publisher(tc.mode), evs)
+		var d amqp.Delivery
+		waitFor(t, rt.ctx, 10*time.Second, func() error {
+			var ok bool
+			var err error
+			if d, ok, err = ch.Get(rt.sub(0), true); err == nil && !ok {
+				err = errors.New("queue empty")
+			}
+			return err
+		})
+		if d.MessageId != evs[0].ID || d.DeliveryMode != tc.want {
+			t.Errorf("%s: got %s with delivery mode %d, want %s with %d", tc.mode, d.MessageId, d.DeliveryMode, evs[0].ID, tc.want)
+		}
+	}
+}

@@ -97,6 +97,12 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	if isKafka && s.Variants.Relay == relay.Unroutable {
 		fail("variants.relay", "unroutable only exists on rabbitmq (Kafka has no routing to get wrong)")
 	}
+	if isRabbit && s.Variants.Relay == relay.LeaderAck {
+		fail("variants.relay", "leader-ack is Kafka's acks=1; use broker: kafka")
+	}
+	if isKafka && s.Variants.Relay == relay.Transient {
+		fail("variants.relay", "transient is RabbitMQ's non-persistent delivery mode (Kafka keeps every record); use broker: rabbitmq")
+	}
 	if s.Variants.Relay == relay.Unroutable && len(s.Broker.Unbound) == 0 && s.Expect.Verdict == checker.Invalid {
 		fail("broker.unbound", "the unroutable relay only loses events when a subscription is unbound; list one here")
 	}

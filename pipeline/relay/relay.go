@@ -40,6 +40,13 @@ const (
 	// Unroutable is known-bad: confirms without mandatory, so a message
 	// with no bound queue is confirmed and dropped.
 	Unroutable Variant = "unroutable"
+	// LeaderAck is known-bad (Kafka): acks=1, so a record the leader
+	// confirmed before its followers had it is lost when a follower takes
+	// over (a replicated Kafka, its leader killed or cut off).
+	LeaderAck Variant = "leader-ack"
+	// Transient is known-bad (RabbitMQ): confirmed but not persistent,
+	// so a classic queue loses what it holds when the broker restarts.
+	Transient Variant = "transient"
 	// Debezium is correct and not this package's: Debezium's outbox event
 	// router in Kafka Connect reads the outbox from the WAL (package
 	// pipeline/debezium). At-least-once: a crash before its offsets are
@@ -49,7 +56,7 @@ const (
 
 // Variants lists every relay variant.
 func Variants() []Variant {
-	return []Variant{Polling, HighWaterMark, Unconfirmed, Unroutable, Debezium}
+	return []Variant{Polling, HighWaterMark, Unconfirmed, Unroutable, LeaderAck, Transient, Debezium}
 }
 
 // ParseVariant checks a variant name.

@@ -144,15 +144,19 @@ func (r *BacklogReader) Close() {
 
 type publisherCloser = broker.Publisher
 
-// openPublisher opens a publisher in mode "confirmed", "unconfirmed" or
-// "unroutable" (RabbitMQ only; on Kafka it is the same as confirmed, which
-// has no mandatory flag to forget).
+// openPublisher opens a publisher in mode "confirmed", "unconfirmed",
+// "unroutable" or "transient" (RabbitMQ only; on Kafka the same as
+// confirmed, which has no mandatory flag to forget nor messages to keep
+// in memory), or "leader-ack" (Kafka only).
 func openPublisher(ctx context.Context, b Broker, mode string) (broker.Publisher, error) {
 	switch b.Kind {
 	case "kafka":
 		m := broker.KafkaConfirmed
-		if mode == "unconfirmed" {
+		switch mode {
+		case "unconfirmed":
 			m = broker.KafkaUnconfirmed
+		case "leader-ack":
+			m = broker.KafkaLeaderAck
 		}
 		return broker.NewKafkaPublisher(b.Kafka(), broker.KafkaPublisherOptions{Mode: m})
 	case "rabbitmq":

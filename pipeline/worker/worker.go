@@ -167,6 +167,10 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 			mode = "unconfirmed"
 		case relay.Unroutable:
 			mode = "unroutable"
+		case relay.LeaderAck:
+			mode = "leader-ack"
+		case relay.Transient:
+			mode = "transient"
 		}
 		pub, err := openPublisher(ctx, spec.Broker, mode)
 		if err != nil {
