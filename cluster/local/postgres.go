@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -44,6 +45,10 @@ type Postgres struct {
 	data    string
 	logPath string
 
+	// node is set for a node of a [PostgresCluster]: the server runs in
+	// the node's network namespace with its role's settings.
+	node *pgNode
+
 	mu      sync.Mutex
 	version string
 	inited  bool
@@ -52,19 +57,25 @@ type Postgres struct {
 // NewPostgres prepares a server on a free port in a fresh temp dir. Nothing
 // runs until Start. The caller should call Close when finished.
 func NewPostgres(o PostgresOptions) (*Postgres, error) {
-	bin, err := PostgresBinDir(o.BinDir)
-	if err != nil {
-		return nil, err
-	}
 	ports, err := freeport.Take(1)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	b, err := newBase("postgres", o.Options)
+	return newPostgres("postgres", ports[0], o)
+}
+
+// newPostgres prepares a server called name (its temp dir's and log
+// lines' name) that will listen on port.
+func newPostgres(name string, port int, o PostgresOptions) (*Postgres, error) {
+	bin, err := PostgresBinDir(o.BinDir)
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{base: b, bin: bin, port: ports[0], data: filepath.Join(b.dir, "data"), logPath: filepath.Join(b.dir, "postgres.log")}
+	b, err := newBase(name, o.Options)
+	if err != nil {
+		return nil, err
+	}
+	p := &Postgres{base: b, bin: bin, port: port, data: filepath.Join(b.dir, "data"), logPath: filepath.Join(b.dir, "postgres.log")}
 	if os.Geteuid() == 0 {
 		name := o.User
 		if name == "" {
@@ -76,12 +87,12 @@ func NewPostgres(o PostgresOptions) (*Postgres, error) {
 		cred, err := credentialFor(name)
 		if err != nil {
 			b.closeBase(nil)
-			return nil, fmt.Errorf("postgres: %w", err)
+			return nil, fmt.Errorf("%s: %w", b.name, err)
 		}
 		p.cred = cred
 		if err := os.Chown(b.dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			b.closeBase(nil)
-			return nil, fmt.Errorf("postgres: %w", err)
+			return nil, fmt.Errorf("%s: %w", b.name, err)
 		}
 	}
 	return p, nil
@@ -128,7 +139,12 @@ func credentialFor(name string) (*syscall.Credential, error) {
 }
 
 // Endpoint implements cluster.Service.
-func (p *Postgres) Endpoint() string { return fmt.Sprintf("127.0.0.1:%d", p.port) }
+func (p *Postgres) Endpoint() string {
+	if p.node != nil {
+		return net.JoinHostPort(p.node.net.Addr(p.node.name).String(), strconv.Itoa(p.port))
+	}
+	return fmt.Sprintf("127.0.0.1:%d", p.port)
+}
 
 // LogFile implements cluster.LogFiler.
 func (p *Postgres) LogFile() string { return p.logPath }
@@ -168,38 +184,48 @@ func (p *Postgres) initdb(ctx context.Context) error {
 // Start implements cluster.Service: initdb on first start, then postgres,
 // ready when a pgx connection succeeds.
 func (p *Postgres) Start(ctx context.Context) error {
-	if err := p.initdb(ctx); err != nil {
-		return fmt.Errorf("start postgres: %w", err)
+	prepare, listen := p.initdb, "127.0.0.1"
+	if p.node != nil {
+		// Every address of its own namespace: lo and the node's.
+		prepare, listen = p.node.prepare, "*"
 	}
-	proc, err := p.launch(process.Spec{
-		Path: filepath.Join(p.bin, "postgres"),
-		Args: []string{"-D", p.data, "-p", strconv.Itoa(p.port),
-			"-c", "listen_addresses=127.0.0.1",
-			"-c", "unix_socket_directories=" + p.dir,
-			"-c", "fsync=on",
-			"-c", "synchronous_commit=on",
-			"-c", "wal_level=logical",
-			"-c", "max_wal_senders=10",
-			"-c", "max_replication_slots=10",
-			"-c", "max_connections=200",
-			"-c", "shared_buffers=128MB",
-			"-c", "logging_collector=off",
-			// Dynamic shared memory in files under the data dir
-			// (pg_dynshmem/), not in /dev/shm: a server that never
-			// got to shut down (kill -9 by a nemesis, then the end
-			// of the run) leaves its segments behind, and there
-			// they go with the temp dir instead of piling up.
-			"-c", "dynamic_shared_memory_type=mmap",
-			// Each row's commit time, for judging order by when
-			// effects committed (pg_xact_commit_timestamp).
-			"-c", "track_commit_timestamp=on",
-		},
-		Log:         p.logPath,
-		Cred:        p.cred,
-		ShutdownSig: syscall.SIGQUIT,
-	})
+	if err := prepare(ctx); err != nil {
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	argv := []string{filepath.Join(p.bin, "postgres"),
+		"-D", p.data, "-p", strconv.Itoa(p.port),
+		"-c", "listen_addresses=" + listen,
+		"-c", "unix_socket_directories=" + p.dir,
+		"-c", "fsync=on",
+		"-c", "synchronous_commit=on",
+		"-c", "wal_level=logical",
+		"-c", "max_wal_senders=10",
+		"-c", "max_replication_slots=10",
+		"-c", "max_connections=200",
+		"-c", "shared_buffers=128MB",
+		"-c", "logging_collector=off",
+		// Dynamic shared memory in files under the data dir
+		// (pg_dynshmem/), not in /dev/shm: a server that never
+		// got to shut down (kill -9 by a nemesis, then the end
+		// of the run) leaves its segments behind, and there
+		// they go with the temp dir instead of piling up.
+		"-c", "dynamic_shared_memory_type=mmap",
+		// Each row's commit time, for judging order by when
+		// effects committed (pg_xact_commit_timestamp).
+		"-c", "track_commit_timestamp=on",
+	}
+	spec := process.Spec{Log: p.logPath, Cred: p.cred, ShutdownSig: syscall.SIGQUIT}
+	if p.node != nil {
+		var err error
+		if argv, err = p.node.command(append(argv, p.node.settings()...), p.cred); err != nil {
+			return fmt.Errorf("start %s: %w", p.name, err)
+		}
+		spec.Cred = nil // ip needs root; setpriv switches user after it
+	}
+	spec.Path, spec.Args = argv[0], argv[1:]
+	proc, err := p.launch(spec)
 	if err != nil {
-		return fmt.Errorf("start postgres: %w", err)
+		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	err = p.waitReady(ctx, proc, p.logPath, func(ctx context.Context) error {
 		v, err := probe.Postgres(ctx, p.DSN(p.Endpoint()))
@@ -212,7 +238,7 @@ func (p *Postgres) Start(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("start postgres: %w", err)
+		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	p.log.Info("ready", "endpoint", p.Endpoint(), "version", p.Version())
 	return nil
