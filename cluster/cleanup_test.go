@@ -28,6 +28,8 @@ type childReport struct {
 	PIDs       []int    `json:"pids"`
 	Dirs       []string `json:"dirs"`
 	Containers []string `json:"containers"`
+	// Netns are the network namespaces of replicated services' nodes.
+	Netns []string `json:"netns"`
 }
 
 // TestCleanupChild is the child's body; it does nothing in a normal run.
@@ -39,7 +41,7 @@ func TestCleanupChild(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	services := strings.Split(os.Getenv(childEnv+"_SERVICES"), ",")
-	c, err := cluster.Start(ctx, cluster.Config{Runtime: os.Getenv(childEnv + "_RUNTIME"), Services: services})
+	c, err := cluster.Start(ctx, cluster.Config{Runtime: os.Getenv(childEnv + "_RUNTIME"), Services: services, Standby: os.Getenv(childEnv + "_STANDBY")})
 	if err != nil {
 		fmt.Println("ERROR", err)
 		os.Exit(1)
@@ -53,6 +55,17 @@ func TestCleanupChild(t *testing.T) {
 		}
 		if d, ok := s.(interface{ ContainerID() string }); ok {
 			rep.Containers = append(rep.Containers, d.ContainerID())
+		}
+		for _, n := range c.Nodes(s.Name()) {
+			if d, ok := n.(interface{ Dir() string }); ok {
+				rep.Dirs = append(rep.Dirs, d.Dir())
+			}
+		}
+	}
+	if n := c.Network(); n != nil {
+		rep.Netns = append(rep.Netns, n.Name())
+		for _, node := range n.Nodes() {
+			rep.Netns = append(rep.Netns, n.Namespace(node))
 		}
 	}
 	b, _ := json.Marshal(rep)
@@ -77,13 +90,14 @@ func TestCleanup(t *testing.T) {
 	}
 }
 
-// cleanupCase runs one child on runtime rt that dies the mode's way.
-func cleanupCase(t *testing.T, rt, mode, services string) {
+// cleanupCase runs one child on runtime rt that dies the mode's way; env
+// is added to the child's environment.
+func cleanupCase(t *testing.T, rt, mode, services string, env ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	shmBefore := shmFiles(t)
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCleanupChild$", "-test.v")
-	cmd.Env = append(os.Environ(), childEnv+"="+mode, childEnv+"_SERVICES="+services, childEnv+"_RUNTIME="+rt)
+	cmd.Env = append(append(os.Environ(), childEnv+"="+mode, childEnv+"_SERVICES="+services, childEnv+"_RUNTIME="+rt), env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	defer func() {
@@ -184,6 +198,11 @@ func waitGone(t *testing.T, ctx context.Context, rep childReport, shmBefore map[
 		}
 		for _, seg := range sysvSegments(t, rep.PIDs) {
 			left = append(left, "System V shared memory segment "+seg)
+		}
+		for _, ns := range rep.Netns {
+			if _, err := os.Stat("/run/netns/" + ns); !errors.Is(err, os.ErrNotExist) {
+				left = append(left, "network namespace "+ns)
+			}
 		}
 		if len(left) == 0 {
 			return

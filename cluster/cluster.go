@@ -26,6 +26,9 @@ import (
 // (servers someone else runs) would have fewer.
 var (
 	_ fullService = (*local.Postgres)(nil)
+	_ fullService = (*local.PostgresCluster)(nil)
+	_ fullService = (*local.PostgresNode)(nil)
+	_ Failoverer  = (*local.PostgresCluster)(nil)
 	_ fullService = (*local.Kafka)(nil)
 	_ fullService = (*local.RabbitMQ)(nil)
 	_ fullService = (*containers.Service)(nil)
@@ -75,7 +78,22 @@ type Config struct {
 	// in its own network namespace (cluster/netns), so a fault can kill,
 	// pause or cut off one node. Local runtime only, as root.
 	Nodes map[string]int
+	// Standby adds a streaming standby to PostgreSQL: "async", or "sync"
+	// (the primary's synchronous_standby_names names it and
+	// synchronous_commit is remote_apply); "" is the single server. The
+	// primary and the standby are nodes postgres-0 and postgres-1, each
+	// in its own network namespace behind its own link; the database
+	// link ("postgres", what ClientURL gives) points at the primary and
+	// follows it through a failover ([Failoverer]). Local runtime only,
+	// as root.
+	Standby string
 }
+
+// Standby kinds ([Config.Standby]).
+const (
+	StandbyAsync = "async"
+	StandbySync  = "sync"
+)
 
 // Cluster is a set of running services, each behind its own toxiproxy
 // link. Clients of a run reach a service only through its link (see
@@ -152,6 +170,8 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	for _, n := range names {
 		if cfg.Nodes[n] > 1 {
 			err = c.provisionReplicated(n, cfg.Nodes[n], opts, cfg)
+		} else if n == Postgres && cfg.Standby != "" {
+			err = c.provisionStandby(opts, cfg)
 		} else {
 			err = c.provision(n, opts, cfg)
 		}
@@ -258,6 +278,17 @@ func checkNodes(cfg Config, names []string) ([]string, error) {
 			nodes = append(nodes, NodeName(n, i))
 		}
 	}
+	if cfg.Standby != "" {
+		switch {
+		case cfg.Standby != StandbyAsync && cfg.Standby != StandbySync:
+			return nil, fmt.Errorf("cluster: standby %q (want %s or %s)", cfg.Standby, StandbyAsync, StandbySync)
+		case !slices.Contains(names, Postgres):
+			return nil, fmt.Errorf("cluster: a %s standby of postgres, which the cluster does not run", cfg.Standby)
+		case cfg.Runtime != Local:
+			return nil, fmt.Errorf("cluster: a postgres standby: the %s runtime runs a single postgres (use the local runtime)", cfg.Runtime)
+		}
+		nodes = append(nodes, NodeName(Postgres, 0), NodeName(Postgres, 1))
+	}
 	if len(nodes) > 0 {
 		if err := netns.Check(); err != nil {
 			return nil, fmt.Errorf("cluster: replicated services need a network namespace per node: %w", err)
@@ -335,6 +366,52 @@ func (c *Cluster) provisionReplicated(name string, n int, opts local.Options, cf
 	return nil
 }
 
+// provisionStandby creates PostgreSQL as a primary and a standby (not
+// started), a link per node, and the database link, which points at the
+// primary and follows it through a failover.
+func (c *Cluster) provisionStandby(opts local.Options, cfg Config) error {
+	ports, err := freeport.Take(3)
+	if err != nil {
+		return fmt.Errorf("cluster: links of %s: %w", Postgres, err)
+	}
+	db, err := c.links.Add(Postgres, "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:1")
+	if err != nil {
+		return err
+	}
+	ro := local.ReplicatedOptions{Options: opts, Network: c.net}
+	var links []*link.Link
+	for i := range 2 {
+		l, err := c.links.Add(NodeName(Postgres, i), "127.0.0.1:"+strconv.Itoa(ports[1+i]), "127.0.0.1:1")
+		if err != nil {
+			return err
+		}
+		links = append(links, l)
+		ro.Nodes = append(ro.Nodes, NodeName(Postgres, i))
+		ro.Advertise = append(ro.Advertise, l.Addr())
+	}
+	pg, err := local.NewPostgresCluster(local.PostgresClusterOptions{
+		ReplicatedOptions: ro,
+		Sync:              cfg.Standby == StandbySync,
+		Promoted: func(ctx context.Context, node, endpoint string) (string, error) {
+			if err := db.SetUpstream(endpoint); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("link %s → %s", Postgres, node), nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	c.services[Postgres], c.urls[Postgres] = pg, pg.DSN
+	for i, n := range pg.Nodes() {
+		c.nodes[Postgres] = append(c.nodes[Postgres], n)
+		if err := links[i].SetUpstream(n.Endpoint()); err != nil {
+			return err
+		}
+	}
+	return db.SetUpstream(pg.Endpoint())
+}
+
 // Nodes returns the nodes of a replicated service, in order, or nil for a
 // single-node one. Each is a Service of its own, behind the link of its
 // name, and can be killed, paused or restarted alone.
@@ -371,20 +448,22 @@ func (c *Cluster) Links() *link.Server { return c.links }
 // ClientURL is what a client of the run dials to reach the named service
 // through its link: a PostgreSQL DSN, a Kafka seed broker (host:port) or
 // an AMQP URL. It is "" for a service the cluster does not run. For a
-// replicated Kafka it is every node's link, comma-separated; for a
-// replicated RabbitMQ, the first node's (see [Cluster.NodeURLs]).
+// PostgreSQL with a standby it is the database link's, which follows the
+// primary through a failover. For a replicated Kafka it is every node's
+// link, comma-separated; for a replicated RabbitMQ, the first node's (see
+// [Cluster.NodeURLs]).
 func (c *Cluster) ClientURL(name string) string {
+	u, l := c.urls[name], c.links.Link(name)
+	if u != nil && l != nil {
+		return u(l.Addr())
+	}
 	if urls := c.NodeURLs(name); len(urls) > 0 {
 		if name == Kafka {
 			return strings.Join(urls, ",")
 		}
 		return urls[0]
 	}
-	u, l := c.urls[name], c.links.Link(name)
-	if u == nil || l == nil {
-		return ""
-	}
-	return u(l.Addr())
+	return ""
 }
 
 // NodeURLs is, for a replicated service, what a client dials to reach

@@ -23,6 +23,9 @@ func TestCheckNodes(t *testing.T) {
 		{"not run", Config{Runtime: Local, Nodes: map[string]int{Kafka: 3}}, []string{Postgres}, nil, "3 nodes of kafka, which the cluster does not run"},
 		{"postgres", Config{Runtime: Local, Nodes: map[string]int{Postgres: 2}}, all, nil, "a standby is its own setting"},
 		{"containers", Config{Runtime: Containers, Nodes: map[string]int{RabbitMQ: 3}}, all, nil, "the containers runtime runs single nodes only"},
+		{"standby of no kind", Config{Runtime: Local, Standby: "hot"}, all, nil, `standby "hot" (want async or sync)`},
+		{"standby without postgres", Config{Runtime: Local, Standby: StandbySync}, []string{Kafka}, nil, "a sync standby of postgres, which the cluster does not run"},
+		{"standby on containers", Config{Runtime: Containers, Standby: StandbyAsync}, all, nil, "the containers runtime runs a single postgres"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := checkNodes(tc.cfg, tc.names)

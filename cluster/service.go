@@ -69,6 +69,17 @@ type Versioner interface {
 	Version() string
 }
 
+// Failoverer is a replicated database that can lose its primary.
+// Failover kills the primary (kill -9), promotes a standby, waits until it
+// accepts writes and points the service's link at it, so every client of
+// the run reconnects to the new primary through the same address and the
+// final read reads it. The evidence says what it did, in words, e.g.
+// "postgres-0 killed (signal: killed), ...; postgres-1 promoted (timeline
+// 2) ...; link postgres → postgres-1".
+type Failoverer interface {
+	Failover(ctx context.Context) (evidence string, err error)
+}
+
 // PIDer is implemented by services that run as local processes. It lists
 // every process the service started that is still alive, so a test can
 // prove nothing outlived a run.
@@ -107,6 +118,12 @@ func (c *Cluster) Pauser(name string) (Pauser, error) { return ability[Pauser](c
 // runtime.
 func (c *Cluster) Restarter(name string) (Restarter, error) {
 	return ability[Restarter](c, name, "restarted")
+}
+
+// Failoverer returns the named service as a [Failoverer], or an error:
+// an [*UnsupportedError] when it has no standby to fail over to.
+func (c *Cluster) Failoverer(name string) (Failoverer, error) {
+	return ability[Failoverer](c, name, "failed over (it has no standby)")
 }
 
 // ability is the named service as A, or why it cannot be.

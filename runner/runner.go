@@ -44,7 +44,9 @@ type Spec struct {
 	Images map[string]string
 	// Nodes is the node count of each replicated server (cluster.Config.Nodes).
 	Nodes map[string]int
-	Seed  int64
+	// Standby is PostgreSQL's standby, "" for none (cluster.Config.Standby).
+	Standby string
+	Seed    int64
 	// External describes the components that are not deliverycheck's own,
 	// for the report.
 	External []reports.External
@@ -117,7 +119,7 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	if cl == nil {
 		services := []string{cluster.Postgres, spec.Pipeline.Broker}
 		start := time.Now()
-		cl, err = cluster.Start(ctx, cluster.Config{Runtime: opts.Runtime, Images: spec.Images, Nodes: spec.Nodes, Services: services, Keep: opts.Keep, Logger: log})
+		cl, err = cluster.Start(ctx, cluster.Config{Runtime: opts.Runtime, Images: spec.Images, Nodes: spec.Nodes, Standby: spec.Standby, Services: services, Keep: opts.Keep, Logger: log})
 		if err != nil {
 			out.HarnessErr = fmt.Errorf("provision: %w", err)
 			return out, writeAll(out, &meta, nil, log)

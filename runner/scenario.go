@@ -56,6 +56,7 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 		Pipeline:         cfg,
 		Images:           s.Images.Map(),
 		Nodes:            nodes(s),
+		Standby:          standby(s),
 		Schedule:         sched,
 		Duration:         d,
 		WorkloadDuration: workload,
@@ -71,6 +72,15 @@ func nodes(s scenarios.Scenario) map[string]int {
 		return nil
 	}
 	return map[string]int{s.Broker.Kind: s.Broker.Nodes}
+}
+
+// standby is the scenario's PostgreSQL standby as the cluster names it:
+// "" for none.
+func standby(s scenarios.Scenario) string {
+	if s.Postgres.Standby == "none" {
+		return ""
+	}
+	return s.Postgres.Standby
 }
 
 // runLength is how long the workload runs: its own duration, or, when the

@@ -115,3 +115,24 @@ func TestFromScenarioNodes(t *testing.T) {
 		}
 	}
 }
+
+// postgres.standby reaches the cluster as its standby; none asks for the
+// single server.
+func TestFromScenarioStandby(t *testing.T) {
+	for _, tc := range []struct{ standby, want string }{
+		{"", ""},
+		{"none", ""},
+		{"async", "async"},
+		{"sync", "sync"},
+	} {
+		s := scenarioWith(t, 4*time.Second)
+		s.Postgres.Standby = tc.standby
+		spec, err := FromScenario(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spec.Standby != tc.want {
+			t.Errorf("standby %q: Spec.Standby = %q, want %q", tc.standby, spec.Standby, tc.want)
+		}
+	}
+}

@@ -64,6 +64,8 @@ type Scenario struct {
 	// Broker is the broker and its settings; required: `kafka`,
 	// `rabbitmq`, or a mapping (below).
 	Broker Broker `yaml:"broker"`
+	// Postgres is the database's shape; one server by default.
+	Postgres Postgres `yaml:"postgres,omitempty"`
 	// Variants picks the implementation of each pipeline component; the
 	// defaults are the correct ones.
 	Variants Variants `yaml:"variants"`
@@ -265,6 +267,24 @@ type Broker struct {
 	// (local runtime, as root; anything else is refused before the run
 	// starts, saying what is missing).
 	Nodes int `yaml:"nodes,omitempty" range:">=1,zero=default"`
+}
+
+// Postgres is the database the outbox, the inboxes and the effects live
+// in.
+type Postgres struct {
+	// Standby adds a streaming standby to the database: `async` (a commit
+	// is acknowledged once the primary has flushed it) or `sync` (the
+	// primary names the standby in synchronous_standby_names and
+	// synchronous_commit is remote_apply: a commit is acknowledged once
+	// the standby has applied it); `none`, the default, is the single
+	// server. The primary and the standby are nodes postgres-0 and
+	// postgres-1, each its own process in its own network namespace,
+	// behind its own proxy link. A failover kills the primary, promotes
+	// the standby and points the database link at it, so every client and
+	// the final read reach the new primary; after it, an async standby has
+	// lost commits the application was told had succeeded (local runtime,
+	// as root; anything else is refused before the run starts).
+	Standby string `yaml:"standby,omitempty" enum:"standby"`
 }
 
 // Variants picks the implementation of each component; the defaults are

@@ -76,6 +76,8 @@ broker:
   max_attempts: 3
   prefetch: 64
   unbound: [email]
+postgres:
+  standby: sync
 variants:
   producer: outbox
   relay: unroutable
@@ -129,6 +131,7 @@ seed: 42
 	want := Scenario{
 		Name: "full", Description: "every field set", Source: "full.yaml",
 		Broker:   Broker{Kind: "rabbitmq", Partitions: 6, MaxAttempts: 3, Unbound: []string{"email"}, Prefetch: 64},
+		Postgres: Postgres{Standby: "sync"},
 		Variants: Variants{Producer: producer.Outbox, Relay: relay.Unroutable, Consumer: consumer.Inbox},
 		Workload: Workload{Duration: 12 * time.Second, Producers: 3, ProducerProcesses: 1, Rate: 0, Keys: 7, PoisonRatio: 0.05,
 			Subscriptions: []string{"inventory", "email"}, Consumers: 2, ConsumerWorkers: 4, ConsumerWork: 5 * time.Millisecond, Relays: 2, RelayBatch: 10},
@@ -165,6 +168,9 @@ seed: 42
 	back, err := Parse("full.yaml", out)
 	if err == nil && back.Broker.Prefetch != 64 {
 		t.Fatalf("prefetch lost in a marshal round trip: %d\n%s", back.Broker.Prefetch, out)
+	}
+	if err == nil && back.Postgres != s.Postgres {
+		t.Fatalf("postgres lost in a marshal round trip: %+v\n%s", back.Postgres, out)
 	}
 	if err != nil || back.Images != s.Images {
 		t.Fatalf("images lost in a marshal round trip: %+v, %v\n%s", back.Images, err, out)
@@ -231,7 +237,9 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key with suggestion", "broker: kafka\nworkload:\n  rat: 5\n",
 			[]string{"my.yaml:3: workload.rat: unknown field; did you mean rate? (valid: duration, producers, producer_processes, rate, keys, poison_ratio, abort_ratio, subscriptions, consumers, consumer_workers, consumer_work, relays, relay_batch)"}},
 		{"unknown top-level key", "broker: kafka\nworkloads: {}\n",
-			[]string{"my.yaml:2: workloads: unknown field; did you mean workload? (valid: name, description, broker, variants, workload, system, nemesis, guarantees, drain, expect, images, seed)"}},
+			[]string{"my.yaml:2: workloads: unknown field; did you mean workload? (valid: name, description, broker, postgres, variants, workload, system, nemesis, guarantees, drain, expect, images, seed)"}},
+		{"wrong standby", "broker: kafka\npostgres:\n  standby: hot\n",
+			[]string{`my.yaml:3: postgres.standby: unknown standby "hot" (valid: none, async, sync)`}},
 		{"wrong variant lists valid ones", "broker: kafka\nvariants:\n  consumer: inbx\n",
 			[]string{`my.yaml:3: variants.consumer: unknown consumer variant "inbx"; did you mean inbox? (valid: inbox, ack-first, no-inbox, check-then-act, no-version-guard)`}},
 		{"wrong relay", "broker: kafka\nvariants: {relay: outbox}\n",
@@ -733,6 +741,21 @@ func TestNodeSteps(t *testing.T) {
 		}
 		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("nodes %d, %q: error %v, want %q", tc.nodes, tc.step, err, tc.err)
+		}
+	}
+}
+
+// A standby set in Go is checked as the decoder checks a file's.
+func TestValidateStandbyAfterHandEdits(t *testing.T) {
+	for _, tc := range []struct{ standby, want string }{
+		{"", ""}, {"none", ""}, {"async", ""}, {"sync", ""},
+		{"hot", `postgres.standby: unknown standby "hot" (valid: none, async, sync)`},
+	} {
+		s, _ := Lookup("kafka-kill-broker")
+		s.Postgres.Standby = tc.standby
+		err := s.Validate()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("standby %q: Validate() = %v, want %q", tc.standby, err, tc.want)
 		}
 	}
 }

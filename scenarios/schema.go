@@ -230,6 +230,8 @@ func enumValues(what string) []string {
 	switch what {
 	case "broker":
 		return Brokers()
+	case "standby":
+		return Standbys()
 	case "producer variant":
 		return strs(producer.Variants())
 	case "relay variant":
@@ -350,6 +352,9 @@ func nameFromFile(filename string) string {
 
 // Brokers lists the brokers a scenario can name.
 func Brokers() []string { return []string{"kafka", "rabbitmq"} }
+
+// Standbys lists the values of postgres.standby ("" in Go is none).
+func Standbys() []string { return []string{"none", "async", "sync"} }
 
 // Services lists the servers a fault can target besides workers; "broker"
 // is the run's broker whichever it is.

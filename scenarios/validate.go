@@ -43,6 +43,10 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 		}
 	}
 
+	if sb := s.Postgres.Standby; sb != "" && !slices.Contains(Standbys(), sb) {
+		fail("postgres.standby", "%s", unknownName("standby", sb, Standbys()))
+	}
+
 	// Ranges, for scenarios built or changed in code: what the decoder
 	// checks of a file, from the same tags.
 	checkRanges(reflect.ValueOf(s), "", func(path, msg string) { fail(path, "%s", msg) })

@@ -83,6 +83,7 @@ unknown, 4 when a harness error persisted.`,
 			// shape; a scenario with other node counts gets its own.
 			var cl *cluster.Cluster
 			var clNodes map[string]int
+			var clStandby string
 			defer func() {
 				if cl != nil {
 					err = errors.Join(err, cl.Close())
@@ -95,7 +96,7 @@ unknown, 4 when a harness error persisted.`,
 					row.Expected = checker.Valid
 				}
 				start := time.Now()
-				if cl != nil && !maps.Equal(clNodes, it.spec.Nodes) {
+				if cl != nil && (!maps.Equal(clNodes, it.spec.Nodes) || clStandby != it.spec.Standby) {
 					if err := cl.Close(); err != nil {
 						slog.Warn("close servers", "err", err)
 					}
@@ -103,8 +104,8 @@ unknown, 4 when a harness error persisted.`,
 				}
 				for row.Attempts = 1; row.Attempts <= 1+retries && ctx.Err() == nil; row.Attempts++ {
 					if cl == nil {
-						clNodes = it.spec.Nodes
-						if cl, err = cluster.Start(ctx, cluster.Config{Runtime: f.runtime, Images: it.s.Images.Map(), Nodes: clNodes, Services: services, Keep: f.keep}); err != nil {
+						clNodes, clStandby = it.spec.Nodes, it.spec.Standby
+						if cl, err = cluster.Start(ctx, cluster.Config{Runtime: f.runtime, Images: it.s.Images.Map(), Nodes: clNodes, Standby: clStandby, Services: services, Keep: f.keep}); err != nil {
 							row.Error = err.Error()
 							cl = nil
 							continue
