@@ -248,18 +248,20 @@ func runDir(root, name string) (string, error) {
 }
 
 // copyServerLogs copies the log of each server that has one into the
-// run folder's logs/.
+// run folder's logs/, and of each node of a replicated one.
 func copyServerLogs(cl *cluster.Cluster, dir string) {
 	for _, s := range cl.Services() {
-		l, ok := s.(cluster.LogFiler)
-		if !ok {
-			continue
+		for _, s := range append([]cluster.Service{s}, cl.Nodes(s.Name())...) {
+			l, ok := s.(cluster.LogFiler)
+			if !ok {
+				continue
+			}
+			b, err := os.ReadFile(l.LogFile())
+			if err != nil {
+				continue
+			}
+			_ = os.WriteFile(filepath.Join(dir, "logs", s.Name()+".log"), b, 0o644)
 		}
-		b, err := os.ReadFile(l.LogFile())
-		if err != nil {
-			continue
-		}
-		_ = os.WriteFile(filepath.Join(dir, "logs", s.Name()+".log"), b, 0o644)
 	}
 }
 

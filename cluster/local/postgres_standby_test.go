@@ -145,6 +145,11 @@ func TestPostgresStandby(t *testing.T) {
 				if err := s.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil || !inRecovery {
 					t.Fatalf("standby in recovery: %v, %v", inRecovery, err)
 				}
+				wantCommit := map[bool]string{false: "on", true: "remote_apply"}[tc.sync]
+				var commit string
+				if err := c.QueryRow(ctx, "SHOW synchronous_commit").Scan(&commit); err != nil || commit != wantCommit {
+					t.Fatalf("synchronous_commit = %q, %v; want %s", commit, err, wantCommit)
+				}
 				var slot string
 				if err := c.QueryRow(ctx, "SELECT slot_name FROM pg_replication_slots WHERE active").Scan(&slot); err != nil || slot != "postgres_1" {
 					t.Fatalf("active slot %q, %v; want postgres_1", slot, err)
