@@ -243,7 +243,7 @@ func TestParseErrors(t *testing.T) {
 		{"wrong variant lists valid ones", "broker: kafka\nvariants:\n  consumer: inbx\n",
 			[]string{`my.yaml:3: variants.consumer: unknown consumer variant "inbx"; did you mean inbox? (valid: inbox, ack-first, no-inbox, check-then-act, no-version-guard)`}},
 		{"wrong relay", "broker: kafka\nvariants: {relay: outbox}\n",
-			[]string{`my.yaml:2: variants.relay: unknown relay variant "outbox" (valid: polling, high-water-mark, unconfirmed, unroutable, debezium)`}},
+			[]string{`my.yaml:2: variants.relay: unknown relay variant "outbox" (valid: polling, high-water-mark, unconfirmed, unroutable, leader-ack, transient, debezium)`}},
 		{"image with a space", "broker: kafka\nimages:\n  postgres: \"postgres 17\"\n",
 			[]string{`my.yaml:3: images.postgres: want an image reference such as postgres:17, got "postgres 17"`}},
 		{"image of an unknown server", "broker: kafka\nimages:\n  mysql: mysql:8\n",
@@ -399,7 +399,7 @@ func TestSetErrors(t *testing.T) {
 	}{
 		{"workload.rate", "-5", "--set: workload.rate: must be ≥ 0, got -5"},
 		{"workload.rate", "fast", `--set: workload.rate: want a number, got "fast"`},
-		{"variants.relay", "polling2", `--set: variants.relay: unknown relay variant "polling2"; did you mean polling? (valid: polling, high-water-mark, unconfirmed, unroutable, debezium)`},
+		{"variants.relay", "polling2", `--set: variants.relay: unknown relay variant "polling2"; did you mean polling? (valid: polling, high-water-mark, unconfirmed, unroutable, leader-ack, transient, debezium)`},
 		{"workload", "5", "--set: workload: is a section; set one of its fields: workload.duration, workload.producers, workload.producer_processes, workload.rate, workload.keys, workload.poison_ratio, workload.abort_ratio, workload.subscriptions, workload.consumers, workload.consumer_workers, workload.consumer_work, workload.relays, workload.relay_batch"},
 		// A value that breaks a rule tying fields together.
 		{"variants.relay", "unroutable", "--set: variants.relay: unroutable only exists on rabbitmq (Kafka has no routing to get wrong)"},
