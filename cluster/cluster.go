@@ -32,6 +32,13 @@ var (
 	_ fullService = (*local.Kafka)(nil)
 	_ fullService = (*local.RabbitMQ)(nil)
 	_ fullService = (*containers.Service)(nil)
+	// Replicated services: each node has every ability, the cluster as
+	// a whole none of the faults (a fault targets a node).
+	_ fullService = (*local.KafkaNode)(nil)
+	_ PIDer       = (*local.KafkaNode)(nil)
+	_ Service     = (*local.KafkaCluster)(nil)
+	_ Versioner   = (*local.KafkaCluster)(nil)
+	_ PIDer       = (*local.KafkaCluster)(nil)
 )
 
 type fullService interface {

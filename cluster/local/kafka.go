@@ -165,33 +165,44 @@ func (k *Kafka) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start kafka: %w", err)
 	}
-	if err := k.format(prep); err != nil {
+	if err := formatKafka(prep, k.data, kafkaNodeID, kafkaUUID()); err != nil {
 		return fmt.Errorf("start kafka: %w", err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Endpoint()), kgo.DialTimeout(time.Second))
-	if err != nil {
+	if err := runKafka(ctx, k.base, prep.brokerSpec(k.dir, k.heapMB, k.logPath, ""), k.Endpoint(), kafkaNodeID, k.logPath); err != nil {
 		return fmt.Errorf("start kafka: %w", err)
+	}
+	k.mu.Lock()
+	k.running = "Apache Kafka " + prep.version
+	k.mu.Unlock()
+	k.log.Info("ready", "endpoint", k.Endpoint(), "advertised", k.advertise, "version", k.Version())
+	return nil
+}
+
+// runKafka launches the broker spec on b and waits until a metadata
+// request sent straight to endpoint is answered and lists nodeID. A
+// broker that does not get there is killed: a failed start leaves
+// nothing half-started behind. Without a deadline in ctx the wait is
+// bounded by kafkaStartTimeout.
+func runKafka(ctx context.Context, b *base, spec process.Spec, endpoint string, nodeID int32, logPath string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(endpoint), kgo.DialTimeout(time.Second))
+	if err != nil {
+		return err
 	}
 	defer cl.Close()
-	p, err := k.launch(prep.brokerSpec(k.dir, k.heapMB, k.logPath, ""))
+	p, err := b.launch(spec)
 	if err != nil {
-		return fmt.Errorf("start kafka: %w", err)
+		return err
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, kafkaStartTimeout)
 		defer cancel()
 	}
-	if err := k.waitReady(ctx, p, k.logPath, func(ctx context.Context) error { return probe.Kafka(ctx, cl, kafkaNodeID) }); err != nil {
-		// Leave nothing half-started behind: a failed Start is stopped.
+	if err := b.waitReady(ctx, p, logPath, func(ctx context.Context) error { return probe.Kafka(ctx, cl, nodeID) }); err != nil {
 		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		return errors.Join(fmt.Errorf("start kafka: %w", err), p.Kill(kctx))
+		return errors.Join(err, p.Kill(kctx))
 	}
-	k.mu.Lock()
-	k.running = "Apache Kafka " + prep.version
-	k.mu.Unlock()
-	k.log.Info("ready", "endpoint", k.Endpoint(), "advertised", k.advertise, "version", k.Version())
 	return nil
 }
 
@@ -231,23 +242,24 @@ func (k *Kafka) prepare(ctx context.Context) (*kafkaPrep, error) {
 	return p, nil
 }
 
-// format lays out a fresh log dir before the first start: the feature
-// levels Kafka's own `kafka-storage format` chose for this release (kept
-// in the cache), and a meta.properties with a new cluster and directory
-// id. An existing log dir (a restart) is left alone.
-func (k *Kafka) format(p *kafkaPrep) error {
-	if _, err := os.Stat(filepath.Join(k.data, "meta.properties")); err == nil {
+// formatKafka lays out a fresh log dir in data before a broker's first
+// start: the feature levels Kafka's own `kafka-storage format` chose for
+// this release (kept in the cache), and a meta.properties with the
+// cluster's id, the node's and a new directory id. An existing log dir (a
+// restart) is left alone.
+func formatKafka(p *kafkaPrep, data string, nodeID int, clusterID string) error {
+	if _, err := os.Stat(filepath.Join(data, "meta.properties")); err == nil {
 		return nil
 	}
-	if err := os.MkdirAll(k.data, 0o755); err != nil {
+	if err := os.MkdirAll(data, 0o755); err != nil {
 		return fmt.Errorf("format: %w", err)
 	}
-	if err := copyFile(p.bootstrap, filepath.Join(k.data, "bootstrap.checkpoint")); err != nil {
+	if err := copyFile(p.bootstrap, filepath.Join(data, "bootstrap.checkpoint")); err != nil {
 		return fmt.Errorf("format: %w", err)
 	}
 	meta := fmt.Sprintf("#written by deliverycheck, as kafka-storage format does\nnode.id=%d\ndirectory.id=%s\nversion=1\ncluster.id=%s\n",
-		kafkaNodeID, kafkaUUID(), kafkaUUID())
-	if err := os.WriteFile(filepath.Join(k.data, "meta.properties"), []byte(meta), 0o644); err != nil {
+		nodeID, kafkaUUID(), clusterID)
+	if err := os.WriteFile(filepath.Join(data, "meta.properties"), []byte(meta), 0o644); err != nil {
 		return fmt.Errorf("format: %w", err)
 	}
 	return nil
@@ -267,45 +279,93 @@ func kafkaUUID() string {
 	}
 }
 
-// writeKafkaConfig writes server.properties and log4j2.properties to dir.
+// writeKafkaConfig writes the single node's server.properties and
+// log4j2.properties to dir.
 func writeKafkaConfig(dir, data string, port, brokerPort, ctrlPort int, advertise string) error {
-	props := fmt.Sprintf(`# Single-node KRaft: broker and controller in one process.
+	c := kafkaConfig{
+		comment: "Single-node KRaft: broker and controller in one process.",
+		nodeID:  kafkaNodeID,
+		// A static quorum (not format --standalone): the formatted storage
+		// then holds no address, so one format in the cache serves every
+		// broker.
+		voters:     fmt.Sprintf("%d@127.0.0.1:%d", kafkaNodeID, ctrlPort),
+		listeners:  fmt.Sprintf("PLAINTEXT://127.0.0.1:%d,BROKER://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d", port, brokerPort, ctrlPort),
+		advertised: fmt.Sprintf("PLAINTEXT://%s,BROKER://127.0.0.1:%d", advertise, brokerPort),
+		data:       data,
+		replicas:   1, minISR: 1,
+		internalReplicas: 1, internalMinISR: 1,
+		// After kill -9 the controller refuses the restarted broker's
+		// registration (DUPLICATE_BROKER_REGISTRATION) until the dead
+		// incarnation's session expires: 9 s by default, 2 s here.
+		// Broker and controller share one JVM, so a pause or GC stall
+		// freezes both and cannot fence the broker.
+		sessionMS: 2000,
+	}
+	return c.write(dir)
+}
+
+// kafkaConfig is what a broker's server.properties says, for the single
+// node and for the nodes of a cluster alike: they differ in addresses,
+// quorum and replication only.
+type kafkaConfig struct {
+	comment    string // the file's first line, without "# "
+	nodeID     int
+	voters     string // controller.quorum.voters: id@host:port,...
+	listeners  string
+	advertised string // the controller listener is never advertised
+	data       string // log.dirs
+	// replicas and minISR are the defaults of topics clients create;
+	// internalReplicas and internalMinISR those of the offsets,
+	// transaction and share-state topics.
+	replicas, minISR                 int
+	internalReplicas, internalMinISR int
+	unclean                          bool
+	sessionMS                        int // broker.session.timeout.ms
+	lagMS                            int // replica.lag.time.max.ms; 0: Kafka's default
+}
+
+// write writes server.properties and log4j2.properties to dir, and the
+// JVM's tmp dir.
+func (c kafkaConfig) write(dir string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, `# %s
 process.roles=broker,controller
-node.id=%[1]d
-# A static quorum (not format --standalone): the formatted storage then
-# holds no address, so one format in the cache serves every broker.
-controller.quorum.voters=%[1]d@127.0.0.1:%[4]d
+node.id=%d
+controller.quorum.voters=%s
 controller.listener.names=CONTROLLER
-listeners=PLAINTEXT://127.0.0.1:%[2]d,BROKER://127.0.0.1:%[3]d,CONTROLLER://127.0.0.1:%[4]d
-advertised.listeners=PLAINTEXT://%[5]s,BROKER://127.0.0.1:%[3]d
+listeners=%s
+advertised.listeners=%s
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=BROKER
-log.dirs=%[6]s
+log.dirs=%s
 num.partitions=3
-default.replication.factor=1
-min.insync.replicas=1
+default.replication.factor=%d
+min.insync.replicas=%d
+unclean.leader.election.enable=%t
 auto.create.topics.enable=true
-# Internal topics: one replica, few partitions (created on first use, so
-# fewer partitions means a faster first consumer group or transaction).
-offsets.topic.replication.factor=1
+# Internal topics: few partitions (created on first use, so fewer
+# partitions means a faster first consumer group or transaction).
+offsets.topic.replication.factor=%d
 offsets.topic.num.partitions=5
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor=%d
+transaction.state.log.min.isr=%d
 transaction.state.log.num.partitions=5
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor=%d
+share.coordinator.state.topic.min.isr=%d
 group.initial.rebalance.delay.ms=0
 # A killed consumer's partitions stay unconsumed until its group session
 # expires; let clients ask for sessions as short as 1 s (default min 6 s).
 group.min.session.timeout.ms=1000
 controlled.shutdown.enable=true
-# After kill -9 the controller refuses the restarted broker's registration
-# (DUPLICATE_BROKER_REGISTRATION) until the dead incarnation's session
-# expires: 9 s by default, 2 s here. Broker and controller share one JVM,
-# so a pause or GC stall freezes both and cannot fence the broker.
-broker.session.timeout.ms=2000
+broker.session.timeout.ms=%d
 broker.heartbeat.interval.ms=500
-`, kafkaNodeID, port, brokerPort, ctrlPort, advertise, data)
+`, c.comment, c.nodeID, c.voters, c.listeners, c.advertised, c.data,
+		c.replicas, c.minISR, c.unclean,
+		c.internalReplicas, c.internalReplicas, c.internalMinISR, c.internalReplicas, c.internalMinISR,
+		c.sessionMS)
+	if c.lagMS > 0 {
+		fmt.Fprintf(&b, "replica.lag.time.max.ms=%d\n", c.lagMS)
+	}
 	log4j := `# Everything to stdout, which the harness appends to kafka.log.
 status = warn
 appender.out.type = Console
@@ -318,7 +378,7 @@ rootLogger.appenderRef.out.ref = out
 logger.state.name = state.change.logger
 logger.state.level = WARN
 `
-	if err := os.WriteFile(filepath.Join(dir, "server.properties"), []byte(props), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "server.properties"), []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("write config: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "log4j2.properties"), []byte(log4j), 0o644); err != nil {

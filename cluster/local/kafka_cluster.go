@@ -4,6 +4,48 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/deliverycheck/deliverycheck/cluster/netns"
+)
+
+// Ports every node of a Kafka cluster listens on, inside its own network
+// namespace: each node is alone there, so all use the same ones.
+const (
+	kafkaClientPort     = 9092 // PLAINTEXT, advertised as the node's proxy link
+	kafkaBrokerPort     = 9093 // BROKER, inter-broker, advertised by node name
+	kafkaControllerPort = 9094 // CONTROLLER, the KRaft quorum's
+)
+
+// Defaults of a replicated Kafka, the settings that keep acknowledged
+// records (acks=all) through the loss of any one node.
+const (
+	kafkaClusterHeapMB = 384
+	kafkaClusterMinISR = 2
+	// kafkaClusterSessionMS is broker.session.timeout.ms: how long a node
+	// that stopped heartbeating (killed, paused, cut off from the
+	// controller) keeps its partitions before it is fenced and loses its
+	// leaderships, and how long a node restarted after kill -9 waits
+	// before the controller takes its registration. Kafka's 9 s makes
+	// every fault slow to take effect; 3 s leaves a loaded 2-core machine
+	// six missed heartbeats of slack.
+	kafkaClusterSessionMS = 3000
+	// kafkaClusterLagMS is replica.lag.time.max.ms: a follower that
+	// reaches the controller but not its leader (a cut between two
+	// brokers only) leaves the ISR after this long. Kafka's 30 s would
+	// stall acks=all writes for that long under every such cut.
+	kafkaClusterLagMS = 10000
 )
 
 // KafkaClusterOptions configure a replicated Kafka cluster.
@@ -11,40 +53,443 @@ type KafkaClusterOptions struct {
 	ReplicatedOptions
 	// Version is the Apache Kafka release, as in [KafkaOptions].
 	Version string
-	// HeapMB is each JVM's maximum heap in MiB.
+	// HeapMB is each JVM's maximum heap in MiB, overriding the default 384.
 	HeapMB int
+	// ReplicationFactor is default.replication.factor, the replicas of a
+	// topic a client creates without saying, overriding the default of
+	// one per node up to 3. A scenario sets 1 to show what an empty disk
+	// does to an unreplicated topic.
+	ReplicationFactor int
+	// MinInsyncReplicas is min.insync.replicas, how many replicas must
+	// have an acks=all record before it is acknowledged, overriding the
+	// default 2 (capped at the replication factor). 1 is the known-bad
+	// setting: a leader alone acknowledges, and its loss loses the record.
+	MinInsyncReplicas int
+	// UncleanLeaderElection sets unclean.leader.election.enable: an
+	// out-of-sync replica may become leader, truncating what the old
+	// leader acknowledged. Known-bad; false by default.
+	UncleanLeaderElection bool
 }
 
 // KafkaCluster is a KRaft cluster of combined broker+controller nodes,
-// each in its own network namespace. It is a cluster.Service (Start waits
-// until every node serves and the controller quorum has a leader); its
-// nodes are services of their own, which a fault can target one by one.
+// each a JVM in its own network namespace of [ReplicatedOptions.Network].
+// It is a cluster.Service (Start waits until every node serves and the
+// controller quorum has a leader); its nodes are services of their own,
+// which a fault can target one by one.
+//
+// Each node has three listeners: the client listener, advertised as the
+// node's proxy link on the host, so clients reach every node through its
+// own link; the inter-broker listener, advertised by node name, so a
+// partition between namespaces cuts replication while the node's link
+// still carries its clients (the cut that loses acknowledged writes under
+// known-bad settings); and the controller listener, named in
+// controller.quorum.voters. Internal topics (offsets, transactions) are
+// replicated on up to three nodes with a min ISR of 2 whatever the
+// options say: the options are about the topics a scenario writes.
 type KafkaCluster struct {
-	nodes []*KafkaNode
+	own       *base // the dir holding the nodes' dirs; it runs nothing
+	net       *netns.Network
+	nodes     []*KafkaNode
+	version   string
+	heapMB    int
+	clusterID string
+
+	prepMu sync.Mutex // held while fetching and preparing, which can take long
+	prep   *kafkaPrep
 }
 
-// KafkaNode is one node of a [KafkaCluster].
-type KafkaNode struct{ name string }
+// KafkaNode is one node of a [KafkaCluster]: a cluster.Service named by
+// its node name ("kafka-1", broker and controller id 1) that can be
+// killed, paused and restarted alone. Its data survives all three, so a
+// node started again rejoins the cluster with the log it had.
+type KafkaNode struct {
+	*base
+	c         *KafkaCluster
+	id        int32
+	advertise string
+	data      string
+	logPath   string
 
-// NewKafkaCluster creates a stopped cluster.
+	mu      sync.Mutex
+	version string // exact version, set once Start succeeded
+}
+
+// NewKafkaCluster creates a stopped cluster: every node's config written
+// and its temp dir made, nothing running. Endpoint and every node's
+// Endpoint are valid at once, so links can be put in front of them
+// before Start. The caller should call Close when finished.
 func NewKafkaCluster(o KafkaClusterOptions) (*KafkaCluster, error) {
 	if err := o.check("kafka"); err != nil {
 		return nil, err
 	}
-	return nil, fmt.Errorf("kafka: %d nodes: %w", len(o.Nodes), errors.ErrUnsupported)
+	if o.Version == "" {
+		o.Version = DefaultKafkaVersion
+	}
+	if o.HeapMB <= 0 {
+		o.HeapMB = kafkaClusterHeapMB
+	}
+	n := len(o.Nodes)
+	internal := min(3, n)
+	rf := o.ReplicationFactor
+	if rf <= 0 {
+		rf = internal
+	}
+	if rf > n {
+		return nil, fmt.Errorf("kafka: replication factor %d on %d nodes", rf, n)
+	}
+	minISR := o.MinInsyncReplicas
+	if minISR <= 0 {
+		minISR = kafkaClusterMinISR
+	}
+	minISR = min(minISR, rf)
+	var voters []string
+	for i, name := range o.Nodes {
+		if !o.Network.Addr(name).IsValid() {
+			return nil, fmt.Errorf("kafka: node %s is not in network %s", name, o.Network.Name())
+		}
+		voters = append(voters, fmt.Sprintf("%d@%s:%d", i, name, kafkaControllerPort))
+	}
+	own, err := newBase("kafka", o.Options)
+	if err != nil {
+		return nil, err
+	}
+	c := &KafkaCluster{own: own, net: o.Network, version: o.Version, heapMB: o.HeapMB, clusterID: kafkaUUID()}
+	for i, name := range o.Nodes {
+		// The nodes' dirs are in the cluster's, so one dir holds a run's
+		// Kafka; each node's guard still removes its own.
+		nodeOpts := o.Options
+		nodeOpts.TempRoot = own.dir
+		b, err := newBase(name, nodeOpts)
+		if err != nil {
+			return nil, errors.Join(err, c.Close())
+		}
+		node := &KafkaNode{
+			base:      b,
+			c:         c,
+			id:        int32(i),
+			advertise: o.Advertise[i],
+			data:      filepath.Join(b.dir, "data"),
+			logPath:   filepath.Join(b.dir, "kafka.log"),
+		}
+		c.nodes = append(c.nodes, node)
+		addr := o.Network.Addr(name).String()
+		cfg := kafkaConfig{
+			comment:    fmt.Sprintf("Node %s of a %d-node KRaft cluster: broker and controller in one process.", name, n),
+			nodeID:     i,
+			voters:     strings.Join(voters, ","),
+			listeners:  fmt.Sprintf("PLAINTEXT://%[1]s:%[2]d,BROKER://%[1]s:%[3]d,CONTROLLER://%[1]s:%[4]d", addr, kafkaClientPort, kafkaBrokerPort, kafkaControllerPort),
+			advertised: fmt.Sprintf("PLAINTEXT://%s,BROKER://%s:%d", o.Advertise[i], name, kafkaBrokerPort),
+			data:       node.data,
+			replicas:   rf, minISR: minISR,
+			internalReplicas: internal, internalMinISR: min(2, internal),
+			unclean:   o.UncleanLeaderElection,
+			sessionMS: kafkaClusterSessionMS,
+			lagMS:     kafkaClusterLagMS,
+		}
+		if err := cfg.write(b.dir); err != nil {
+			return nil, errors.Join(fmt.Errorf("%s: %w", name, err), c.Close())
+		}
+	}
+	return c, nil
 }
 
-// Nodes are the cluster's nodes, in order.
-func (k *KafkaCluster) Nodes() []*KafkaNode { return k.nodes }
+// Name implements cluster.Service.
+func (c *KafkaCluster) Name() string { return "kafka" }
 
-func (k *KafkaCluster) Name() string                    { return "kafka" }
-func (k *KafkaCluster) Start(ctx context.Context) error { return errors.ErrUnsupported }
-func (k *KafkaCluster) Stop(ctx context.Context) error  { return errors.ErrUnsupported }
-func (k *KafkaCluster) Endpoint() string                { return "" }
-func (k *KafkaCluster) Close() error                    { return nil }
+// Dir is the cluster's temp dir, which holds every node's.
+func (c *KafkaCluster) Dir() string { return c.own.dir }
 
-func (n *KafkaNode) Name() string                    { return n.name }
-func (n *KafkaNode) Start(ctx context.Context) error { return errors.ErrUnsupported }
-func (n *KafkaNode) Stop(ctx context.Context) error  { return errors.ErrUnsupported }
-func (n *KafkaNode) Endpoint() string                { return "" }
-func (n *KafkaNode) Close() error                    { return nil }
+// Nodes are the cluster's nodes, in order: node i has broker id i.
+func (c *KafkaCluster) Nodes() []*KafkaNode { return c.nodes }
+
+// Endpoint implements cluster.Service: node 0's client listener.
+func (c *KafkaCluster) Endpoint() string { return c.nodes[0].Endpoint() }
+
+// Version implements cluster.Versioner: the release every node runs, once
+// Start succeeded.
+func (c *KafkaCluster) Version() string {
+	for _, n := range c.nodes {
+		if v := n.Version(); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// Start implements cluster.Service: it starts every node concurrently (a
+// KRaft quorum cannot form one node at a time) and returns once every
+// node lists all the others as live brokers and the controller quorum
+// has a leader. If any node fails, every node is killed.
+func (c *KafkaCluster) Start(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, kafkaStartTimeout)
+		defer cancel()
+	}
+	// Fetch and prepare once before the nodes race for it.
+	if _, err := c.prepare(ctx); err != nil {
+		return fmt.Errorf("start kafka: %w", err)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, n := range c.nodes {
+		g.Go(func() error { return n.Start(gctx) })
+	}
+	err := g.Wait()
+	if err == nil {
+		err = c.waitReady(ctx)
+	}
+	if err != nil {
+		return errors.Join(fmt.Errorf("start kafka: %w", err), c.killAll())
+	}
+	c.own.log.Info("ready", "nodes", len(c.nodes), "endpoint", c.Endpoint(), "version", c.Version())
+	return nil
+}
+
+// waitReady polls until every node's metadata lists every node and the
+// quorum has a leader, or ctx ends.
+func (c *KafkaCluster) waitReady(ctx context.Context) error {
+	var last error
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		last = c.ready(pctx)
+		cancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster not ready: %w (last probe: %v)", ctx.Err(), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// ready asks each node directly (not through its link, which may not be
+// up yet) for its brokers, and one of them for the quorum's leader.
+func (c *KafkaCluster) ready(ctx context.Context) error {
+	for _, n := range c.nodes {
+		ids, err := n.brokers(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: metadata: %w", n.name, err)
+		}
+		if len(ids) != len(c.nodes) {
+			return fmt.Errorf("%s: lists brokers %v, want %d", n.name, ids, len(c.nodes))
+		}
+	}
+	leader, err := c.nodes[0].QuorumLeader(ctx)
+	if err != nil {
+		return err
+	}
+	if leader < 0 {
+		return errors.New("controller quorum has no leader")
+	}
+	return nil
+}
+
+// Stop implements cluster.Service: every node is sent SIGTERM at once.
+// Together, not one by one: a node's broker shuts down before its
+// controller, so all brokers' controlled shutdowns are granted by a
+// quorum that is still there, whereas the last node stopped alone would
+// wait for a quorum that is gone until its stop timed out.
+func (c *KafkaCluster) Stop(ctx context.Context) error {
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Go(func() { errs[i] = n.Stop(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// killAll kills every node that runs (after a failed start).
+func (c *KafkaCluster) killAll() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var errs []error
+	for _, n := range c.nodes {
+		if _, err := n.running(); err == nil {
+			errs = append(errs, n.Kill(ctx))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// PIDs implements cluster.PIDer: every node's JVM and every guard.
+func (c *KafkaCluster) PIDs() []int {
+	out := c.own.PIDs()
+	for _, n := range c.nodes {
+		out = append(out, n.PIDs()...)
+	}
+	return out
+}
+
+// Close implements cluster.Service: it kills every node and removes every
+// dir. The network is the caller's and stays.
+func (c *KafkaCluster) Close() error {
+	errs := make([]error, len(c.nodes)+1)
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Go(func() { errs[i] = n.Close() })
+	}
+	wg.Wait()
+	errs[len(c.nodes)] = c.own.closeBase(nil)
+	return errors.Join(errs...)
+}
+
+// prepare finds java and the jars and the per-machine cache, once per
+// cluster.
+func (c *KafkaCluster) prepare(ctx context.Context) (*kafkaPrep, error) {
+	c.prepMu.Lock()
+	defer c.prepMu.Unlock()
+	if c.prep != nil {
+		return c.prep, nil
+	}
+	p, err := prepareKafka(ctx, c.version, c.own.g, c.own.log)
+	if err != nil {
+		return nil, err
+	}
+	c.prep = p
+	return p, nil
+}
+
+// ID is the node's broker and controller id, as Kafka's metadata names
+// it (a partition's leader, its ISR).
+func (n *KafkaNode) ID() int32 { return n.id }
+
+// Endpoint implements cluster.Service: the client listener at the node's
+// address in its namespace, which the host reaches directly; the node's
+// link forwards there.
+func (n *KafkaNode) Endpoint() string {
+	return net.JoinHostPort(n.c.net.Addr(n.name).String(), strconv.Itoa(kafkaClientPort))
+}
+
+// Advertised is the host:port the node hands out to clients: its link's.
+func (n *KafkaNode) Advertised() string { return n.advertise }
+
+// LogFile implements cluster.LogFiler: the node's log4j2 output and the
+// JVM's stdout and stderr, in one file.
+func (n *KafkaNode) LogFile() string { return n.logPath }
+
+// Version implements cluster.Versioner, e.g. "Apache Kafka 4.1.1".
+func (n *KafkaNode) Version() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.version
+}
+
+// Start implements cluster.Service: the node's JVM in its namespace,
+// ready once it answers metadata listing itself (registered with the
+// controller and unfenced, so caught up with the metadata log). The first
+// start formats its storage with the cluster's id; later ones, after a
+// kill, a stop or a pause, reuse its data, so the node rejoins with its
+// log. Alone, a node cannot get ready: a quorum needs a majority of the
+// nodes ([KafkaCluster.Start] starts them together).
+func (n *KafkaNode) Start(ctx context.Context) error {
+	prep, err := n.c.prepare(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: start: %w", n.name, err)
+	}
+	if err := formatKafka(prep, n.data, int(n.id), n.c.clusterID); err != nil {
+		return fmt.Errorf("%s: start: %w", n.name, err)
+	}
+	spec := prep.brokerSpec(n.dir, n.c.heapMB, n.logPath, "")
+	argv, err := n.c.net.Command(n.name, append([]string{spec.Path}, spec.Args...)...)
+	if err != nil {
+		return fmt.Errorf("%s: start: %w", n.name, err)
+	}
+	spec.Path, spec.Args = argv[0], argv[1:]
+	if err := runKafka(ctx, n.base, spec, n.Endpoint(), n.id, n.logPath); err != nil {
+		return fmt.Errorf("%s: start: %w", n.name, err)
+	}
+	n.mu.Lock()
+	n.version = "Apache Kafka " + prep.version
+	n.mu.Unlock()
+	n.log.Info("ready", "endpoint", n.Endpoint(), "advertised", n.advertise)
+	return nil
+}
+
+// Stop implements cluster.Service: SIGTERM, a controlled shutdown (the
+// controller moves the node's leaderships first, its logs are closed
+// cleanly). A node not gone after 30 s, or when ctx ends, is killed.
+func (n *KafkaNode) Stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, kafkaStopTimeout)
+	defer cancel()
+	if err := n.stopWith(ctx, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("%s: %w", n.name, err)
+	}
+	return nil
+}
+
+// Restart implements cluster.Restarter: a controlled shutdown, then a
+// start with the same data.
+func (n *KafkaNode) Restart(ctx context.Context) error {
+	if err := n.Stop(ctx); err != nil {
+		return err
+	}
+	return n.Start(ctx)
+}
+
+// Close implements cluster.Service: kill the JVM, remove the node's dir.
+func (n *KafkaNode) Close() error { return n.closeBase(nil) }
+
+// QuorumLeader asks the node which controller leads the KRaft quorum
+// (DescribeQuorum on __cluster_metadata; kadm has no call for it): a
+// node id, or -1 while an election runs.
+func (n *KafkaNode) QuorumLeader(ctx context.Context) (int32, error) {
+	cl, err := n.directClient()
+	if err != nil {
+		return -1, err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrDescribeQuorumRequest()
+	req.Topics = []kmsg.DescribeQuorumRequestTopic{{
+		Topic:      "__cluster_metadata",
+		Partitions: []kmsg.DescribeQuorumRequestTopicPartition{{Partition: 0}},
+	}}
+	r, err := cl.SeedBrokers()[0].Request(ctx, req)
+	if err != nil {
+		return -1, fmt.Errorf("%s: describe quorum: %w", n.name, err)
+	}
+	resp := r.(*kmsg.DescribeQuorumResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return -1, fmt.Errorf("%s: describe quorum: %w", n.name, err)
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return -1, fmt.Errorf("%s: describe quorum: %w", n.name, err)
+			}
+			return p.LeaderID, nil
+		}
+	}
+	return -1, fmt.Errorf("%s: describe quorum: no partition in the answer", n.name)
+}
+
+// brokers are the live (registered, unfenced) brokers' ids in the node's
+// own metadata, asked of the node itself.
+func (n *KafkaNode) brokers(ctx context.Context) ([]int32, error) {
+	cl, err := n.directClient()
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = []kmsg.MetadataRequestTopic{}
+	resp, err := cl.SeedBrokers()[0].Request(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int32
+	for _, b := range resp.(*kmsg.MetadataResponse).Brokers {
+		ids = append(ids, b.NodeID)
+	}
+	return ids, nil
+}
+
+// directClient is a client of the node's own listener, not its link.
+// Requests go to its seed broker (SeedBrokers()[0].Request), never to an
+// advertised address: those are the links, which may be down or faulted.
+// A broker forwards DescribeQuorum to the active controller itself.
+func (n *KafkaNode) directClient() (*kgo.Client, error) {
+	return kgo.NewClient(kgo.SeedBrokers(n.Endpoint()), kgo.DialTimeout(time.Second))
+}
