@@ -2,14 +2,32 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/cluster/local"
 	"github.com/deliverycheck/deliverycheck/cluster/netns"
 	"github.com/deliverycheck/deliverycheck/internal/testenv"
 )
 
+// TestKafkaNodes starts one 3-node Kafka cluster, as a scenario asks for
+// it, and runs every fault on it in turn: three JVMs per check would not
+// fit the CI's budget on a 2-core machine. Each check leaves the cluster
+// whole (every node up, every replica in sync) for the next. The last
+// closes it and checks that nothing is left.
 func TestKafkaNodes(t *testing.T) {
 	testenv.SkipIfShort(t, "starts a 3-node Kafka cluster")
 	testenv.MustHaveServer(t, "network namespaces", netns.Check())
@@ -20,6 +38,546 @@ func TestKafkaNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("ready in %v", time.Since(start))
 	defer c.Close()
+	t.Logf("3 nodes ready in %v", time.Since(start).Round(time.Millisecond))
+	k := newKafkaNodes(t, c)
+
+	t.Run("nodes", func(t *testing.T) { k.checkNodes(t, ctx) })
+	t.Run("kill-leader-keeps-acknowledged", func(t *testing.T) { k.killLeader(t, ctx) })
+	t.Run("pause-leader-resume", func(t *testing.T) { k.pauseLeader(t, ctx) })
+	t.Run("restart-node", func(t *testing.T) { k.restartNode(t, ctx) })
+	t.Run("isolate-follower-heal", func(t *testing.T) { k.isolateFollower(t, ctx) })
+	t.Run("inter-broker-cut-of-leader", func(t *testing.T) { k.cutLeader(t, ctx) })
+	t.Run("close-leaves-nothing", func(t *testing.T) { k.closeLeavesNothing(t) })
+}
+
+// kafkaNodes is a running 3-node cluster under test.
+type kafkaNodes struct {
+	c     *cluster.Cluster
+	nodes []*local.KafkaNode
+	links []string // node i's link, host:port
+}
+
+func newKafkaNodes(t *testing.T, c *cluster.Cluster) *kafkaNodes {
+	t.Helper()
+	k := &kafkaNodes{c: c, links: c.NodeURLs(cluster.Kafka)}
+	for _, s := range c.Nodes(cluster.Kafka) {
+		n, ok := s.(*local.KafkaNode)
+		if !ok {
+			t.Fatalf("node %s is a %T, want *local.KafkaNode", s.Name(), s)
+		}
+		k.nodes = append(k.nodes, n)
+	}
+	if len(k.nodes) != 3 || len(k.links) != 3 {
+		t.Fatalf("%d nodes, %d links; want 3 each", len(k.nodes), len(k.links))
+	}
+	return k
+}
+
+// client is a producer and admin client that reaches the cluster through
+// the nodes' links, acks=all, with short timeouts so that a request lost
+// to a fault is retried soon. It never dials the links of the nodes in
+// avoid: it is a client on the majority's side of a partition, which
+// cannot be told stale metadata by a node cut off from the controller.
+func (k *kafkaNodes) client(t *testing.T, avoid ...int32) *kgo.Client {
+	t.Helper()
+	return k.clientWith(t, nil, avoid...)
+}
+
+// clientWith is client with more options.
+func (k *kafkaNodes) clientWith(t *testing.T, opts []kgo.Opt, avoid ...int32) *kgo.Client {
+	t.Helper()
+	var seeds, refused []string
+	for i, l := range k.links {
+		if slices.Contains(avoid, int32(i)) {
+			refused = append(refused, l)
+		} else {
+			seeds = append(seeds, l)
+		}
+	}
+	d := &net.Dialer{Timeout: time.Second}
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(seeds...),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProduceRequestTimeout(3*time.Second),
+		kgo.RequestTimeoutOverhead(2*time.Second),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond }),
+		kgo.MetadataMinAge(100*time.Millisecond),
+		kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
+			if slices.Contains(refused, host) {
+				// Refused, as kgo sees a down broker: it refreshes
+				// metadata and tries the partition's new leader.
+				return nil, &net.OpError{Op: "dial", Net: network, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+			}
+			return d.DialContext(ctx, network, host)
+		}),
+	}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// createTopic creates a one-partition topic on all three nodes (the
+// cluster's defaults: RF 3, min ISR 2) and waits until its replicas are
+// all in sync.
+func (k *kafkaNodes) createTopic(t *testing.T, ctx context.Context, topic string) {
+	t.Helper()
+	adm := kadm.NewClient(k.client(t))
+	if _, err := adm.CreateTopic(ctx, 1, -1, nil, topic); err != nil {
+		t.Fatalf("create %s: %v", topic, err)
+	}
+	k.waitPartition(t, ctx, adm, topic, "all replicas in sync", func(p kadm.PartitionDetail) bool {
+		return len(p.Replicas) == 3 && len(p.ISR) == 3 && p.Leader >= 0
+	})
+}
+
+// waitPartition polls the metadata of partition 0 of topic through adm
+// until cond holds, and returns it.
+func (k *kafkaNodes) waitPartition(t *testing.T, ctx context.Context, adm *kadm.Client, topic, what string, cond func(kadm.PartitionDetail) bool) kadm.PartitionDetail {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var last string
+	for {
+		mctx, mcancel := context.WithTimeout(ctx, 3*time.Second)
+		md, err := adm.Metadata(mctx, topic)
+		mcancel()
+		if err == nil {
+			p, ok := md.Topics[topic].Partitions[0]
+			if ok && p.Err == nil && cond(p) {
+				return p
+			}
+			last = fmt.Sprintf("leader %d, replicas %v, ISR %v, err %v", p.Leader, p.Replicas, p.ISR, p.Err)
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s %s: not within 60 s (last: %s)", topic, what, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// produce writes n records valued prefix-0 ... and requires each to be
+// acknowledged (acks=all): the cluster is expected to serve.
+func produce(t *testing.T, ctx context.Context, cl *kgo.Client, topic, prefix string, n int) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var recs []*kgo.Record
+	var values []string
+	for i := range n {
+		v := fmt.Sprintf("%s-%d", prefix, i)
+		values = append(values, v)
+		recs = append(recs, &kgo.Record{Topic: topic, Value: []byte(v)})
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce %s to %s: %v", prefix, topic, err)
+	}
+	return values
+}
+
+// readBack reads topic from the start through every link until every
+// value of want has been read: an acknowledged record missing is lost.
+func (k *kafkaNodes) readBack(t *testing.T, ctx context.Context, topic string, want []string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.links...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	missing := map[string]bool{}
+	for _, v := range want {
+		missing[v] = true
+	}
+	for len(missing) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%s: %d of %d acknowledged records lost (e.g. %v)", topic, len(missing), len(want), slices.Sorted(func(yield func(string) bool) {
+				for v := range missing {
+					if !yield(v) {
+						return
+					}
+				}
+			})[:min(5, len(missing))])
+		}
+		fs.EachRecord(func(r *kgo.Record) { delete(missing, string(r.Value)) })
+	}
+}
+
+// leader is the node leading partition 0 of topic, as the majority sees it.
+func (k *kafkaNodes) leader(t *testing.T, ctx context.Context, topic string) *local.KafkaNode {
+	t.Helper()
+	p := k.waitPartition(t, ctx, kadm.NewClient(k.client(t)), topic, "has a leader", func(p kadm.PartitionDetail) bool { return p.Leader >= 0 })
+	return k.nodes[p.Leader]
+}
+
+// waitWhole waits until every node is back: it lists all three brokers
+// in its own metadata, asked directly, and partition 0 of topic has all
+// three replicas in sync (the node caught up with the leader's log).
+func (k *kafkaNodes) waitWhole(t *testing.T, ctx context.Context, topic string) {
+	t.Helper()
+	k.waitPartition(t, ctx, kadm.NewClient(k.client(t)), topic, "back in sync on all nodes", func(p kadm.PartitionDetail) bool {
+		return len(p.ISR) == 3
+	})
+	for _, n := range k.nodes {
+		waitCond(t, ctx, 60*time.Second, n.Name()+" lists every broker", func(ctx context.Context) error {
+			ids, err := brokersOf(ctx, n.Endpoint())
+			if err == nil && len(ids) != 3 {
+				err = fmt.Errorf("lists %v", ids)
+			}
+			return err
+		})
+	}
+}
+
+// brokersOf asks the broker at addr itself for the live brokers.
+func brokersOf(ctx context.Context, addr string) ([]int32, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DialTimeout(time.Second))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = []kmsg.MetadataRequestTopic{}
+	resp, err := cl.SeedBrokers()[0].Request(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int32
+	for _, b := range resp.(*kmsg.MetadataResponse).Brokers {
+		ids = append(ids, b.NodeID)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// waitCond retries cond (each try bounded by 3 s) until it returns nil,
+// failing t after d.
+func waitCond(t *testing.T, ctx context.Context, d time.Duration, what string, cond func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
+		err := cond(cctx)
+		ccancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not within %v: %v", what, d, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// checkNodes: names, links, abilities, versions, the advertised
+// addresses and the quorum.
+func (k *kafkaNodes) checkNodes(t *testing.T, ctx context.Context) {
+	if got, want := k.c.ClientURL(cluster.Kafka), strings.Join(k.links, ","); got != want {
+		t.Errorf("ClientURL = %q, want every node's link %q", got, want)
+	}
+	for i, n := range k.nodes {
+		if want := cluster.NodeName(cluster.Kafka, i); n.Name() != want || n.ID() != int32(i) {
+			t.Errorf("node %d is %s, id %d; want %s, id %d", i, n.Name(), n.ID(), want, i)
+		}
+		if l := k.c.Link(n.Name()); l == nil || l.Addr() != k.links[i] || n.Advertised() != k.links[i] {
+			t.Errorf("%s: link %v, advertised %s; want both %s", n.Name(), l, n.Advertised(), k.links[i])
+		}
+		if n.Version() == "" {
+			t.Errorf("%s: no version after Start", n.Name())
+		}
+		if _, err := os.Stat(n.LogFile()); err != nil {
+			t.Errorf("%s: log file: %v", n.Name(), err)
+		}
+		if _, err := k.c.Killer(n.Name()); err != nil {
+			t.Errorf("%s: %v", n.Name(), err)
+		}
+		if _, err := k.c.Pauser(n.Name()); err != nil {
+			t.Errorf("%s: %v", n.Name(), err)
+		}
+		if _, err := k.c.Restarter(n.Name()); err != nil {
+			t.Errorf("%s: %v", n.Name(), err)
+		}
+	}
+	// A fault targets a node, not the whole cluster.
+	if _, err := k.c.Killer(cluster.Kafka); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Killer(kafka) = %v, want unsupported", err)
+	}
+	if v := k.c.Versions()[cluster.Kafka]; !strings.HasPrefix(v, "Apache Kafka ") {
+		t.Errorf("cluster version %q", v)
+	}
+	// Clients are handed the links, so every request goes through one.
+	brokers, err := kadm.NewClient(k.client(t)).ListBrokers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range brokers {
+		if got := net.JoinHostPort(b.Host, fmt.Sprint(b.Port)); b.NodeID < 0 || int(b.NodeID) >= 3 || got != k.links[b.NodeID] {
+			t.Errorf("broker %d advertises %s, want its link", b.NodeID, got)
+		}
+	}
+	if len(brokers) != 3 {
+		t.Errorf("%d brokers listed, want 3", len(brokers))
+	}
+	leader, err := k.nodes[1].QuorumLeader(ctx)
+	if err != nil || leader < 0 || leader > 2 {
+		t.Errorf("quorum leader %d, %v", leader, err)
+	}
+}
+
+// killLeader: kill -9 the leader of a partition under acks=all writes;
+// another node takes over, writes go on, the killed node restarts with
+// its data and catches up, and every acknowledged record is there.
+func (k *kafkaNodes) killLeader(t *testing.T, ctx context.Context) {
+	const topic = "kill-leader"
+	k.createTopic(t, ctx, topic)
+	cl := k.client(t)
+	acked := produce(t, ctx, cl, topic, "before", 50)
+	old := k.leader(t, ctx, topic)
+	if err := old.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := old.ExitStatus(); got != "signal: killed" {
+		t.Errorf("%s exit status %q, want signal: killed", old.Name(), got)
+	}
+	// Writes go on while the controller fences the dead leader and
+	// elects another: they are acknowledged once it has.
+	acked = append(acked, produce(t, ctx, cl, topic, "during", 50)...)
+	p := k.waitPartition(t, ctx, kadm.NewClient(k.client(t, old.ID())), topic, "has a new leader", func(p kadm.PartitionDetail) bool {
+		return p.Leader >= 0 && p.Leader != old.ID() && !slices.Contains(p.ISR, old.ID())
+	})
+	t.Logf("leader %s killed, %s leads with ISR %v", old.Name(), k.nodes[p.Leader].Name(), p.ISR)
+	if err := old.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	acked = append(acked, produce(t, ctx, cl, topic, "after", 50)...)
+	k.waitWhole(t, ctx, topic)
+	k.readBack(t, ctx, topic, acked)
+}
+
+// pauseLeader: SIGSTOP the leader; it is fenced and replaced, writes go
+// on; SIGCONT, and it rejoins as a follower with nothing lost.
+func (k *kafkaNodes) pauseLeader(t *testing.T, ctx context.Context) {
+	const topic = "pause-leader"
+	k.createTopic(t, ctx, topic)
+	acked := produce(t, ctx, k.client(t), topic, "before", 20)
+	old := k.leader(t, ctx, topic)
+	if err := old.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = old.Resume(context.Background())
+		}
+	}()
+	// The JVM is stopped (its guard, also listed, is not).
+	if !slices.ContainsFunc(old.PIDs(), func(pid int) bool { return procState(pid) == "T" }) {
+		t.Errorf("%s: no process stopped after Pause (pids %v)", old.Name(), old.PIDs())
+	}
+	cl := k.client(t, old.ID())
+	acked = append(acked, produce(t, ctx, cl, topic, "paused", 20)...)
+	k.waitPartition(t, ctx, kadm.NewClient(cl), topic, "led by another node", func(p kadm.PartitionDetail) bool {
+		return p.Leader >= 0 && p.Leader != old.ID()
+	})
+	if err := old.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	acked = append(acked, produce(t, ctx, k.client(t), topic, "resumed", 20)...)
+	k.waitWhole(t, ctx, topic)
+	k.readBack(t, ctx, topic, acked)
+}
+
+// restartNode: a clean restart (controlled shutdown) of a node keeps its
+// data and brings it back in sync.
+func (k *kafkaNodes) restartNode(t *testing.T, ctx context.Context) {
+	const topic = "restart-node"
+	k.createTopic(t, ctx, topic)
+	cl := k.client(t)
+	acked := produce(t, ctx, cl, topic, "before", 20)
+	n := k.leader(t, ctx, topic)
+	r, err := k.c.Restarter(n.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := r.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s restarted in %v", n.Name(), time.Since(start).Round(time.Millisecond))
+	if got := n.ExitStatus(); got != "" {
+		t.Errorf("%s after Restart: exit status %q, want running", n.Name(), got)
+	}
+	acked = append(acked, produce(t, ctx, cl, topic, "after", 20)...)
+	k.waitWhole(t, ctx, topic)
+	k.readBack(t, ctx, topic, acked)
+}
+
+// isolateFollower: cut a follower off from the other nodes; the
+// majority keeps acknowledging acks=all writes (the follower leaves the
+// ISR), and after the heal the follower catches up.
+func (k *kafkaNodes) isolateFollower(t *testing.T, ctx context.Context) {
+	const topic = "isolate-follower"
+	k.createTopic(t, ctx, topic)
+	acked := produce(t, ctx, k.client(t), topic, "before", 20)
+	leader := k.leader(t, ctx, topic)
+	f := k.nodes[(leader.ID()+1)%3]
+	var rest []string
+	for _, n := range k.nodes {
+		if n != f {
+			rest = append(rest, n.Name())
+		}
+	}
+	fault, err := k.c.Network().Partition(ctx, []string{f.Name()}, rest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	healed := false
+	defer func() {
+		if !healed {
+			_, _ = fault.Heal(context.Background())
+		}
+	}()
+	cl := k.client(t, f.ID())
+	acked = append(acked, produce(t, ctx, cl, topic, "cut", 50)...)
+	p := k.waitPartition(t, ctx, kadm.NewClient(cl), topic, "without the isolated follower", func(p kadm.PartitionDetail) bool {
+		return p.Leader >= 0 && !slices.Contains(p.ISR, f.ID())
+	})
+	t.Logf("%s isolated: ISR %v", f.Name(), p.ISR)
+	ev, err := fault.Heal(ctx)
+	healed = true
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Packets() == 0 {
+		t.Errorf("partition of %s dropped no packets: %v", f.Name(), ev)
+	}
+	acked = append(acked, produce(t, ctx, k.client(t), topic, "healed", 20)...)
+	k.waitWhole(t, ctx, topic)
+	k.readBack(t, ctx, topic, acked)
+}
+
+// cutLeader: cut the leader off from the other nodes, not from clients.
+// Its link still carries requests and it still answers them, but an
+// acks=all write through it is not acknowledged (its followers cannot
+// fetch, and it cannot shrink the ISR without the controller); the
+// majority elects another leader and acknowledges writes; after the heal
+// the old leader follows, and what was acknowledged is all there.
+func (k *kafkaNodes) cutLeader(t *testing.T, ctx context.Context) {
+	const topic = "cut-leader"
+	k.createTopic(t, ctx, topic)
+	acked := produce(t, ctx, k.client(t), topic, "before", 20)
+	old := k.leader(t, ctx, topic)
+	var rest []string
+	var others []int32
+	for _, n := range k.nodes {
+		if n != old {
+			rest = append(rest, n.Name())
+			others = append(others, n.ID())
+		}
+	}
+	fault, err := k.c.Network().Partition(ctx, []string{old.Name()}, rest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	healed := false
+	defer func() {
+		if !healed {
+			_, _ = fault.Heal(context.Background())
+		}
+	}()
+	// A client that reaches only the cut-off node, through its link. It
+	// is not idempotent, so its write can give up: an idempotent
+	// producer never fails a record it is unsure about.
+	lonely := k.clientWith(t, []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.RecordDeliveryTimeout(8 * time.Second)}, others...)
+	if _, err := brokersOf(ctx, k.links[old.ID()]); err != nil {
+		t.Errorf("%s: not reachable through its link during an inter-broker cut: %v", old.Name(), err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	r := lonely.ProduceSync(pctx, &kgo.Record{Topic: topic, Value: []byte("to-the-cut-off-leader")})
+	cancel()
+	if err := r.FirstErr(); err == nil {
+		t.Errorf("%s acknowledged an acks=all write while cut off from its followers", old.Name())
+	}
+	majority := k.client(t, old.ID())
+	acked = append(acked, produce(t, ctx, majority, topic, "cut", 50)...)
+	p := k.waitPartition(t, ctx, kadm.NewClient(majority), topic, "led by the majority", func(p kadm.PartitionDetail) bool {
+		return p.Leader >= 0 && p.Leader != old.ID()
+	})
+	t.Logf("%s cut off, %s leads with ISR %v", old.Name(), k.nodes[p.Leader].Name(), p.ISR)
+	ev, err := fault.Heal(ctx)
+	healed = true
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Packets() == 0 {
+		t.Errorf("cut of %s dropped no packets: %v", old.Name(), ev)
+	}
+	acked = append(acked, produce(t, ctx, k.client(t), topic, "healed", 20)...)
+	k.waitWhole(t, ctx, topic)
+	k.readBack(t, ctx, topic, acked)
+}
+
+// closeLeavesNothing closes the cluster and checks that no process,
+// namespace, hosts file or temp dir of it is left.
+func (k *kafkaNodes) closeLeavesNothing(t *testing.T) {
+	pids := k.c.PIDs()
+	dir := k.c.Service(cluster.Kafka).(interface{ Dir() string }).Dir()
+	net := k.c.Network()
+	var spaces []string
+	for _, n := range k.nodes {
+		spaces = append(spaces, net.Namespace(n.Name()))
+	}
+	spaces = append(spaces, net.Name())
+	if len(pids) < 3 {
+		t.Fatalf("cluster lists pids %v, want at least the three JVMs", pids)
+	}
+	if err := k.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("pid %d outlived Close", pid)
+		}
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temp dir %s outlived Close (%v)", dir, err)
+	}
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range spaces {
+		if strings.Contains(string(out), ns) {
+			t.Errorf("namespace %s outlived Close", ns)
+		}
+		if _, err := os.Stat("/etc/netns/" + ns); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("/etc/netns/%s outlived Close (%v)", ns, err)
+		}
+	}
+}
+
+// procState is the state letter of pid in /proc/<pid>/stat ("T" when
+// stopped), or "" if it is gone.
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return ""
+	}
+	return s[i+2 : i+3]
 }
