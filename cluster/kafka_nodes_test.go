@@ -99,10 +99,10 @@ func (k *kafkaNodes) clientWith(t *testing.T, opts []kgo.Opt, avoid ...int32) *k
 	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProduceRequestTimeout(3*time.Second),
-		kgo.RequestTimeoutOverhead(2*time.Second),
+		kgo.ProduceRequestTimeout(3 * time.Second),
+		kgo.RequestTimeoutOverhead(2 * time.Second),
 		kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond }),
-		kgo.MetadataMinAge(100*time.Millisecond),
+		kgo.MetadataMinAge(100 * time.Millisecond),
 		kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
 			if slices.Contains(refused, host) {
 				// Refused, as kgo sees a down broker: it refreshes
