@@ -41,7 +41,14 @@ func TestCleanupChild(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	services := strings.Split(os.Getenv(childEnv+"_SERVICES"), ",")
-	c, err := cluster.Start(ctx, cluster.Config{Runtime: os.Getenv(childEnv + "_RUNTIME"), Services: services, Standby: os.Getenv(childEnv + "_STANDBY")})
+	// _NODES is as a scenario says it: kafka=3,rabbitmq=3.
+	nodes := map[string]int{}
+	for _, kv := range strings.Split(os.Getenv(childEnv+"_NODES"), ",") {
+		if name, n, ok := strings.Cut(kv, "="); ok {
+			nodes[name], _ = strconv.Atoi(n)
+		}
+	}
+	c, err := cluster.Start(ctx, cluster.Config{Runtime: os.Getenv(childEnv + "_RUNTIME"), Services: services, Standby: os.Getenv(childEnv + "_STANDBY"), Nodes: nodes})
 	if err != nil {
 		fmt.Println("ERROR", err)
 		os.Exit(1)

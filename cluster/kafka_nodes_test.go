@@ -51,6 +51,18 @@ func TestKafkaNodes(t *testing.T) {
 	t.Run("close-leaves-nothing", func(t *testing.T) { k.closeLeavesNothing(t) })
 }
 
+// However the harness ends (Ctrl-C, a panic, SIGKILL), a 3-node Kafka's
+// JVMs, namespaces and temp dirs go with it.
+func TestKafkaNodesCleanup(t *testing.T) {
+	testenv.SkipIfShort(t, "starts a 3-node Kafka cluster")
+	testenv.MustHaveServer(t, "network namespaces", netns.Check())
+	for _, mode := range []string{"signal", "panic", "kill"} {
+		t.Run(mode, func(t *testing.T) {
+			cleanupCase(t, cluster.Local, mode, cluster.Kafka, childEnv+"_NODES="+cluster.Kafka+"=3")
+		})
+	}
+}
+
 // kafkaNodes is a running 3-node cluster under test.
 type kafkaNodes struct {
 	c     *cluster.Cluster

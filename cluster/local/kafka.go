@@ -327,6 +327,32 @@ type kafkaConfig struct {
 // write writes server.properties and log4j2.properties to dir, and the
 // JVM's tmp dir.
 func (c kafkaConfig) write(dir string) error {
+	log4j := `# Everything to stdout, which the harness appends to kafka.log.
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.target = SYSTEM_OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = out
+logger.state.name = state.change.logger
+logger.state.level = WARN
+`
+	if err := os.WriteFile(filepath.Join(dir, "server.properties"), []byte(c.properties()), 0o644); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "log4j2.properties"), []byte(log4j), 0o644); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	return nil
+}
+
+// properties is the text of server.properties.
+func (c kafkaConfig) properties() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `# %s
 process.roles=broker,controller
@@ -366,28 +392,7 @@ broker.heartbeat.interval.ms=500
 	if c.lagMS > 0 {
 		fmt.Fprintf(&b, "replica.lag.time.max.ms=%d\n", c.lagMS)
 	}
-	log4j := `# Everything to stdout, which the harness appends to kafka.log.
-status = warn
-appender.out.type = Console
-appender.out.name = out
-appender.out.target = SYSTEM_OUT
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.out.ref = out
-logger.state.name = state.change.logger
-logger.state.level = WARN
-`
-	if err := os.WriteFile(filepath.Join(dir, "server.properties"), []byte(b.String()), 0o644); err != nil {
-		return fmt.Errorf("write config: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "log4j2.properties"), []byte(log4j), 0o644); err != nil {
-		return fmt.Errorf("write config: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {
-		return fmt.Errorf("write config: %w", err)
-	}
-	return nil
+	return b.String()
 }
 
 // kafkaPrep is what starting a broker needs besides its config: java, the

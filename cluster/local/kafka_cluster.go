@@ -119,7 +119,8 @@ type KafkaNode struct {
 // Endpoint are valid at once, so links can be put in front of them
 // before Start. The caller should call Close when finished.
 func NewKafkaCluster(o KafkaClusterOptions) (*KafkaCluster, error) {
-	if err := o.check("kafka"); err != nil {
+	cfgs, err := o.configs()
+	if err != nil {
 		return nil, err
 	}
 	if o.Version == "" {
@@ -127,27 +128,6 @@ func NewKafkaCluster(o KafkaClusterOptions) (*KafkaCluster, error) {
 	}
 	if o.HeapMB <= 0 {
 		o.HeapMB = kafkaClusterHeapMB
-	}
-	n := len(o.Nodes)
-	internal := min(3, n)
-	rf := o.ReplicationFactor
-	if rf <= 0 {
-		rf = internal
-	}
-	if rf > n {
-		return nil, fmt.Errorf("kafka: replication factor %d on %d nodes", rf, n)
-	}
-	minISR := o.MinInsyncReplicas
-	if minISR <= 0 {
-		minISR = kafkaClusterMinISR
-	}
-	minISR = min(minISR, rf)
-	var voters []string
-	for i, name := range o.Nodes {
-		if !o.Network.Addr(name).IsValid() {
-			return nil, fmt.Errorf("kafka: node %s is not in network %s", name, o.Network.Name())
-		}
-		voters = append(voters, fmt.Sprintf("%d@%s:%d", i, name, kafkaControllerPort))
 	}
 	own, err := newBase("kafka", o.Options)
 	if err != nil {
@@ -172,25 +152,58 @@ func NewKafkaCluster(o KafkaClusterOptions) (*KafkaCluster, error) {
 			logPath:   filepath.Join(b.dir, "kafka.log"),
 		}
 		c.nodes = append(c.nodes, node)
+		cfgs[i].data = node.data
+		if err := cfgs[i].write(b.dir); err != nil {
+			return nil, errors.Join(fmt.Errorf("%s: %w", name, err), c.Close())
+		}
+	}
+	return c, nil
+}
+
+// configs checks o and returns each node's server.properties, all but
+// its log dir.
+func (o KafkaClusterOptions) configs() ([]kafkaConfig, error) {
+	if err := o.check("kafka"); err != nil {
+		return nil, err
+	}
+	n := len(o.Nodes)
+	internal := min(3, n)
+	rf := o.ReplicationFactor
+	if rf <= 0 {
+		rf = internal
+	}
+	if rf > n {
+		return nil, fmt.Errorf("kafka: replication factor %d on %d nodes", rf, n)
+	}
+	minISR := o.MinInsyncReplicas
+	if minISR <= 0 {
+		minISR = kafkaClusterMinISR
+	}
+	minISR = min(minISR, rf)
+	var voters []string
+	for i, name := range o.Nodes {
+		if !o.Network.Addr(name).IsValid() {
+			return nil, fmt.Errorf("kafka: node %s is not in network %s", name, o.Network.Name())
+		}
+		voters = append(voters, fmt.Sprintf("%d@%s:%d", i, name, kafkaControllerPort))
+	}
+	var out []kafkaConfig
+	for i, name := range o.Nodes {
 		addr := o.Network.Addr(name).String()
-		cfg := kafkaConfig{
+		out = append(out, kafkaConfig{
 			comment:    fmt.Sprintf("Node %s of a %d-node KRaft cluster: broker and controller in one process.", name, n),
 			nodeID:     i,
 			voters:     strings.Join(voters, ","),
 			listeners:  fmt.Sprintf("PLAINTEXT://%[1]s:%[2]d,BROKER://%[1]s:%[3]d,CONTROLLER://%[1]s:%[4]d", addr, kafkaClientPort, kafkaBrokerPort, kafkaControllerPort),
 			advertised: fmt.Sprintf("PLAINTEXT://%s,BROKER://%s:%d", o.Advertise[i], name, kafkaBrokerPort),
-			data:       node.data,
 			replicas:   rf, minISR: minISR,
 			internalReplicas: internal, internalMinISR: min(2, internal),
 			unclean:   o.UncleanLeaderElection,
 			sessionMS: kafkaClusterSessionMS,
 			lagMS:     kafkaClusterLagMS,
-		}
-		if err := cfg.write(b.dir); err != nil {
-			return nil, errors.Join(fmt.Errorf("%s: %w", name, err), c.Close())
-		}
+		})
 	}
-	return c, nil
+	return out, nil
 }
 
 // Name implements cluster.Service.
