@@ -48,6 +48,7 @@ func TestKafkaNodes(t *testing.T) {
 	t.Run("restart-node", func(t *testing.T) { k.restartNode(t, ctx) })
 	t.Run("isolate-follower-heal", func(t *testing.T) { k.isolateFollower(t, ctx) })
 	t.Run("inter-broker-cut-of-leader", func(t *testing.T) { k.cutLeader(t, ctx) })
+	t.Logf("after the faults the three JVMs hold %.0f MiB", javaRSSMiB(c.PIDs()))
 	t.Run("close-leaves-nothing", func(t *testing.T) { k.closeLeavesNothing(t) })
 }
 
@@ -592,4 +593,51 @@ func procState(pid int) string {
 		return ""
 	}
 	return s[i+2 : i+3]
+}
+
+// BenchmarkKafkaNodesColdStart measures a 3-node Kafka from nothing
+// (network namespaces, links, three JVMs, the quorum) until every node
+// lists all three brokers, through cluster.Start, and the memory the
+// three JVMs hold then (rss-MiB, summed). Issue 22's budget is 15 s.
+func BenchmarkKafkaNodesColdStart(b *testing.B) {
+	testenv.MustHaveServer(b, "network namespaces", netns.Check())
+	var rss float64
+	for b.Loop() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		c, err := cluster.Start(ctx, cluster.Config{Services: []string{cluster.Kafka}, Nodes: map[string]int{cluster.Kafka: 3}})
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		rss += javaRSSMiB(c.PIDs())
+		if err := c.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(rss/float64(b.N), "rss-MiB")
+}
+
+// javaRSSMiB sums the resident memory of the java processes among pids
+// (not the guards' shells), in MiB.
+func javaRSSMiB(pids []int) float64 {
+	var kb float64
+	for _, pid := range pids {
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err != nil || strings.TrimSpace(string(comm)) != "java" {
+			continue
+		}
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				var v float64
+				fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), &v)
+				kb += v
+			}
+		}
+	}
+	return kb / 1024
 }
