@@ -40,6 +40,10 @@ const (
 	// Clients still reach every node through its link.
 	Isolate Kind = "isolate" // one node cut off from the others
 	Split   Kind = "split"   // a service's nodes split by a shape
+	// Failover kills the database's primary, promotes its standby and
+	// points the database link at it (postgres.standby); its heal makes
+	// the deposed primary a standby of the new one.
+	Failover Kind = "failover"
 )
 
 // The shapes of a split, as Jepsen names them.
@@ -65,13 +69,13 @@ func Families() map[string][]Kind {
 		"process":   {Kill, Pause, Restart},
 		"failpoint": {Failpoint},
 		"network":   {Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose},
-		"nodes":     {Isolate, Split},
+		"nodes":     {Isolate, Split, Failover},
 	}
 }
 
 // Kinds lists every fault kind.
 func Kinds() []Kind {
-	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose, Isolate, Split}
+	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose, Isolate, Split, Failover}
 }
 
 // ParseKind checks a kind name and lists the valid ones if wrong.

@@ -75,6 +75,11 @@ const (
 //     DROP rules in the receiving nodes' network namespaces (clients keep
 //     reaching every node through its link); heal removes exactly those
 //     rules. Evidence is the packets they dropped; none never bit.
+//   - failover of postgres (with a standby): the primary is killed, the
+//     standby promoted and the database link pointed at it (a crash op);
+//     heal starts the service again, which makes the deposed primary a
+//     standby of the new one (a restart op). Evidence is the failover's
+//     own account (WAL positions, the new timeline).
 //   - a target "kafka-1" or "broker-1" is one node of a replicated
 //     service; "broker:leader" is resolved through Env.Leader when the
 //     fault starts, and the evidence names the node.
@@ -166,6 +171,8 @@ func (e *Env) do(ctx context.Context, f Fault) (effect, error) {
 		return e.network(ctx, f)
 	case Isolate, Split:
 		return e.nodeFault(ctx, f)
+	case Failover:
+		return e.failover(ctx, f)
 	}
 	_, err := ParseKind(string(f.Kind))
 	return effect{}, err

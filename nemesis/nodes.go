@@ -10,6 +10,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/cluster/netns"
+	"github.com/deliverycheck/deliverycheck/history"
 )
 
 // LeaderSuffix ends a target that names whichever node of a replicated
@@ -164,4 +165,29 @@ func split(ctx context.Context, net *netns.Network, nodes []string, shape string
 		return f, "majorities ring over " + strings.Join(nodes, ","), err
 	}
 	return nil, "", fmt.Errorf("unknown shape %q (want %s)", shape, strings.Join(Shapes(), ", "))
+}
+
+// failover fails the database over to its standby (cluster.Failoverer).
+func (e *Env) failover(ctx context.Context, f Fault) (effect, error) {
+	name := e.recordedTarget(f)
+	if e.Cluster == nil {
+		return effect{}, errors.New("no cluster")
+	}
+	fo, err := e.Cluster.Failoverer(name)
+	if err != nil {
+		return effect{}, err
+	}
+	ev, err := fo.Failover(ctx)
+	if err != nil {
+		return effect{}, err
+	}
+	e.record(history.Info, history.Crash, history.Value{Target: name, Fault: string(Failover), Detail: "primary killed by the nemesis's failover"})
+	svc := e.service(name)
+	return effect{undo: func(ctx context.Context) error {
+		if err := svc.Start(ctx); err != nil {
+			return fmt.Errorf("rejoin %s's deposed primary: %w", name, err)
+		}
+		e.record(history.OK, history.Restart, history.Value{Target: name, Detail: "deposed primary rejoined as a standby"})
+		return nil
+	}, bit: evidence(ev)}, nil
 }

@@ -189,6 +189,13 @@ type Targets struct {
 	Nodes []string `json:"nodes,omitempty" yaml:"nodes,omitempty"`
 }
 
+// WithStandby is t for a database with a standby: its two nodes can be
+// cut off from each other (isolate) and it can fail over.
+func (t Targets) WithStandby() Targets {
+	t.Nodes = append(slices.Clone(t.Nodes), "postgres-0", "postgres-1")
+	return t
+}
+
 // WithNodes is t for a service (as t names it: "broker") that runs n
 // nodes: each node replaces the service as a process and network target
 // (it has no single server or link of its own), and the nodes family can
@@ -404,13 +411,17 @@ func (t Targets) draw(r *rand.Rand, family string, at, d time.Duration) Step {
 				peers++
 			}
 		}
-		if k := pick(r, Families()["nodes"]); k == Split && peers >= 3 {
+		switch k := pick(r, Families()["nodes"]); {
+		case k == Split && peers >= 3:
 			shape := pick(r, Shapes())
 			if shape == ShapeHalves {
 				shape = ""
 			}
 			st.Fault = Fault{Kind: Split, Target: svc, Shape: shape}
-		} else {
+		case k == Failover && svc == "postgres":
+			// Instant: its heal rejoins the deposed primary.
+			st.Fault, st.For = Fault{Kind: Failover, Target: svc}, 0
+		default:
 			st.Fault = Fault{Kind: Isolate, Target: node}
 		}
 	}

@@ -29,6 +29,9 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 			return Spec{}, err
 		}
 		targets := nemesis.DefaultTargets(workers).WithNodes("broker", s.Broker.Nodes)
+		if s.Postgres.Standby != "" && s.Postgres.Standby != "none" {
+			targets = targets.WithStandby()
+		}
 		// A team's component has only the failpoints it declares.
 		for w, names := range s.TeamFailpoints() {
 			delete(targets.Failpoints, w)

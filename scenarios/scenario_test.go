@@ -259,7 +259,7 @@ func TestParseErrors(t *testing.T) {
 		{"wrong preset string", "broker: kafka\nguarantees: exactly-once\n",
 			[]string{`my.yaml:2: guarantees: unknown guarantee preset "exactly-once" (have at-least-once, at-most-once, effectively-once, ordered-effectively-once)`}},
 		{"wrong fault", "broker: kafka\nnemesis:\n  timeline:\n    - \"at 1s: explode relay-0\"\n",
-			[]string{`my.yaml:4: nemesis.timeline[0]: step "at 1s: explode relay-0": unknown fault "explode" (valid: kill, pause, restart, failpoint, partition, refuse, latency, bandwidth, reset-peer, limit-data, slow-close, isolate, split)`}},
+			[]string{`my.yaml:4: nemesis.timeline[0]: step "at 1s: explode relay-0": unknown fault "explode" (valid: kill, pause, restart, failpoint, partition, refuse, latency, bandwidth, reset-peer, limit-data, slow-close, isolate, split, failover)`}},
 		{"wrong family", "broker: kafka\nnemesis:\n  random:\n    families: [network, disk]\n",
 			[]string{`my.yaml:4: nemesis.random.families[1]: unknown fault family "disk" (valid: failpoint, network, nodes, process)`}},
 		{"wrong failpoint", "broker: kafka\nnemesis:\n  failpoints:\n    relay-0: relay.after-publish\n",
@@ -756,6 +756,38 @@ func TestValidateStandbyAfterHandEdits(t *testing.T) {
 		err := s.Validate()
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("standby %q: Validate() = %v, want %q", tc.standby, err, tc.want)
+		}
+	}
+}
+
+// With a standby, the database fails over and its nodes can be cut off
+// from each other; without one, neither.
+func TestStandbySteps(t *testing.T) {
+	for _, tc := range []struct {
+		standby, step, err string
+	}{
+		{"sync", "at 1s: failover postgres", ""},
+		{"async", "at 1s: isolate postgres-1 for 2s", ""},
+		{"async", "at 1s: kill postgres-0 for 2s", ""},
+		{"async", "at 1s: partition postgres-1 for 2s", ""},
+		{"", "at 1s: failover postgres", "failover needs a standby to promote: set postgres.standby"},
+		{"none", "at 1s: kill postgres-0 for 2s", `unknown target "postgres-0"`},
+		{"sync", "at 1s: failover broker", `failover acts on postgres, not "broker"`},
+		{"", "at 1s: isolate postgres-1 for 2s", "set broker.nodes"},
+	} {
+		s := Default()
+		s.Name, s.Broker.Kind, s.Postgres.Standby = "standby", "kafka", tc.standby
+		st, err := nemesis.ParseStep(tc.step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Nemesis.Timeline = []nemesis.Step{st}
+		err = s.Validate()
+		if tc.err == "" && err != nil {
+			t.Errorf("standby %q, %q: %v", tc.standby, tc.step, err)
+		}
+		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("standby %q, %q: error %v, want %q", tc.standby, tc.step, err, tc.err)
 		}
 	}
 }

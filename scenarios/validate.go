@@ -344,6 +344,14 @@ func (s Scenario) checkStep(st nemesis.Step, workers []string) string {
 		return s.checkTarget(f.Target, workers, true, true)
 	case nemesis.Isolate, nemesis.Split:
 		return s.checkNodesStep(f)
+	case nemesis.Failover:
+		if !s.hasStandby() {
+			return "failover needs a standby to promote: set postgres.standby (async or sync)"
+		}
+		if f.Target != "postgres" {
+			return fmt.Sprintf("failover acts on postgres, not %q", f.Target)
+		}
+		return ""
 	default: // network
 		if f.Kind == nemesis.Latency && f.Latency <= 0 {
 			return fmt.Sprintf("%s needs a delay, e.g. \"latency %s 100ms ±20ms\"", f.Kind, f.Target)
@@ -388,10 +396,14 @@ func (s Scenario) checkTarget(t string, workers []string, workersOK, servicesOK 
 // nodes (by its own name or as broker-<i>) and its current leader, since
 // a cluster has no one server or link to hit.
 func (s Scenario) serviceTargets() []string {
-	if s.Broker.Nodes <= 1 {
-		return services(s.Broker.Kind)
-	}
 	out := []string{"postgres"}
+	if s.hasStandby() {
+		// "postgres" is whichever node is the primary now.
+		out = append(out, "postgres-0", "postgres-1")
+	}
+	if s.Broker.Nodes <= 1 {
+		return append(out, services(s.Broker.Kind)[1:]...)
+	}
 	for _, name := range []string{"broker", s.Broker.Kind} {
 		if name == "" {
 			continue
@@ -404,9 +416,15 @@ func (s Scenario) serviceTargets() []string {
 	return out
 }
 
+// hasStandby reports whether the database has a standby.
+func (s Scenario) hasStandby() bool { return s.Postgres.Standby != "" && s.Postgres.Standby != "none" }
+
 // checkNodesStep checks a fault between the nodes of the replicated
 // broker: isolate one node (or the leader), split the broker.
 func (s Scenario) checkNodesStep(f nemesis.Fault) string {
+	if f.Kind == nemesis.Isolate && s.hasStandby() && (f.Target == "postgres-0" || f.Target == "postgres-1") {
+		return "" // the primary cut off from its standby
+	}
 	if s.Broker.Nodes < 2 {
 		return fmt.Sprintf("%s acts between the nodes of a replicated broker; set broker.nodes (e.g. 3)", f.Kind)
 	}
