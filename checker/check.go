@@ -96,7 +96,10 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 	v := a.merge()
 	s0 := a.shards[0]
 	drain, final := s0.drain, s0.fr.state
-	f := facts{drained: drain == "complete", final: final == "complete"}
+	f := facts{drained: drain == "complete", final: final == "complete", brokerRead: s0.fr.broker == "complete"}
+	for _, s := range a.shards {
+		f.publishes = f.publishes || s.publishes
+	}
 	var end int64
 	for _, s := range a.shards {
 		end = max(end, s.lastTime)
@@ -122,8 +125,8 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 	for si, s := range v.subs {
 		st := SubscriptionStats{Name: s.name, Declared: s.declared}
 		var ei int32
-		add := func(k Kind, b Boundary, detail string) {
-			v.findings = append(v.findings, finding{kind: k, sub: int32(si), event: ei, boundary: b, detail: detail})
+		add := func(k Kind, b Boundary, st stage, detail string) {
+			v.findings = append(v.findings, finding{kind: k, sub: int32(si), event: ei, boundary: b, stage: st, detail: detail})
 		}
 		for i := range v.events {
 			e, se := &v.events[i], v.se(s, i)
@@ -135,7 +138,7 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 	}
 	r := &Result{
 		Guarantees:    a.opts.Guarantees,
-		Facts:         Facts{Drain: drain, FinalRead: final, Cuts: nonNil(a.cuts)},
+		Facts:         Facts{Drain: drain, FinalRead: final, BrokerRead: s0.fr.broker, Cuts: nonNil(a.cuts)},
 		Counts:        c,
 		Subscriptions: stats,
 		Reasons:       []string{},

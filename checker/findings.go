@@ -12,6 +12,7 @@ type finding struct {
 	sub      int32 // -1: not per subscription
 	event    int32
 	boundary Boundary
+	stage    stage // lost only
 	detail   string
 }
 
@@ -51,12 +52,20 @@ func (v *view) group(r *Result, opts Options) {
 			an.Subscription = v.subs[f0.sub].name
 		}
 		var byBoundary [6]int
+		var byStage [1 << 8]int
 		for n, f := range fs {
 			if n < opts.MaxEvents {
 				an.Events = append(an.Events, v.events[f.event].id)
 			}
 			if f.boundary != "" {
 				byBoundary[slices.Index(boundaryOrder, f.boundary)]++
+			}
+			byStage[f.stage]++
+		}
+		// Packed as seen<<4 | notReached, stages sort in pipeline order.
+		for st, n := range byStage[1:] {
+			if n > 0 {
+				an.Stages = append(an.Stages, StageCount{Stage: stage(st + 1).Stage(), Count: n})
 			}
 		}
 		if f0.kind == Lost || f0.kind == DuplicateEffect {
@@ -70,7 +79,7 @@ func (v *view) group(r *Result, opts Options) {
 			an.Fatal = r.Guarantees.Fatal(f0.kind)
 			for _, f := range fs[:min(len(fs), opts.MaxExamples)] {
 				e := &v.events[f.event]
-				ex := Example{Event: e.id, Source: e.source, Version: e.version, Boundary: f.boundary, Detail: f.detail, Ops: []history.Op{}}
+				ex := Example{Event: e.id, Source: e.source, Version: e.version, Boundary: f.boundary, Stage: f.stage.Stage(), Detail: f.detail, Ops: []history.Op{}}
 				if e.key >= 0 {
 					ex.Key = v.keyNames[e.key]
 				}

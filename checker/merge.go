@@ -27,8 +27,9 @@ type view struct {
 	subs     []*gsub // sorted by name
 	findings []finding
 	// Per subscription: it has inbox rows, its consumers wrote apply ops,
-	// its effect rows carry commit_time, it has effect rows.
-	subInbox, subApplied, subTimed, subEffects []bool
+	// its effect rows carry commit_time, it has effect rows, its
+	// consumers record every delivery.
+	subInbox, subApplied, subTimed, subEffects, subLineage []bool
 	// maxApplied is the highest version each subscription applied, per
 	// key: subscription*nk + key.
 	maxApplied []int64
@@ -48,6 +49,7 @@ func (v *view) se(s *gsub, i int) subEvent {
 // (s), given what the run established (f).
 func (v *view) facts(f facts, s *gsub, si, i int, e *event, se *subEvent) facts {
 	f.inbox = f.final && v.subInbox[si]
+	f.lineage = v.subLineage[si]
 	if f.inbox && e.key >= 0 && e.version > 0 {
 		f.newer = v.maxApplied[si*v.nk+int(e.key)] > e.version
 	}
@@ -186,10 +188,12 @@ func (a *analyzer) fold(v *view, keyMap, subIndexOf [][]int32) {
 	v.subApplied = make([]bool, len(v.subs))
 	v.subTimed = make([]bool, len(v.subs))
 	v.subEffects = make([]bool, len(v.subs))
+	v.subLineage = make([]bool, len(v.subs))
 	for si, s := range a.shards {
 		for li, sub := range s.subs {
 			g := subIndexOf[si][li]
 			v.subApplied[g] = v.subApplied[g] || sub.applyOps
+			v.subLineage[g] = v.subLineage[g] || sub.lineage
 			var any uint8
 			effects := false
 			for j := range sub.ev {

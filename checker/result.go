@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/deliverycheck/deliverycheck/history"
 )
@@ -99,6 +100,123 @@ const (
 	Acked     Boundary = "acked"      // the subscription acked it
 )
 
+// Stage is where a lost event was last seen on its way to one
+// subscription, from the history alone: the publish ops, the broker's
+// log as the final read found it (rows of table broker) and the
+// subscription's deliveries. It says whose loss it was: a loss the broker
+// caused (absent-from-broker) is never put on the consumer, and where the
+// history cannot tell, the stage says between which points it happened
+// instead of guessing. [Stage.Meaning] says it in words.
+type Stage string
+
+// The stages a lost event can stop at, in pipeline order. Any other stage
+// is unknown-between-X-and-Y (see [Stage.Between]).
+const (
+	// NeverPublished: no publish op, and not in the broker's log.
+	NeverPublished Stage = "never-published"
+	// Unconfirmed: published but never confirmed (a publish invoke, info
+	// or fail, no ok), and not in the broker's log.
+	Unconfirmed Stage = "unconfirmed"
+	// AbsentFromBroker: the publish was confirmed (a publish ok, or an
+	// outbox row marked published), yet the broker's log does not hold it:
+	// the broker lost it, or the publisher recorded a confirm it never got
+	// (a fire-and-forget publisher).
+	AbsentFromBroker Stage = "absent-from-broker"
+	// NeverDelivered: in the broker's log, and never delivered to a
+	// subscription whose deliveries are recorded.
+	NeverDelivered Stage = "never-delivered"
+	// RolledBack: delivered to the subscription (or acked, or applied),
+	// and no effect is in the ledger: the consumer's effect was rolled
+	// back or never made durable.
+	RolledBack Stage = "rolled-back"
+)
+
+// The points of the pipeline an unknown stage lies between, in order.
+const (
+	pointCommitted = iota + 1
+	pointPublished // a publish attempted
+	pointConfirmed
+	pointInBroker // in the broker's log at the final read
+	pointDelivered
+	pointApplied
+)
+
+var pointNames = [...]string{pointCommitted: "committed", pointPublished: "published", pointConfirmed: "confirmed",
+	pointInBroker: "in-broker", pointDelivered: "delivered", pointApplied: "applied"}
+
+// stage is a Stage as the checker keeps it: the last point seen and the
+// first point known not reached, packed as seen<<4 | notReached; 0 is
+// none. The definite stages are those with nothing unknown in between.
+type stage uint8
+
+func stageOf(seen, notReached int) stage { return stage(seen<<4 | notReached) }
+
+var definiteStages = map[stage]Stage{
+	stageOf(pointCommitted, pointPublished): NeverPublished,
+	stageOf(pointPublished, pointConfirmed): Unconfirmed,
+	stageOf(pointConfirmed, pointInBroker):  AbsentFromBroker,
+	stageOf(pointInBroker, pointDelivered):  NeverDelivered,
+	stageOf(pointDelivered, pointApplied):   RolledBack,
+}
+
+// Stage names st: a definite stage, or unknown-between-X-and-Y.
+func (st stage) Stage() Stage {
+	if st == 0 {
+		return ""
+	}
+	if s, ok := definiteStages[st]; ok {
+		return s
+	}
+	return Stage("unknown-between-" + pointNames[st>>4] + "-and-" + pointNames[st&0xf])
+}
+
+// Between returns, for an unknown-between-X-and-Y stage, X (the last
+// point the event was seen at: committed, published, confirmed,
+// in-broker) and Y (the first it is known not to have reached:
+// in-broker, delivered, applied); ok is false for a definite stage.
+func (s Stage) Between() (seen, notReached string, ok bool) {
+	rest, found := strings.CutPrefix(string(s), "unknown-between-")
+	if !found {
+		return "", "", false
+	}
+	for _, y := range pointNames[pointInBroker:] {
+		if x, found := strings.CutSuffix(rest, "-and-"+y); found {
+			return x, y, true
+		}
+	}
+	return "", "", false
+}
+
+// Meaning says in words what s means for a lost event of subscription sub.
+func (s Stage) Meaning(sub string) string {
+	switch s {
+	case NeverPublished:
+		return "never published: no publish, and not in the broker"
+	case Unconfirmed:
+		return "published but never confirmed, and not in the broker"
+	case AbsentFromBroker:
+		return "confirmed by the broker, but absent from the broker's log: the broker lost it"
+	case NeverDelivered:
+		return "in the broker, never delivered to " + sub
+	case RolledBack:
+		return "delivered to " + sub + ", its effect rolled back"
+	}
+	x, y, ok := s.Between()
+	if !ok {
+		return string(s)
+	}
+	why := "the broker's log was not read"
+	switch {
+	case x == "in-broker":
+		why = sub + "'s consumers record no deliveries"
+	case y == "in-broker":
+		why = "not in the broker, and the relay records no publishes"
+	case y == "applied":
+		why += ", and " + sub + "'s consumers record no deliveries"
+	}
+	return "lost between " + x + " and " + y + " (" + why + ")"
+}
+
 // Result is the outcome of a check. It marshals to the stable
 // results.json schema documented in docs/results.md.
 type Result struct {
@@ -164,6 +282,12 @@ type Facts struct {
 	// FinalRead is "complete", "failed", "incomplete" (started, history
 	// ends before its closing op) or "missing".
 	FinalRead string `json:"final_read"`
+	// BrokerRead is whether the final read that counts read the broker's
+	// log (rows of table broker): "complete", "failed" (it could not:
+	// broker down, timeout) or "missing" (not read, as in histories from
+	// before the broker read). Without it a lost event's stage past its
+	// publish is unknown-between-X-and-Y.
+	BrokerRead string `json:"broker_read,omitempty"`
 	// Cuts lists torn lines skipped while reading; they do not change the
 	// verdict by themselves.
 	Cuts []history.Cut `json:"cuts"`
@@ -220,6 +344,10 @@ type Anomaly struct {
 	// Boundaries counts the findings by the last boundary crossed (lost and
 	// duplicate-effect only), in pipeline order.
 	Boundaries []BoundaryCount `json:"boundaries,omitempty"`
+	// Stages counts the findings by the stage each event was last seen at
+	// (lost only), in pipeline order, unknown ones after the definite
+	// stage they begin at.
+	Stages []StageCount `json:"stages,omitempty"`
 	// Examples details the first Options.MaxExamples findings.
 	Examples []Example `json:"examples,omitempty"`
 }
@@ -230,6 +358,12 @@ type BoundaryCount struct {
 	Count    int      `json:"count"`
 }
 
+// StageCount is how many lost events stopped at one stage.
+type StageCount struct {
+	Stage Stage `json:"stage"`
+	Count int   `json:"count"`
+}
+
 // Example is one finding with the ops that show it.
 type Example struct {
 	Event    string   `json:"event"`
@@ -237,6 +371,7 @@ type Example struct {
 	Key      string   `json:"key,omitempty"`
 	Version  int64    `json:"version,omitempty"`
 	Boundary Boundary `json:"boundary,omitempty"`
+	Stage    Stage    `json:"stage,omitempty"` // lost only
 	Detail   string   `json:"detail,omitempty"`
 	// Ops are the event's ops for this subscription (and its commit and
 	// publish ops), at most Options.MaxOps of them.

@@ -26,6 +26,10 @@ package checker
 //     event.row, subEvent.row, the settle methods.
 //  10. Once the final read is complete the effects ledger is
 //     authoritative: an apply ok without an effect row is lost: judge.
+//
+// And of issue 22: where each lost event was last seen, from its publish
+// ops, the broker's log read after the drain and the subscription's
+// deliveries, is decided in lostStage.
 
 import (
 	"cmp"
@@ -49,6 +53,8 @@ const (
 	// publishes, then commits). Deliveries and effects then follow from
 	// that publish, not from the commit, and prove nothing about it.
 	cEarly
+	cSent       // some publish op names it: a publish was attempted
+	cInBroker   // the final read found it in the broker's log
 	cCommitSeen = cInvoke | cOK | cFail | cInfo
 )
 
@@ -56,6 +62,7 @@ const (
 const (
 	fObserved  uint8 = 1 << iota // a row names it
 	fPublished                   // its outbox row is marked published
+	fInBroker                    // a broker row names it
 )
 
 // event is what the history says about one event as a whole: its commit,
@@ -107,6 +114,7 @@ func (e *event) op(op *history.Op) (ofSubscription bool) {
 		if e.flags&cCommitSeen == 0 {
 			e.flags |= cEarly
 		}
+		e.flags |= cSent
 		e.observe(false)
 		if op.Type == history.OK {
 			e.flags |= cPublished
@@ -129,15 +137,25 @@ func (e *event) observe(downstream bool) {
 
 // row folds a final-read row of attempt a into e: rows of an earlier
 // attempt are forgotten. It reports whether the row is a subscription's
-// (every table but the outbox), for subEvent.row.
+// (every table but the outbox and the broker's log), for subEvent.row.
 func (e *event) row(a uint8, v *history.Value) (ofSubscription bool) {
 	if e.frAttempt != a {
 		e.frAttempt, e.frFlags = a, 0
 	}
-	if v.Table == history.TableOutbox {
+	switch v.Table {
+	case history.TableOutbox:
 		e.frFlags |= fObserved
 		if v.Published {
 			e.frFlags |= fPublished
+		}
+		return false
+	case history.TableBroker:
+		// In the broker: it was published, which proves its commit
+		// as a publish op does, unless the producer published it
+		// itself before committing.
+		e.frFlags |= fInBroker
+		if e.flags&cEarly == 0 {
+			e.frFlags |= fObserved
 		}
 		return false
 	}
@@ -156,6 +174,9 @@ func (e *event) settle() {
 	if e.frFlags&fPublished != 0 {
 		e.flags |= cPublished
 	}
+	if e.frFlags&fInBroker != 0 {
+		e.flags |= cInBroker
+	}
 }
 
 // committed reports whether e's commit took effect: it is ok, or it is
@@ -170,9 +191,10 @@ func (e *event) indeterminate() bool {
 	return e.flags&cOK == 0 && (e.flags&cInfo != 0 || (e.flags&cInvoke != 0 && e.flags&cFail == 0))
 }
 
-// subEvent flags.
+// subEvent flags, untyped so that the final-read ones (below 1<<8) fit
+// frFlags as well.
 const (
-	sAcked uint8 = 1 << iota
+	sAcked = 1 << iota
 	sDLQ
 	sSkipped
 	sResolved // applied, skipped or dead-lettered: resolved is set
@@ -182,6 +204,9 @@ const (
 	sBrokerDLQ // in the broker's dead-letter queue
 	sTimed     // its first effect row carries commit_time
 	sDLQRow    // a dead-letter row
+	// sSeen: some op of the subscription names the event (a deliver, an
+	// apply of any type, an ack...): the consumer was handed it.
+	sSeen
 )
 
 // subEvent is what one subscription did with one event.
@@ -190,7 +215,7 @@ type subEvent struct {
 	deliveries uint32
 	applies    uint32 // apply ok ops
 	effects    uint32 // final-read effect rows of attempt frAttempt
-	flags      uint8
+	flags      uint16
 	frFlags    uint8 // sInbox, sBrokerDLQ, sTimed, sDLQRow of attempt frAttempt
 	frAttempt  uint8
 }
@@ -260,13 +285,13 @@ func (se *subEvent) settle(counts bool) {
 		se.effects, se.frFlags = 0, 0
 		return
 	}
-	se.flags |= se.frFlags
+	se.flags |= uint16(se.frFlags)
 	if se.frFlags&sDLQRow != 0 {
 		se.flags |= sDLQ
 	}
 }
 
-func (se *subEvent) resolve(t int64, flag uint8) {
+func (se *subEvent) resolve(t int64, flag uint16) {
 	se.flags |= flag
 	if se.flags&sResolved == 0 {
 		se.flags |= sResolved
@@ -280,6 +305,10 @@ func (se *subEvent) resolve(t int64, flag uint8) {
 type finalReads struct {
 	state         string // missing, incomplete, complete or failed
 	attempt, good uint8  // final-read invokes; the last attempt that got its closing ok
+	// broker is the broker read of the current attempt: missing,
+	// complete or failed (shard 0 only: the op closing it names no
+	// event).
+	broker string
 }
 
 // bracket folds a bracket of type t. It reports whether it starts a new
@@ -292,7 +321,7 @@ func (f *finalReads) bracket(t history.Type) (started bool) {
 		if f.attempt < 255 {
 			f.attempt++
 		}
-		f.state = "incomplete"
+		f.state, f.broker = "incomplete", "missing"
 		return true
 	case history.OK:
 		f.state = "complete"
@@ -303,6 +332,17 @@ func (f *finalReads) bracket(t history.Type) (started bool) {
 		}
 	}
 	return false
+}
+
+// brokerRead folds the op of type t closing the current attempt's read
+// of the broker's log.
+func (f *finalReads) brokerRead(t history.Type) {
+	switch t {
+	case history.OK:
+		f.broker = "complete"
+	case history.Fail, history.Info:
+		f.broker = "failed"
+	}
 }
 
 // counts reports whether final-read rows of attempt stamp count: those of
@@ -379,11 +419,21 @@ type facts struct {
 	// brokerAttempt is how many deliveries the event had before the broker
 	// dead-lettered it in the subscription, 0 if unknown.
 	brokerAttempt int64
+	// brokerRead: the final read read the broker's whole log, so an
+	// event without a broker row is not in the broker.
+	brokerRead bool
+	// publishes: some publish op is in the history, so the relay records
+	// its publishes and an event without one was never published.
+	publishes bool
+	// lineage: the subscription's consumers record every delivery (the
+	// setup op says so, or it has a deliver op), so an event without a
+	// deliver op was never delivered to it.
+	lineage bool
 }
 
 // judge judges what one subscription did with event e (se): it counts
 // into st and calls add with each finding, anomaly or shown.
-func judge(st *SubscriptionStats, e *event, se *subEvent, f facts, add func(Kind, Boundary, string)) {
+func judge(st *SubscriptionStats, e *event, se *subEvent, f facts, add func(Kind, Boundary, stage, string)) {
 	// Once the final read is complete the effects ledger is authoritative:
 	// an event is applied iff it has an effect row. Before, apply ops are
 	// all there is.
@@ -398,7 +448,7 @@ func judge(st *SubscriptionStats, e *event, se *subEvent, f facts, add func(Kind
 	}
 	if se.deliveries > 1 {
 		st.Redelivered++
-		add(Redelivered, "", "")
+		add(Redelivered, "", 0, "")
 	}
 	if effects > 0 {
 		st.Applied++
@@ -418,34 +468,34 @@ func judge(st *SubscriptionStats, e *event, se *subEvent, f facts, add func(Kind
 	}
 	if skipped {
 		st.StaleSkipped++
-		add(StaleSkipped, "", "")
+		add(StaleSkipped, "", 0, "")
 	}
 	if !e.committed() {
 		if effects > 0 && !e.indeterminate() {
 			st.Unexpected++
-			add(Unexpected, boundary(e, se), "")
+			add(Unexpected, boundary(e, se), 0, "")
 		}
 		return
 	}
 	if effects > 1 {
 		st.DuplicateEffect++
-		add(DuplicateEffect, boundary(e, se), "")
+		add(DuplicateEffect, boundary(e, se), 0, "")
 	}
 	if effects > 0 && e.flags&cPoison != 0 {
 		st.PoisonApplied++
-		add(PoisonApplied, "", "")
+		add(PoisonApplied, "", 0, "")
 	}
 	if dlq && e.flags&cPoison == 0 {
-		add(WronglyDeadLettered, "", "")
+		add(WronglyDeadLettered, "", 0, "")
 	}
 	if f.inbox {
 		switch {
 		case se.flags&sInbox != 0 && effects == 0 && !dlq && !skipped:
 			st.InboxMismatch++
-			add(InboxMismatch, "", "inbox mark without its effect")
+			add(InboxMismatch, "", 0, "inbox mark without its effect")
 		case effects > 0 && se.flags&sInbox == 0:
 			st.InboxMismatch++
-			add(InboxMismatch, "", "effect without its inbox mark")
+			add(InboxMismatch, "", 0, "effect without its inbox mark")
 		}
 	}
 	if effects > 0 || dlq {
@@ -461,19 +511,55 @@ func judge(st *SubscriptionStats, e *event, se *subEvent, f facts, add func(Kind
 	}
 	switch {
 	case skipped:
-		add(Gap, "", "")
+		add(Gap, "", 0, "")
 	case f.final && se.applies > 0:
 		st.Lost++
-		add(Lost, Applied, "apply ok but no effect in the ledger")
+		add(Lost, Applied, lostStage(e, se, f), "apply ok but no effect in the ledger")
 	case !f.drained || !f.final:
 		st.Unseen++
-		add(Unseen, b, detail)
+		add(Unseen, b, 0, detail)
 	case e.flags&cPoison != 0:
-		add(DLQUnaccounted, b, detail)
+		add(DLQUnaccounted, b, 0, detail)
 	default:
 		st.Lost++
-		add(Lost, b, detail)
+		add(Lost, b, lostStage(e, se, f), detail)
 	}
+}
+
+// lostStage is where lost event e was last seen on its way to the
+// subscription (se): the last point of the pipeline the history shows it
+// at, and the first it shows it never reached. What a subscription did
+// is believed only where its consumers record deliveries, and what the
+// broker holds only where its log was read: otherwise the stage spans
+// the points in between rather than guess, so a loss the broker caused
+// is never put on the consumer.
+func lostStage(e *event, se *subEvent, f facts) stage {
+	if se.flags&sSeen != 0 || se.effects > 0 {
+		// The consumer was handed it: whatever the broker did, the
+		// effect is what went missing.
+		return stageOf(pointDelivered, pointApplied)
+	}
+	seen := pointCommitted
+	switch {
+	case e.flags&cPublished != 0:
+		seen = pointConfirmed
+	case e.flags&cSent != 0:
+		seen = pointPublished
+	}
+	notReached := pointDelivered
+	if !f.lineage {
+		notReached = pointApplied
+	}
+	switch {
+	case !f.brokerRead:
+		return stageOf(seen, notReached)
+	case e.flags&cInBroker != 0:
+		return stageOf(pointInBroker, notReached)
+	case seen == pointCommitted && !f.publishes:
+		return stageOf(pointCommitted, pointInBroker)
+	}
+	// Not in the broker: it stopped right after the last point seen.
+	return stageOf(seen, seen+1)
 }
 
 // regressions appends to out the order regressions among the first

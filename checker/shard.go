@@ -47,13 +47,15 @@ type shard struct {
 	// subscription, in the current final-read attempt.
 	ledger []applyRec
 	// fr follows the final read's brackets: every shard sees them.
-	fr       finalReads
-	lastTime int64
-	series   seriesAcc
-	last     int32 // the event of the previous op, or -1
-	lastID   string
-	lastSub  int32 // the subscription of the previous op, or -1
-	recent   *[recentEvents]recentEvent
+	fr finalReads
+	// publishes: some op of the shard is a publish (lostStage).
+	publishes bool
+	lastTime  int64
+	series    seriesAcc
+	last      int32 // the event of the previous op, or -1
+	lastID    string
+	lastSub   int32 // the subscription of the previous op, or -1
+	recent    *[recentEvents]recentEvent
 	// Shard 0 only: ops without an event.
 	drain             string
 	crashes, restarts int64
@@ -70,7 +72,10 @@ type subscription struct {
 	// external consumer that writes no history) can only be ordered by
 	// its effect rows' commit_time.
 	applyOps bool
-	ev       []subEvent
+	// lineage: its consumers record every delivery, as a setup op said or
+	// a deliver op shows (lostStage).
+	lineage bool
+	ev      []subEvent
 	// brokerDLQ is the attempt of each event found in the broker's
 	// dead-letter queue, by event (rare, so a map).
 	brokerDLQ map[int32]int64
@@ -98,7 +103,7 @@ func newAnalyzer(opts Options, eventsHint int) *analyzer {
 			subByNm:  make(map[string]int32),
 			pending:  make(map[pendKey]int64),
 			drain:    "missing",
-			fr:       finalReads{state: "missing"},
+			fr:       finalReads{state: "missing", broker: "missing"},
 			last:     -1,
 			lastSub:  -1,
 			recent:   new([recentEvents]recentEvent),
@@ -303,6 +308,10 @@ func (s *shard) op(op *history.Op, pos int64) {
 			_, sub := s.sub(name)
 			sub.declared = true
 		}
+		for _, name := range v.Lineage {
+			_, sub := s.sub(name)
+			sub.lineage = true
+		}
 		return
 	case history.Drain:
 		s.drain = drainAfter(s.drain, op.Type, v.Reason)
@@ -322,6 +331,9 @@ func (s *shard) op(op *history.Op, pos int64) {
 		return
 	}
 	if v.Event == "" {
+		if op.F == history.FinalRead && v.Table == history.TableBroker {
+			s.fr.brokerRead(op.Type)
+		}
 		return
 	}
 	ei, e := s.event(v, pos)
@@ -332,10 +344,17 @@ func (s *shard) op(op *history.Op, pos int64) {
 		return
 	}
 	if !e.op(op) {
+		if op.F == history.Publish {
+			s.publishes = true
+		}
 		return
 	}
 	si, sub := s.sub(v.Consumer)
 	se := sub.at(ei)
+	se.flags |= sSeen
+	if op.F == history.Deliver {
+		sub.lineage = true
+	}
 	if op.F == history.Apply {
 		sub.applyOps = true
 		s.apply(op, ei, e, si, se)

@@ -112,6 +112,17 @@ const (
 	// dead-lettered, 0 unknown), reason. It explains a loss; it is not the
 	// consumer dead-lettering a poison event.
 	TableBrokerDLQ = "broker-dlq"
+	// TableBroker is a record the harness found in the broker after the
+	// drain, reading it the way it holds events for every subscription:
+	// every partition of the events topic from its start to its
+	// high-water mark (Kafka: event, source, partition, offset), or the
+	// run's unconsumed witness queue (RabbitMQ: event, source, target the
+	// queue). A row without an event closes that read: ok when the whole
+	// log was read (target the topic or queue, detail what was read),
+	// fail or info when it could not be (error says why). The rows place
+	// a lost event: confirmed but absent from the broker's log, or in the
+	// broker but never delivered.
+	TableBroker = "broker"
 )
 
 // Op is one line of a history.
@@ -159,6 +170,11 @@ type Value struct {
 	CommitTime int64 `json:"commit_time,omitempty"`
 	// Subscriptions lists the subscriptions of the run, on a Setup op.
 	Subscriptions []string `json:"subscriptions,omitempty"`
+	// Lineage lists, on a Setup op, the subscriptions whose consumers
+	// record every delivery (the harness's own): one without a deliver
+	// op for an event was never handed it. A subscription not listed
+	// counts as recording deliveries once it has a deliver op.
+	Lineage []string `json:"lineage,omitempty"`
 }
 
 // History is a sequence of ops ordered by Time, Index numbering them from 0.
