@@ -29,6 +29,9 @@ type golden struct {
 	// detail, must contain.
 	Reasons []string `json:"reasons"`
 	Details []string `json:"details"`
+	// Stages are the stages lost events were found at, as
+	// "subscription:stage", sorted; checked when given.
+	Stages []string `json:"stages"`
 }
 
 // TestGolden judges every history in testdata/ against its sidecar, as
@@ -102,6 +105,18 @@ func TestGolden(t *testing.T) {
 			for _, s := range want.Reasons {
 				if !slices.ContainsFunc(r.Reasons, func(x string) bool { return strings.Contains(x, s) }) {
 					t.Errorf("reasons %q do not say %q", r.Reasons, s)
+				}
+			}
+			if want.Stages != nil {
+				var stages []string
+				for _, an := range r.Anomalies {
+					for _, sc := range an.Stages {
+						stages = append(stages, an.Subscription+":"+string(sc.Stage))
+					}
+				}
+				slices.Sort(stages)
+				if !slices.Equal(stages, want.Stages) {
+					t.Errorf("lost at stages %q, want %q", stages, want.Stages)
 				}
 			}
 			for _, s := range want.Details {

@@ -56,6 +56,10 @@ type genHistory struct {
 	events  []*genEvent
 	applied map[string][]*genEvent // per subscription, in apply order
 	dlq     map[string][]*genEvent
+	// broker is how the final read's read of the broker's log ended:
+	// ok (a broker row per event the broker got), fail, or 0 (not read,
+	// as before the broker read).
+	broker history.Type
 }
 
 // script is a queue of ops one actor still has to write; gate, if set,
@@ -97,7 +101,9 @@ func genCorrect(t *rapid.T) *genHistory {
 		g.h = append(g.h, history.Op{Index: int64(len(g.h)), Time: now, Process: p, Type: typ, F: f, Value: v})
 	}
 	g.h = nil
-	emit("harness", history.OK, history.Setup, history.Value{Subscriptions: g.subs})
+	emit("harness", history.OK, history.Setup, history.Value{Subscriptions: g.subs, Lineage: g.subs})
+	g.broker = rapid.SampledFrom([]history.Type{history.OK, history.OK, history.Fail, 0}).Draw(t, "broker-read")
+	inBroker := map[*genEvent]bool{}
 
 	// Producers.
 	prodQueues := make([][]*genEvent, nProducers)
@@ -272,6 +278,7 @@ func genCorrect(t *rapid.T) *genHistory {
 				if !e.early {
 					emit("relay-0", history.OK, history.Publish, history.Value{Event: e.id, Partition: 0, Offset: int64(len(g.h))})
 				}
+				inBroker[e] = true
 				for _, s := range g.subs {
 					wk := keyWorker(s, e.key)
 					wk.queue = append(wk.queue, e)
@@ -326,6 +333,14 @@ func genCorrect(t *rapid.T) *genHistory {
 		for _, e := range g.dlq[s] {
 			emit("harness", history.OK, history.FinalRead, history.Value{Table: history.TableDLQ, Event: e.id, Consumer: s})
 		}
+	}
+	if g.broker != 0 {
+		for i, e := range g.events {
+			if inBroker[e] && g.broker == history.OK {
+				emit("harness", history.OK, history.FinalRead, history.Value{Table: history.TableBroker, Event: e.id, Offset: int64(i)})
+			}
+		}
+		emit("harness", g.broker, history.FinalRead, history.Value{Table: history.TableBroker, Target: "events"})
 	}
 	emit("harness", history.OK, history.FinalRead, history.Value{})
 	return g
