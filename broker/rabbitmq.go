@@ -83,6 +83,12 @@ type RabbitConfig struct {
 	// even the confirmed publisher cannot tell (AMQP does not say how many
 	// queues a message reached), and only the checker sees the loss.
 	Unbound []string
+	// Witness makes SetupRabbitMQ declare the witness queue
+	// ([RabbitWitnessQueue]) too: bound like every subscription, never
+	// consumed, so [RabbitLog] can read after the drain what the exchange
+	// routed. A publisher then never gets a message returned as
+	// unroutable, since the witness is always bound.
+	Witness bool
 	// DeliveryLimit is each subscription queue's x-delivery-limit,
 	// overriding the default 5. RabbitMQ dead-letters a message once it has
 	// been returned (nack with requeue, or a consumer channel closing with

@@ -24,6 +24,14 @@ import (
 // Dead letters go through "<exchange>.dlx" (direct) to "<subscription>.dlq",
 // also a quorum queue, with at-least-once dead-lettering so a poison event
 // is not dropped if the DLQ is briefly unavailable.
+// With RabbitConfig.Witness, "<exchange>.witness" is one more quorum queue
+// bound to the exchange, with no delivery limit, no dead-lettering and no
+// length limit (so no x-overflow ever acts on it), that nothing consumes:
+// the harness's record of what the exchange routed, which RabbitLog reads
+// after the drain. It is not a subscription: the drain's backlog counts
+// only the subscriptions' queues. A quorum queue like theirs, so a
+// message confirmed into them was confirmed into it too: the broker
+// confirms a message once every queue it was routed to has it.
 
 // RabbitDeadLetterQueue is the name of sub's dead-letter queue. A
 // subscriber on it reads what was dead-lettered; each message there
@@ -103,6 +111,15 @@ func SetupRabbitMQ(ctx context.Context, cfg RabbitConfig) error {
 		}
 		if err := ch.QueueBind(sub, "", cfg.Exchange, false, nil); err != nil {
 			return fmt.Errorf("rabbitmq setup: bind %s to %s: %w", sub, cfg.Exchange, err)
+		}
+	}
+	if cfg.Witness {
+		w := RabbitWitnessQueue(cfg.Exchange)
+		if _, err := ch.QueueDeclare(w, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
+			return fmt.Errorf("rabbitmq setup: declare queue %s: %w", w, err)
+		}
+		if err := ch.QueueBind(w, "", cfg.Exchange, false, nil); err != nil {
+			return fmt.Errorf("rabbitmq setup: bind %s to %s: %w", w, cfg.Exchange, err)
 		}
 	}
 	if !stop() {

@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
@@ -298,8 +299,18 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 	if err := r.waitQueuesDurable(ctx); err != nil {
 		return nil, err
 	}
+	// The built-in consumers record every delivery; a team's may post
+	// some lineage, or none, so the checker learns of theirs from the
+	// deliver ops it finds.
+	var lineage []string
+	for _, sub := range cfg.Subscriptions {
+		if _, ok := cfg.System.Consumers[sub]; !ok {
+			lineage = append(lineage, sub)
+		}
+	}
 	if _, err := r.rec.Record(history.OK, history.Setup, history.Value{
 		Subscriptions: cfg.Subscriptions,
+		Lineage:       lineage,
 		Detail:        fmt.Sprintf("broker=%s producer=%s relay=%s consumer=%s seed=%d", cfg.Broker, cfg.ProducerVariant, cfg.RelayVariant, cfg.ConsumerVariant, cfg.Seed),
 	}); err != nil {
 		return nil, err
@@ -400,12 +411,16 @@ func (r *Deployment) waitQueuesDurable(ctx context.Context) error {
 	if r.cfg.Broker != "rabbitmq" || !ok {
 		return nil
 	}
+	// The witness too: one lost to that bug would make every event
+	// read as absent from the broker.
+	names := []string{r.broker.Witness()}
 	for _, sub := range r.cfg.Subscriptions {
 		q := r.broker.Qualify(sub)
-		for _, name := range []string{q, q + ".dlq"} {
-			if err := w.WaitQuorumQueueDurable(ctx, "/", name); err != nil {
-				return fmt.Errorf("pipeline: %w", err)
-			}
+		names = append(names, q, q+".dlq")
+	}
+	for _, name := range names {
+		if err := w.WaitQuorumQueueDurable(ctx, "/", name); err != nil {
+			return fmt.Errorf("pipeline: %w", err)
 		}
 	}
 	return nil
@@ -723,24 +738,68 @@ func (r *Deployment) externalQuiet() time.Duration {
 func (r *Deployment) StopAll(ctx context.Context) error { return r.sup.StopAll(ctx) }
 
 // FinalRead reads the final state into the history: the database's
-// tables and the team's, and what the broker's dead-letter queues hold
-// (rows of table broker-dlq), so an event the broker gave up on is
-// explained as such. A dead-letter read that fails is logged and left
-// out: it explains losses, it does not decide them.
+// tables and the team's, what the broker's dead-letter queues hold (rows
+// of table broker-dlq), so an event the broker gave up on is explained as
+// such, and the broker's log (rows of table broker, closed by a row
+// without an event), which places each lost event before or after the
+// broker. A broker read that fails is logged and recorded as such: it
+// explains losses, it does not decide them.
 func (r *Deployment) FinalRead(ctx context.Context) error {
-	var rows []history.Value
+	var rows []history.Entry
 	dls, err := r.broker.DeadLetters(ctx)
 	if err != nil {
 		r.log.Warn("read the broker's dead letters", "err", err)
 	}
 	for _, d := range dls {
-		src := d.Source
-		if src == "" {
-			src = producer.DefaultSource // a team's relay may not carry it
-		}
-		rows = append(rows, history.Value{Table: history.TableBrokerDLQ, Event: d.Event, Source: src, Consumer: d.Queue, Reason: d.Reason, Attempt: d.Deliveries})
+		rows = append(rows, finalRow(history.Value{Table: history.TableBrokerDLQ, Event: d.Event, Source: eventSource(d.Source), Consumer: d.Queue, Reason: d.Reason, Attempt: d.Deliveries}))
 	}
+	rows = append(rows, r.brokerLog(ctx)...)
 	return schema.FinalRead(ctx, r.db, r.rec, r.base, rows, r.teamQueries()...)
+}
+
+// brokerLog reads the broker's log into final-read rows: one per message
+// found, then the row closing the read, ok when the whole log was read,
+// info with the error when it was not. A message without an event id
+// (a team's relay that leaves out the event-id header) makes the read
+// incomplete: the events it holds cannot be told.
+func (r *Deployment) brokerLog(ctx context.Context) []history.Entry {
+	l, err := r.broker.Log(ctx)
+	rows := make([]history.Entry, 0, len(l.Records)+1)
+	var anonymous int
+	for _, rec := range l.Records {
+		if rec.Event == "" {
+			anonymous++
+			continue
+		}
+		v := history.Value{Table: history.TableBroker, Event: rec.Event, Source: eventSource(rec.Source), Partition: rec.Partition, Offset: rec.Offset}
+		if r.cfg.Broker == "rabbitmq" {
+			v.Target = l.Where
+		}
+		rows = append(rows, finalRow(v))
+	}
+	if err == nil && anonymous > 0 {
+		err = fmt.Errorf("%d of %d messages in %s carry no event id (no message_id or %s header)", anonymous, len(l.Records), l.Where, broker.HeaderEventID)
+	}
+	done := finalRow(history.Value{Table: history.TableBroker, Target: l.Where, Detail: l.Detail})
+	if err != nil {
+		r.log.Warn("read the broker's log", "err", err)
+		done.Type, done.Value.Error = history.Info, err.Error()
+	}
+	return append(rows, done)
+}
+
+// finalRow is a final-read row of v.
+func finalRow(v history.Value) history.Entry {
+	return history.Entry{Type: history.OK, F: history.FinalRead, Value: v}
+}
+
+// eventSource is the source of an event the broker holds: its source
+// header, or the run's, which a team's relay may not carry.
+func eventSource(s string) string {
+	if s == "" {
+		return producer.DefaultSource
+	}
+	return s
 }
 
 // teamQueries are the final read's queries of the team's own tables.

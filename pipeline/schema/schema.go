@@ -56,9 +56,10 @@ func Reset(ctx context.Context, db *pgxpool.Pool) error {
 // its commit_time on that clock, since the order effects committed in is
 // what order checks judge, not the order rows were inserted in.
 //
-// brokerRows are rows read from the broker before the snapshot (what its
-// dead-letter queues hold), recorded inside the same bracket.
-func FinalRead(ctx context.Context, db *pgxpool.Pool, rec *history.Recorder, base time.Time, brokerRows []history.Value, extra ...Query) error {
+// brokerRows are final-read ops read from the broker before the snapshot
+// (what its dead-letter queues and its log hold, and how the read of the
+// log ended), recorded as given inside the same bracket.
+func FinalRead(ctx context.Context, db *pgxpool.Pool, rec *history.Recorder, base time.Time, brokerRows []history.Entry, extra ...Query) error {
 	if _, err := rec.Record(history.Invoke, history.FinalRead, history.Value{}); err != nil {
 		return err
 	}
@@ -133,10 +134,8 @@ func FinalRead(ctx context.Context, db *pgxpool.Pool, rec *history.Recorder, bas
 			return err
 		}
 	}
-	for _, v := range brokerRows {
-		if _, err := rec.Record(history.OK, history.FinalRead, v); err != nil {
-			return err
-		}
+	if err := rec.RecordAll(brokerRows); err != nil {
+		return err
 	}
 	if _, err := rec.Record(history.OK, history.FinalRead, history.Value{}); err != nil {
 		return err

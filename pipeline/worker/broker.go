@@ -64,9 +64,27 @@ func SetupBroker(ctx context.Context, b Broker) error {
 	case "kafka":
 		return broker.SetupKafka(ctx, b.Kafka())
 	case "rabbitmq":
-		return broker.SetupRabbitMQ(ctx, b.rabbit())
+		cfg := b.rabbit()
+		cfg.Witness = true // for Log
+		return broker.SetupRabbitMQ(ctx, cfg)
 	}
 	return fmt.Errorf("worker: unknown broker %q (valid: kafka, rabbitmq)", b.Kind)
+}
+
+// Witness names the RabbitMQ witness queue SetupBroker declares, which
+// Log reads.
+func (b Broker) Witness() string { return broker.RabbitWitnessQueue(b.Events()) }
+
+// Log reads what b holds of the run's events for every subscription:
+// the whole events topic (Kafka) or the witness queue (RabbitMQ).
+func (b Broker) Log(ctx context.Context) (broker.Log, error) {
+	switch b.Kind {
+	case "kafka":
+		return broker.KafkaLog(ctx, b.kafka())
+	case "rabbitmq":
+		return broker.RabbitLog(ctx, b.rabbit())
+	}
+	return broker.Log{}, fmt.Errorf("worker: unknown broker %q (valid: kafka, rabbitmq)", b.Kind)
 }
 
 // DeadLetters reads what b's dead-letter queues (RabbitMQ) or topic
