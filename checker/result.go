@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/deliverycheck/deliverycheck/history"
@@ -215,6 +216,22 @@ func (s Stage) Meaning(sub string) string {
 		why += ", and " + sub + "'s consumers record no deliveries"
 	}
 	return "lost between " + x + " and " + y + " (" + why + ")"
+}
+
+// StageSummary says in words where a's lost events were last seen, how
+// many at each stage ("3 confirmed by the broker, but absent from the
+// broker's log: the broker lost it; 1 delivered to inventory, its effect
+// rolled back"), or "" when it has no stages: the one wording the
+// command line, the report and junit.xml share.
+func (a *Anomaly) StageSummary() string {
+	var b strings.Builder
+	for i, sc := range a.Stages {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(strconv.Itoa(sc.Count) + " " + sc.Stage.Meaning(a.Subscription))
+	}
+	return b.String()
 }
 
 // Result is the outcome of a check. It marshals to the stable

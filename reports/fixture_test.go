@@ -21,7 +21,8 @@ const (
 
 // fixture describes a small run of a pipeline with two subscriptions:
 // inventory applies event e3 twice after a crash (duplicate effect), the
-// email subscription never gets e4 (lost), the relay sits through a
+// email subscription never gets e4 (lost, though the broker's log read
+// at the end holds it: never delivered), the relay sits through a
 // partition, and e7's commit is in doubt. With hostile it plants hostile
 // strings in ids, errors, details and names.
 type fixture struct {
@@ -44,7 +45,7 @@ func (f fixture) ops() history.History {
 	ms := int64(time.Millisecond)
 	// effects is the ledger: one row per apply ok, read back at the end.
 	var effects []history.Value
-	add(ms, "harness", history.OK, history.Setup, history.Value{Subscriptions: []string{"inventory", email}})
+	add(ms, "harness", history.OK, history.Setup, history.Value{Subscriptions: []string{"inventory", email}, Lineage: []string{"inventory", email}})
 	events := []struct{ id, key string }{{"e1", "k1"}, {"e2", "k1"}, {"e3", "k2"}, {"e4", "k3"}, {e5, key5}, {"e6", "k2"}}
 	ver := map[string]int64{}
 	versions := map[string]int64{}
@@ -106,6 +107,10 @@ func (f fixture) ops() history.History {
 	for _, v := range effects {
 		add(ms, "harness", history.OK, history.FinalRead, v)
 	}
+	for _, e := range events {
+		add(ms, "harness", history.OK, history.FinalRead, history.Value{Table: history.TableBroker, Event: e.id, Target: "run.events.witness"})
+	}
+	add(ms, "harness", history.OK, history.FinalRead, history.Value{Table: history.TableBroker, Target: "run.events.witness", Detail: "witness queue read whole: 6 messages"})
 	add(ms, "harness", history.OK, history.FinalRead, history.Value{})
 	return h
 }

@@ -121,6 +121,7 @@ type anomalyView struct {
 	Fatal        bool
 	Count        int
 	Boundaries   string
+	Stages       string // where the lost events were last seen, in words
 	Events       []string
 	MoreEvents   int
 	Examples     []exampleView
@@ -130,6 +131,9 @@ type exampleView struct {
 	Event, Source, Key string
 	Version            int64
 	Boundary, Detail   string
+	// Stage is where a lost event was last seen; StageMeaning says it in
+	// words.
+	Stage, StageMeaning string
 	Chain              []chainStep // commit → publish → deliver → apply → ack, summarised
 	Steps              []stepView
 }
@@ -313,10 +317,11 @@ func newAnomalyView(i int, a checker.Anomaly) anomalyView {
 		bs = append(bs, fmt.Sprintf("%d after %s", b.Count, b.Boundary))
 	}
 	av.Boundaries = strings.Join(bs, ", ")
+	av.Stages = a.StageSummary()
 	av.Events = a.Events[:min(len(a.Events), maxEventsShown)]
 	av.MoreEvents = a.Count - len(av.Events)
 	for _, ex := range a.Examples {
-		av.Examples = append(av.Examples, newExampleView(ex))
+		av.Examples = append(av.Examples, newExampleView(ex, a.Subscription))
 	}
 	return av
 }
@@ -324,8 +329,11 @@ func newAnomalyView(i int, a checker.Anomaly) anomalyView {
 // stageOrder is the pipeline order of the lineage chain.
 var stageOrder = []history.F{history.Commit, history.Publish, history.Deliver, history.Apply, history.SkipStale, history.Ack, history.DLQ, history.FinalRead}
 
-func newExampleView(ex checker.Example) exampleView {
-	e := exampleView{Event: ex.Event, Source: ex.Source, Key: ex.Key, Version: ex.Version, Boundary: string(ex.Boundary), Detail: ex.Detail}
+func newExampleView(ex checker.Example, sub string) exampleView {
+	e := exampleView{Event: ex.Event, Source: ex.Source, Key: ex.Key, Version: ex.Version, Boundary: string(ex.Boundary), Stage: string(ex.Stage), Detail: ex.Detail}
+	if ex.Stage != "" {
+		e.StageMeaning = ex.Stage.Meaning(sub)
+	}
 	type tally struct {
 		types    map[history.Type]int
 		attempts []int64

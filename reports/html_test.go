@@ -187,7 +187,7 @@ func TestLineage(t *testing.T) {
 	if dup == nil || len(dup.Examples) == 0 {
 		t.Fatalf("no duplicate-effect example: %+v", res.Anomalies)
 	}
-	ex := newExampleView(dup.Examples[0])
+	ex := newExampleView(dup.Examples[0], dup.Subscription)
 	var stages []string
 	for _, c := range ex.Chain {
 		stages = append(stages, c.Stage+": "+c.Summary)
@@ -286,6 +286,12 @@ func TestHTMLEscapesUntrustedText(t *testing.T) {
 	for _, s := range []string{"&lt;script&gt;alert(", "&lt;img src=x onerror=alert(1)&gt;", "&lt;svg onload=alert(2)&gt;"} {
 		if !strings.Contains(page, s) {
 			t.Errorf("page does not show %q escaped", s)
+		}
+	}
+	// The stage's words carry the hostile subscription name, escaped.
+	for _, s := range []string{"<b>never-delivered</b>", "in the broker, never delivered to email&#39;&#34;&gt;&lt;svg onload=alert(2)&gt;"} {
+		if !strings.Contains(page, s) {
+			t.Errorf("page does not show where e4 was lost: %q\n%s", s, grepLines(page, "never"))
 		}
 	}
 	if !strings.Contains(page, "Components under test") {

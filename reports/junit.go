@@ -189,6 +189,11 @@ func failureMessage(c Check, a *checker.Anomaly) string {
 	if len(c.Events) > 0 {
 		msg += ", e.g. " + strings.Join(c.Events[:min(len(c.Events), 3)], ", ")
 	}
+	if a != nil {
+		if st := a.StageSummary(); st != "" {
+			msg += "; where lost: " + st
+		}
+	}
 	return msg
 }
 
@@ -200,7 +205,7 @@ func failureBody(c Check, a *checker.Anomaly) string {
 	if a == nil || len(a.Examples) == 0 {
 		return b.String()
 	}
-	ex := newExampleView(a.Examples[0])
+	ex := newExampleView(a.Examples[0], a.Subscription)
 	fmt.Fprintf(&b, "lineage of %s (key %s v%d):\n", ex.Event, ex.Key, ex.Version)
 	for _, st := range ex.Steps {
 		fmt.Fprintf(&b, "  %s %-12s %-6s %s", st.Time, st.Stage, st.Type, st.Process)

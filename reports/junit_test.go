@@ -80,7 +80,7 @@ func TestJUnit(t *testing.T) {
 				"inventory: no phantom effects": "pass", "inventory: poison dead-lettered": "pass", "inventory: only poison dead-lettered": "pass",
 				"inventory: poison never applied": "pass", "inventory: inbox and effects agree": "pass",
 			},
-			message: map[string]string{"email: no loss": "no loss broken in email: 1 lost (1 after published), e.g. e4",
+			message: map[string]string{"email: no loss": "no loss broken in email: 1 lost (1 after published), e.g. e4; where lost: 1 in the broker, never delivered to email",
 				"inventory: no duplicate effects": "1 duplicate-effect (1 after acked), e.g. e3"},
 			body:   map[string]string{"inventory: no duplicate effects": "deliver"},
 			counts: [4]int{2, 0, 0, 18},

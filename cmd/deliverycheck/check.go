@@ -164,6 +164,9 @@ func printSummary(w io.Writer, r *checker.Result, paths []string, out string) {
 			fmt.Fprintf(w, " (%s)", strings.Join(bs, ", "))
 		}
 		fmt.Fprintf(w, ", e.g. %s\n", strings.Join(a.Events[:min(len(a.Events), 5)], ", "))
+		if st := a.StageSummary(); st != "" {
+			fmt.Fprintf(w, "          where lost: %s\n", st)
+		}
 	}
 	for _, a := range r.Shown {
 		where := ""
