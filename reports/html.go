@@ -134,8 +134,8 @@ type exampleView struct {
 	// Stage is where a lost event was last seen; StageMeaning says it in
 	// words.
 	Stage, StageMeaning string
-	Chain              []chainStep // commit → publish → deliver → apply → ack, summarised
-	Steps              []stepView
+	Chain               []chainStep // commit → publish → deliver → apply → ack, summarised
+	Steps               []stepView
 }
 
 // chainStep is one boundary of an event's lineage with how often it was
