@@ -57,9 +57,33 @@ func runScenario(t *testing.T, s scenarios.Scenario, seed uint64, out string) *O
 	return o
 }
 
+// lostAt is where each known-bad scenario that loses events loses them:
+// the stage (checker.Stage) every lost event of every subscription must
+// be found at, from the history alone, its final read having read the
+// broker's log. A loss the broker caused must never read as the
+// consumer's, nor the consumer's as the broker's.
+var lostAt = map[string]checker.Stage{
+	// The offset is committed before the effect's transaction, which the
+	// failpoint kills: delivered, its effect rolled back.
+	"bad-ack-first": checker.RolledBack,
+	// The producer dies after its commit, before its direct publish.
+	"bad-dual-write": checker.NeverPublished,
+	// Rows that commit late below the relay's mark are never published.
+	"bad-high-water-mark": checker.NeverPublished,
+	// acks=0: the relay records a publish as ok without a confirm, and
+	// what the frozen, then killed, broker had not stored is not in its
+	// log.
+	"bad-unconfirmed": checker.AbsentFromBroker,
+	// The witness queue is bound, the inventory queue is not: in the
+	// broker, never delivered to inventory.
+	"bad-unroutable": checker.NeverDelivered,
+}
+
 // TestDetectionMatrix runs every built-in scenario once: each known-bad
 // one must be caught (invalid, with its anomaly), each correct one valid.
-// Failpoint scenarios must also show their crashes in the history.
+// Failpoint scenarios must also show their crashes in the history, and
+// the losses of the known-bad ones that lose events must be found at
+// their stage (lostAt).
 func TestDetectionMatrix(t *testing.T) {
 	out := t.TempDir()
 	if os.Getenv("DELIVERYCHECK_KEEP") != "" {
@@ -75,6 +99,22 @@ func TestDetectionMatrix(t *testing.T) {
 			}
 			if r.Counts.Committed == 0 {
 				t.Fatal("nothing was committed")
+			}
+			if want, ok := lostAt[s.Name]; ok {
+				if r.Facts.BrokerRead != "complete" {
+					t.Errorf("broker read %s, want complete", r.Facts.BrokerRead)
+				}
+				for _, an := range r.Anomalies {
+					if an.Kind != checker.Lost {
+						continue
+					}
+					t.Logf("lost in %s: %s", an.Subscription, an.StageSummary())
+					for _, sc := range an.Stages {
+						if sc.Stage != want {
+							t.Errorf("%d lost in %s at %s, want all at %s", sc.Count, an.Subscription, sc.Stage, want)
+						}
+					}
+				}
 			}
 			if len(s.Nemesis.Failpoints) > 0 && r.Counts.Crashes == 0 {
 				t.Error("failpoints were armed but no crash is in the history")
