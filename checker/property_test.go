@@ -101,7 +101,10 @@ func genCorrect(t *rapid.T) *genHistory {
 		g.h = append(g.h, history.Op{Index: int64(len(g.h)), Time: now, Process: p, Type: typ, F: f, Value: v})
 	}
 	g.h = nil
-	emit("harness", history.OK, history.Setup, history.Value{Subscriptions: g.subs, Lineage: g.subs})
+	emit("harness", history.OK, history.Setup, history.Value{Subscriptions: g.subs})
+	for _, s := range g.subs {
+		emit("harness", history.OK, history.Lineage, history.Value{Consumer: s})
+	}
 	g.broker = rapid.SampledFrom([]history.Type{history.OK, history.OK, history.Fail, 0}).Draw(t, "broker-read")
 	inBroker := map[*genEvent]bool{}
 

@@ -72,8 +72,8 @@ type subscription struct {
 	// external consumer that writes no history) can only be ordered by
 	// its effect rows' commit_time.
 	applyOps bool
-	// lineage: its consumers record every delivery, as a setup op said or
-	// a deliver op shows (lostStage).
+	// lineage: its consumers record every delivery, as a lineage op says
+	// or a deliver op shows (lostStage).
 	lineage bool
 	ev      []subEvent
 	// brokerDLQ is the attempt of each event found in the broker's
@@ -161,7 +161,7 @@ func bracket(op *history.Op) bool {
 // runLevel reports whether ops of f describe the run, not one event.
 func runLevel(f history.F) bool {
 	switch f {
-	case history.Setup, history.Drain, history.Fault, history.Crash, history.Restart:
+	case history.Setup, history.Lineage, history.Drain, history.Fault, history.Crash, history.Restart:
 		return true
 	}
 	return false
@@ -308,10 +308,10 @@ func (s *shard) op(op *history.Op, pos int64) {
 			_, sub := s.sub(name)
 			sub.declared = true
 		}
-		for _, name := range v.Lineage {
-			_, sub := s.sub(name)
-			sub.lineage = true
-		}
+		return
+	case history.Lineage:
+		_, sub := s.sub(v.Consumer)
+		sub.lineage = true
 		return
 	case history.Drain:
 		s.drain = drainAfter(s.drain, op.Type, v.Reason)

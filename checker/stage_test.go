@@ -36,7 +36,11 @@ func (b *builder) finalReadBroker(broker history.Type, rows ...history.Value) *b
 // setup declares the run's subscriptions, those in lineage recording every
 // delivery.
 func (b *builder) setup(subs, lineage []string) *builder {
-	return b.op("harness", history.OK, history.Setup, history.Value{Subscriptions: subs, Lineage: lineage})
+	b.op("harness", history.OK, history.Setup, history.Value{Subscriptions: subs})
+	for _, sub := range lineage {
+		b.op("harness", history.OK, history.Lineage, history.Value{Consumer: sub})
+	}
+	return b
 }
 
 // lostStages returns the stage of each lost event of subscription sub, by

@@ -421,8 +421,6 @@ func (d *decoder) value(v *Value) error {
 			v.CommitTime, err = d.int()
 		case "subscriptions":
 			v.Subscriptions, err = d.strings()
-		case "lineage":
-			v.Lineage, err = d.strings()
 		default:
 			err = errSlow
 		}

@@ -49,8 +49,17 @@ func (op Op) AppendJSON(dst []byte) []byte {
 	dst = appendStrField(dst, n, "detail", v.Detail)
 	dst = appendStrField(dst, n, "evidence", v.Evidence)
 	dst = appendIntField(dst, n, "commit_time", v.CommitTime)
-	dst = appendStrsField(dst, n, "subscriptions", v.Subscriptions)
-	dst = appendStrsField(dst, n, "lineage", v.Lineage)
+	if len(v.Subscriptions) > 0 {
+		dst = appendKey(dst, n, "subscriptions")
+		dst = append(dst, '[')
+		for i, s := range v.Subscriptions {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendString(dst, s)
+		}
+		dst = append(dst, ']')
+	}
 	return append(dst, "}}"...)
 }
 
@@ -68,20 +77,6 @@ func appendStrField(dst []byte, start int, k, v string) []byte {
 		return dst
 	}
 	return appendString(appendKey(dst, start, k), v)
-}
-
-func appendStrsField(dst []byte, start int, k string, v []string) []byte {
-	if len(v) == 0 {
-		return dst
-	}
-	dst = append(appendKey(dst, start, k), '[')
-	for i, s := range v {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendString(dst, s)
-	}
-	return append(dst, ']')
 }
 
 func appendIntField(dst []byte, start int, k string, v int64) []byte {

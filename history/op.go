@@ -86,6 +86,12 @@ const (
 	Restart   F = "restart"    // nemesis/harness: process value.target started again
 	Drain     F = "drain"      // harness: ok = every committed row consumed; info/fail = deadline passed
 	FinalRead F = "final-read" // harness: one ok per row of the final state, bracketed by invoke/ok without table
+	// Lineage is the harness's ok, at setup, naming in value.consumer a
+	// subscription whose consumers record every delivery (its own): one
+	// without a deliver op for an event was never handed it. A
+	// subscription without one counts as recording its deliveries once
+	// it has a deliver op (a team's consumer may post none).
+	Lineage F = "lineage"
 )
 
 // Reasons with a meaning of their own, in value.reason.
@@ -170,11 +176,6 @@ type Value struct {
 	CommitTime int64 `json:"commit_time,omitempty"`
 	// Subscriptions lists the subscriptions of the run, on a Setup op.
 	Subscriptions []string `json:"subscriptions,omitempty"`
-	// Lineage lists, on a Setup op, the subscriptions whose consumers
-	// record every delivery (the harness's own): one without a deliver
-	// op for an event was never handed it. A subscription not listed
-	// counts as recording deliveries once it has a deliver op.
-	Lineage []string `json:"lineage,omitempty"`
 }
 
 // History is a sequence of ops ordered by Time, Index numbering them from 0.

@@ -299,20 +299,22 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 	if err := r.waitQueuesDurable(ctx); err != nil {
 		return nil, err
 	}
+	if _, err := r.rec.Record(history.OK, history.Setup, history.Value{
+		Subscriptions: cfg.Subscriptions,
+		Detail:        fmt.Sprintf("broker=%s producer=%s relay=%s consumer=%s seed=%d", cfg.Broker, cfg.ProducerVariant, cfg.RelayVariant, cfg.ConsumerVariant, cfg.Seed),
+	}); err != nil {
+		return nil, err
+	}
 	// The built-in consumers record every delivery; a team's may post
 	// some lineage, or none, so the checker learns of theirs from the
 	// deliver ops it finds.
-	var lineage []string
+	var lineage []history.Entry
 	for _, sub := range cfg.Subscriptions {
 		if _, ok := cfg.System.Consumers[sub]; !ok {
-			lineage = append(lineage, sub)
+			lineage = append(lineage, history.Entry{Type: history.OK, F: history.Lineage, Value: history.Value{Consumer: sub}})
 		}
 	}
-	if _, err := r.rec.Record(history.OK, history.Setup, history.Value{
-		Subscriptions: cfg.Subscriptions,
-		Lineage:       lineage,
-		Detail:        fmt.Sprintf("broker=%s producer=%s relay=%s consumer=%s seed=%d", cfg.Broker, cfg.ProducerVariant, cfg.RelayVariant, cfg.ConsumerVariant, cfg.Seed),
-	}); err != nil {
+	if err := r.rec.RecordAll(lineage); err != nil {
 		return nil, err
 	}
 	r.sup, err = supervisor.New(supervisor.Config{

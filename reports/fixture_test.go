@@ -45,7 +45,10 @@ func (f fixture) ops() history.History {
 	ms := int64(time.Millisecond)
 	// effects is the ledger: one row per apply ok, read back at the end.
 	var effects []history.Value
-	add(ms, "harness", history.OK, history.Setup, history.Value{Subscriptions: []string{"inventory", email}, Lineage: []string{"inventory", email}})
+	add(ms, "harness", history.OK, history.Setup, history.Value{Subscriptions: []string{"inventory", email}})
+	for _, sub := range []string{"inventory", email} {
+		add(0, "harness", history.OK, history.Lineage, history.Value{Consumer: sub})
+	}
 	events := []struct{ id, key string }{{"e1", "k1"}, {"e2", "k1"}, {"e3", "k2"}, {"e4", "k3"}, {e5, key5}, {"e6", "k2"}}
 	ver := map[string]int64{}
 	versions := map[string]int64{}
