@@ -32,6 +32,10 @@ import (
 // only the subscriptions' queues. A quorum queue like theirs, so a
 // message confirmed into them was confirmed into it too: the broker
 // confirms a message once every queue it was routed to has it.
+// Should the subscriptions ever be classic queues, the witness must be
+// one too: a quorum queue keeps a transient message a classic queue loses
+// on restart, and that loss would read as never delivered, not as the
+// broker's.
 
 // RabbitDeadLetterQueue is the name of sub's dead-letter queue. A
 // subscriber on it reads what was dead-lettered; each message there

@@ -80,7 +80,7 @@ func (b Broker) Witness() string { return broker.RabbitWitnessQueue(b.Events()) 
 func (b Broker) Log(ctx context.Context) (broker.Log, error) {
 	switch b.Kind {
 	case "kafka":
-		return broker.KafkaLog(ctx, b.kafka())
+		return broker.KafkaLog(ctx, b.Kafka())
 	case "rabbitmq":
 		return broker.RabbitLog(ctx, b.rabbit())
 	}
