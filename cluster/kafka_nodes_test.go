@@ -49,6 +49,7 @@ func TestKafkaNodes(t *testing.T) {
 	t.Run("isolate-follower-heal", func(t *testing.T) { k.isolateFollower(t, ctx) })
 	t.Run("inter-broker-cut-of-leader", func(t *testing.T) { k.cutLeader(t, ctx) })
 	t.Logf("after the faults the three JVMs hold %.0f MiB", javaRSSMiB(c.PIDs()))
+	t.Run("stop-start-cluster-keeps-data", func(t *testing.T) { k.stopStart(t, ctx) })
 	t.Run("close-leaves-nothing", func(t *testing.T) { k.closeLeavesNothing(t) })
 }
 
@@ -537,6 +538,33 @@ func (k *kafkaNodes) cutLeader(t *testing.T, ctx context.Context) {
 		t.Errorf("cut of %s dropped no packets: %v", old.Name(), ev)
 	}
 	acked = append(acked, produce(t, ctx, k.client(t), topic, "healed", 20)...)
+	k.waitWhole(t, ctx, topic)
+	k.readBack(t, ctx, topic, acked)
+}
+
+// stopStart stops the whole cluster (every node's controlled shutdown at
+// once) and starts it again: the same data, every acknowledged record.
+func (k *kafkaNodes) stopStart(t *testing.T, ctx context.Context) {
+	const topic = "stop-start"
+	k.createTopic(t, ctx, topic)
+	acked := produce(t, ctx, k.client(t), topic, "before", 20)
+	s := k.c.Service(cluster.Kafka)
+	start := time.Now()
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Since(start)
+	for _, n := range k.nodes {
+		if got := n.ExitStatus(); got != "exit status 0" && got != "exit status 143" {
+			t.Errorf("%s stopped with %q, want a clean exit", n.Name(), got)
+		}
+	}
+	start = time.Now()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stopped in %v, started again in %v", stopped.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	acked = append(acked, produce(t, ctx, k.client(t), topic, "after", 20)...)
 	k.waitWhole(t, ctx, topic)
 	k.readBack(t, ctx, topic, acked)
 }
