@@ -564,6 +564,14 @@ func (k *kafkaNodes) stopStart(t *testing.T, ctx context.Context) {
 		t.Fatal(err)
 	}
 	t.Logf("stopped in %v, started again in %v", stopped.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	// Start again starts only what does not run: nothing here.
+	pids := k.c.PIDs()
+	if err := s.Start(ctx); err != nil {
+		t.Fatalf("Start of a running cluster: %v", err)
+	}
+	if got := k.c.PIDs(); !slices.Equal(got, pids) {
+		t.Errorf("Start of a running cluster changed its processes: %v, then %v", pids, got)
+	}
 	acked = append(acked, produce(t, ctx, k.client(t), topic, "after", 20)...)
 	k.waitWhole(t, ctx, topic)
 	k.readBack(t, ctx, topic, acked)

@@ -229,10 +229,11 @@ func (c *KafkaCluster) Version() string {
 	return ""
 }
 
-// Start implements cluster.Service: it starts every node concurrently (a
-// KRaft quorum cannot form one node at a time) and returns once every
-// node lists all the others as live brokers and the controller quorum
-// has a leader. If any node fails, every node is killed.
+// Start implements cluster.Service: it starts every node that does not
+// run, concurrently (a KRaft quorum cannot form one node at a time), and
+// returns once every node lists all the others as live brokers and the
+// controller quorum has a leader. If any node fails, every node is
+// killed.
 func (c *KafkaCluster) Start(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -245,6 +246,9 @@ func (c *KafkaCluster) Start(ctx context.Context) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, n := range c.nodes {
+		if _, err := n.running(); err == nil {
+			continue // e.g. the others of a node that was killed
+		}
 		g.Go(func() error { return n.Start(gctx) })
 	}
 	err := g.Wait()
