@@ -54,6 +54,25 @@ type Spec struct {
 	Expect *verdict.Expectation
 }
 
+// fits says why servers someone else started (Options.Cluster) are not
+// the ones spec asks for, or nil: a run on a single node that asked for
+// three would prove nothing about replication and look as if it had.
+func (spec Spec) fits(cl *cluster.Cluster) error {
+	for _, svc := range []string{spec.Pipeline.Broker, cluster.Postgres} {
+		want := spec.Nodes[svc]
+		if svc == cluster.Postgres && spec.Standby != "" {
+			want = 2
+		}
+		if want <= 1 {
+			want = 0 // a single server has no nodes
+		}
+		if got := len(cl.Nodes(svc)); got != want {
+			return fmt.Errorf("provision: the servers given run %s with %d nodes, the scenario asks for %d", svc, max(got, 1), max(want, 1))
+		}
+	}
+	return nil
+}
+
 // Options say where and how to run.
 type Options struct {
 	// Out is the root of run folders: a run writes Out/<scenario>/<time>/
@@ -131,6 +150,10 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 				log.Warn("close servers", "err", err)
 			}
 		}()
+	}
+	if err := spec.fits(cl); err != nil {
+		out.HarnessErr = err
+		return out, writeAll(out, &meta, nil, log)
 	}
 	meta.Environment.Runtime = cl.Runtime()
 	meta.Environment.Servers = cl.Versions()

@@ -589,10 +589,12 @@ func (s System) clone() System {
 	return c
 }
 
-// KnownBad reports whether any component is a deliberately broken variant.
+// KnownBad reports whether any component is a deliberately broken variant,
+// or a setting is (an asynchronous standby).
 func (s Scenario) KnownBad() bool {
 	correctRelay := s.Variants.Relay == relay.Polling || s.Variants.Relay == relay.Debezium
-	return s.Variants.Producer != producer.Outbox || !correctRelay || s.Variants.Consumer != consumer.Inbox
+	badSetting := s.Postgres.Standby == "async"
+	return s.Variants.Producer != producer.Outbox || !correctRelay || s.Variants.Consumer != consumer.Inbox || badSetting
 }
 
 // clone is a deep copy, so Set can fail without touching the original.
