@@ -98,6 +98,13 @@ type RabbitConfig struct {
 	// Prefetch is the subscriber's QoS prefetch count (unacked deliveries
 	// in flight per subscriber), overriding the default 32.
 	Prefetch int
+	// QueueType is the subscriptions' queue type: "" or "quorum" (the
+	// correct one, see the topology's comment), or "classic": durable,
+	// but a message published non-persistent (RabbitTransient) is kept
+	// in memory only and lost on a restart, and the broker enforces no
+	// delivery limit. The witness queue follows it, so such a loss reads
+	// as the broker's.
+	QueueType string
 	// Heartbeat is the AMQP heartbeat interval, overriding the default 5s.
 	// A peer that goes silent (partition, paused broker) is declared dead
 	// after about two intervals, which bounds how long a confirm can hang.
@@ -146,6 +153,9 @@ func (c RabbitConfig) withDefaults() RabbitConfig {
 func (c RabbitConfig) validate() error {
 	if c.URL == "" {
 		return errors.New("broker: rabbitmq config: URL is empty")
+	}
+	if c.QueueType != "" && c.QueueType != "quorum" && c.QueueType != "classic" {
+		return fmt.Errorf("broker: rabbitmq config: queue type %q (want quorum or classic)", c.QueueType)
 	}
 	if c.DeliveryLimit < 0 || c.Prefetch < 0 || c.Prefetch > 65535 {
 		return fmt.Errorf("broker: rabbitmq config: delivery limit %d and prefetch %d must be positive (prefetch at most 65535)", c.DeliveryLimit, c.Prefetch)

@@ -32,10 +32,10 @@ import (
 // only the subscriptions' queues. A quorum queue like theirs, so a
 // message confirmed into them was confirmed into it too: the broker
 // confirms a message once every queue it was routed to has it.
-// Should the subscriptions ever be classic queues, the witness must be
-// one too: a quorum queue keeps a transient message a classic queue loses
-// on restart, and that loss would read as never delivered, not as the
-// broker's.
+// When the subscriptions are classic queues (RabbitConfig.QueueType), the
+// witness is one too: a quorum queue keeps a transient message a classic
+// queue loses on restart, and that loss would read as never delivered,
+// not as the broker's.
 
 // RabbitDeadLetterQueue is the name of sub's dead-letter queue. A
 // subscriber on it reads what was dead-lettered; each message there
@@ -93,7 +93,7 @@ func SetupRabbitMQ(ctx context.Context, cfg RabbitConfig) error {
 		if err := ch.QueueBind(dlq, sub, dlx, false, nil); err != nil {
 			return fmt.Errorf("rabbitmq setup: bind %s to %s: %w", dlq, dlx, err)
 		}
-		if _, err := ch.QueueDeclare(sub, true, false, false, false, amqp.Table{
+		args := amqp.Table{
 			amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
 			"x-delivery-limit":          int64(cfg.DeliveryLimit),
 			"x-dead-letter-exchange":    dlx,
@@ -104,7 +104,17 @@ func SetupRabbitMQ(ctx context.Context, cfg RabbitConfig) error {
 			// here because no length limit is set.
 			"x-dead-letter-strategy": "at-least-once",
 			amqp.QueueOverflowArg:    amqp.QueueOverflowRejectPublish,
-		}); err != nil {
+		}
+		if cfg.classic() {
+			// No delivery limit nor dead-letter strategy: classic
+			// queues have neither.
+			args = amqp.Table{
+				amqp.QueueTypeArg:           amqp.QueueTypeClassic,
+				"x-dead-letter-exchange":    dlx,
+				"x-dead-letter-routing-key": sub,
+			}
+		}
+		if _, err := ch.QueueDeclare(sub, true, false, false, false, args); err != nil {
 			return fmt.Errorf("rabbitmq setup: declare queue %s: %w", sub, err)
 		}
 		if slices.Contains(cfg.Unbound, sub) {
@@ -119,7 +129,7 @@ func SetupRabbitMQ(ctx context.Context, cfg RabbitConfig) error {
 	}
 	if cfg.Witness {
 		w := RabbitWitnessQueue(cfg.Exchange)
-		if _, err := ch.QueueDeclare(w, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
+		if _, err := ch.QueueDeclare(w, true, false, false, false, amqp.Table{amqp.QueueTypeArg: cfg.queueType()}); err != nil {
 			return fmt.Errorf("rabbitmq setup: declare queue %s: %w", w, err)
 		}
 		if err := ch.QueueBind(w, "", cfg.Exchange, false, nil); err != nil {
@@ -130,4 +140,15 @@ func SetupRabbitMQ(ctx context.Context, cfg RabbitConfig) error {
 		return fmt.Errorf("rabbitmq setup: %w", ctx.Err())
 	}
 	return nil
+}
+
+// classic reports whether the subscriptions' queues are classic queues.
+func (c RabbitConfig) classic() bool { return c.QueueType == amqp.QueueTypeClassic }
+
+// queueType is the subscriptions' (and the witness's) queue type.
+func (c RabbitConfig) queueType() string {
+	if c.classic() {
+		return amqp.QueueTypeClassic
+	}
+	return amqp.QueueTypeQuorum
 }

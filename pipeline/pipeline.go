@@ -80,6 +80,9 @@ type Config struct {
 	// paused consumer holds a full window), which some scenarios' races
 	// depend on, so it is not raised with the workers by default.
 	Prefetch int
+	// QueueType is the RabbitMQ queue type of the subscriptions' queues,
+	// "" for quorum (broker.RabbitConfig.QueueType).
+	QueueType string
 	// ConsumerWork is how long each effect takes inside the consumer's
 	// transaction (default none).
 	ConsumerWork time.Duration
@@ -292,6 +295,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		Unbound:       cfg.Unbound,
 		DeliveryLimit: int(cfg.MaxAttempts),
 		Prefetch:      cfg.Prefetch,
+		QueueType:     cfg.QueueType,
 	}
 	if err := worker.SetupBroker(ctx, r.broker); err != nil {
 		return nil, err
@@ -415,10 +419,16 @@ func (r *Deployment) waitQueuesDurable(ctx context.Context) error {
 	}
 	// The witness too: one lost to that bug would make every event
 	// read as absent from the broker.
-	names := []string{r.broker.Witness()}
+	var names []string
 	for _, sub := range r.cfg.Subscriptions {
 		q := r.broker.Qualify(sub)
-		names = append(names, q, q+".dlq")
+		if r.cfg.QueueType != "classic" { // a classic queue has no Raft log to wait for
+			names = append(names, q)
+		}
+		names = append(names, q+".dlq")
+	}
+	if r.cfg.QueueType != "classic" {
+		names = append(names, r.broker.Witness())
 	}
 	for _, name := range names {
 		if err := w.WaitQuorumQueueDurable(ctx, "/", name); err != nil {

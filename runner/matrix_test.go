@@ -86,6 +86,9 @@ var lostAt = map[string]checker.Stage{
 	// acks=1: the old leader confirmed them alone, and its successor
 	// never had them.
 	"bad-leader-ack": checker.AbsentFromBroker,
+	// Non-persistent in classic queues (the witness one too): the
+	// restart dropped them after the broker confirmed them.
+	"bad-transient": checker.AbsentFromBroker,
 }
 
 // TestDetectionMatrix runs every built-in scenario once: each known-bad

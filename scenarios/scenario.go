@@ -267,6 +267,12 @@ type Broker struct {
 	// (local runtime, as root; anything else is refused before the run
 	// starts, saying what is missing).
 	Nodes int `yaml:"nodes,omitempty" range:">=1,zero=default"`
+	// QueueType is the RabbitMQ queue type of the subscriptions' queues:
+	// `quorum` (the default: replicated, every message fsynced before
+	// the confirm, a delivery limit) or `classic` (a message published
+	// non-persistent lives in memory only, and a restart drops it; no
+	// delivery limit, so no poison events). RabbitMQ only.
+	QueueType string `yaml:"queue_type,omitempty" enum:"queue type"`
 }
 
 // Postgres is the database the outbox, the inboxes and the effects live
@@ -481,6 +487,7 @@ func (s Scenario) PipelineConfig() pipeline.Config {
 		ConsumerVariant:   s.Variants.Consumer,
 		ConsumerWorkers:   s.Workload.ConsumerWorkers,
 		Prefetch:          s.Broker.Prefetch,
+		QueueType:         s.Broker.QueueType,
 		ConsumerWork:      s.Workload.ConsumerWork,
 		MaxAttempts:       s.Broker.MaxAttempts,
 		Partitions:        s.Broker.Partitions,

@@ -232,6 +232,8 @@ func enumValues(what string) []string {
 		return Brokers()
 	case "standby":
 		return Standbys()
+	case "queue type":
+		return QueueTypes()
 	case "producer variant":
 		return strs(producer.Variants())
 	case "relay variant":
@@ -355,6 +357,9 @@ func Brokers() []string { return []string{"kafka", "rabbitmq"} }
 
 // Standbys lists the values of postgres.standby ("" in Go is none).
 func Standbys() []string { return []string{"none", "async", "sync"} }
+
+// QueueTypes lists the RabbitMQ queue types a scenario can ask for.
+func QueueTypes() []string { return []string{"quorum", "classic"} }
 
 // Services lists the servers a fault can target besides workers; "broker"
 // is the run's broker whichever it is.

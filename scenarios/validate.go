@@ -43,6 +43,9 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 		}
 	}
 
+	if qt := s.Broker.QueueType; qt != "" && !slices.Contains(QueueTypes(), qt) {
+		fail("broker.queue_type", "%s", unknownName("queue type", qt, QueueTypes()))
+	}
 	if sb := s.Postgres.Standby; sb != "" && !slices.Contains(Standbys(), sb) {
 		fail("postgres.standby", "%s", unknownName("standby", sb, Standbys()))
 	}
@@ -100,6 +103,12 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	}
 	if isKafka && s.Variants.Relay == relay.Unroutable {
 		fail("variants.relay", "unroutable only exists on rabbitmq (Kafka has no routing to get wrong)")
+	}
+	if isKafka && s.Broker.QueueType != "" {
+		fail("broker.queue_type", "queue types are RabbitMQ's; Kafka has a topic")
+	}
+	if s.Broker.QueueType == "classic" && w.PoisonRatio > 0 {
+		fail("workload.poison_ratio", "a classic queue has no delivery limit: a poison event would be redelivered for ever (use queue_type quorum)")
 	}
 	if isRabbit && s.Variants.Relay == relay.LeaderAck {
 		fail("variants.relay", "leader-ack is Kafka's acks=1; use broker: kafka")

@@ -24,6 +24,8 @@ type Broker struct {
 	// Prefetch is a RabbitMQ consumer's prefetch window; 0 keeps
 	// RabbitConfig's default.
 	Prefetch int `json:"prefetch,omitempty"`
+	// QueueType is the RabbitMQ queue type, "" for quorum.
+	QueueType string `json:"queue_type,omitempty"`
 }
 
 // Qualify names a subscription's consumer group (Kafka) or queue
@@ -54,7 +56,7 @@ func (b Broker) rabbit() broker.RabbitConfig {
 	return broker.RabbitConfig{
 		URL: b.URL, Exchange: b.Events(),
 		Subscriptions: b.qualifyAll(b.Subscriptions), Unbound: b.qualifyAll(b.Unbound),
-		DeliveryLimit: b.DeliveryLimit, Prefetch: b.Prefetch,
+		DeliveryLimit: b.DeliveryLimit, Prefetch: b.Prefetch, QueueType: b.QueueType,
 	}
 }
 
