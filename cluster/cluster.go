@@ -39,6 +39,11 @@ var (
 	_ Service     = (*local.KafkaCluster)(nil)
 	_ Versioner   = (*local.KafkaCluster)(nil)
 	_ PIDer       = (*local.KafkaCluster)(nil)
+	_ fullService = (*local.RabbitMQNode)(nil)
+	_ PIDer       = (*local.RabbitMQNode)(nil)
+	_ Service     = (*local.RabbitMQCluster)(nil)
+	_ Versioner   = (*local.RabbitMQCluster)(nil)
+	_ PIDer       = (*local.RabbitMQCluster)(nil)
 )
 
 type fullService interface {

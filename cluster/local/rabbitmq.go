@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -55,20 +54,39 @@ loopback_users = none
 // and outlives the run. Kill, Pause and Resume act on the server group
 // only; epmd stays up across restarts, like a host's epmd would.
 type RabbitMQ struct {
+	*rabbitServer
+}
+
+// rabbitServer is one RabbitMQ node and its epmd: what a single node
+// ([RabbitMQ]) and a node of a cluster ([RabbitMQNode]) share. They differ
+// only in names, addresses, configuration and in how a program is run
+// (directly, or inside the node's network namespace).
+type rabbitServer struct {
 	*base
 
 	node     string // Erlang node name, e.g. dc-1a2b3c4d@localhost
+	host     string // the address AMQP, distribution and epmd listen on
 	amqpPort int
 	distPort int
 	epmdPort int
 	server   string              // path of rabbitmq-server
 	epmdBin  string              // path of epmd
 	cred     *syscall.Credential // nil: run as the harness's own user
-	nodeDir  string              // owned by the node's user
+	// wrap, when set, is the argv prefix that runs a program where the
+	// node lives (its network namespace, as cred's user); the process is
+	// then started as the harness's user, since the prefix switches.
+	wrap     func(argv ...string) ([]string, error)
+	cookie   string // the Erlang cookie; a cluster's nodes share one
+	config   string // rabbitmq.conf
+	advanced string // advanced.config, "" for none
+	nodeDir  string // owned by the node's user
 	logPath  string
 	// scriptsDir, when set, is a slim RABBITMQ_HOME's bin dir (see
 	// slimRabbitMQHome); empty means the install as it is.
 	scriptsDir string
+	// probe is the readiness check, given the node's direct AMQP URL; it
+	// returns the version the node announces.
+	probe func(ctx context.Context, url string) (string, error)
 
 	mu      sync.Mutex
 	epmd    *process.Group
@@ -106,38 +124,69 @@ func newRabbitMQ(b *base, server, epmdBin string) (*RabbitMQ, error) {
 	}
 	id := make([]byte, 4)
 	_, _ = rand.Read(id)
-	r := &RabbitMQ{
+	r := &rabbitServer{
 		base:     b,
 		node:     "dc-" + hex.EncodeToString(id) + "@localhost",
+		host:     "127.0.0.1",
 		amqpPort: ports[0],
 		distPort: ports[1],
 		epmdPort: ports[2],
 		server:   server,
 		epmdBin:  epmdBin,
-		nodeDir:  filepath.Join(b.dir, "node"),
-		logPath:  filepath.Join(b.dir, "rabbitmq.log"),
+		cookie:   newCookie(),
+		config:   rabbitMQConfig,
+		probe:    probe.RabbitMQ,
 	}
-	uid, gid := -1, -1
-	if os.Geteuid() == 0 {
-		// The node itself would run as root, but its files would then be
-		// root's, and Debian's tools expect the rabbitmq user: follow
-		// them when that user exists.
-		if u, err := user.Lookup("rabbitmq"); err == nil {
-			uid, _ = strconv.Atoi(u.Uid)
-			gid, _ = strconv.Atoi(u.Gid)
-			r.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}
-		}
+	if err := r.prepare(); err != nil {
+		return nil, err
+	}
+	return &RabbitMQ{r}, nil
+}
+
+// newCookie is a random Erlang cookie.
+func newCookie() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// rabbitMQUser is the uid and gid a node runs as: the rabbitmq user when
+// the harness is root and that user exists (as Debian's own wrapper
+// would: the node could run as root, but its files would then be root's,
+// and Debian's tools expect the rabbitmq user), otherwise -1, -1: the
+// harness's own user.
+func rabbitMQUser() (uid, gid int) {
+	if os.Geteuid() != 0 {
+		return -1, -1
+	}
+	u, err := user.Lookup("rabbitmq")
+	if err != nil {
+		return -1, -1
+	}
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(u.Gid)
+	return uid, gid
+}
+
+// prepare fills in the paths, makes the node's dirs and files, and the
+// slim home, once names, addresses and configuration are set.
+func (r *rabbitServer) prepare() error {
+	r.nodeDir = filepath.Join(r.dir, "node")
+	r.logPath = filepath.Join(r.dir, "rabbitmq.log")
+	uid, gid := rabbitMQUser()
+	if uid >= 0 {
+		r.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}
 	}
 	if err := r.prepareDirs(uid, gid); err != nil {
-		return nil, fmt.Errorf("rabbitmq: %w", err)
+		return fmt.Errorf("%s: %w", r.name, err)
 	}
-	scripts, err := slimRabbitMQHome(filepath.Join(b.dir, "rabbitmq-home"), server)
+	scripts, err := slimRabbitMQHome(filepath.Join(r.dir, "rabbitmq-home"), r.server)
 	if err != nil {
 		// Only a start-up optimisation: the full install works too.
-		b.log.Debug("using the full rabbitmq install", "reason", err)
+		r.log.Debug("using the full rabbitmq install", "reason", err)
 	}
 	r.scriptsDir = scripts
-	return r, nil
+	return nil
 }
 
 // slimRabbitMQHome builds, under dir, a RABBITMQ_HOME whose plugins dir
@@ -270,24 +319,26 @@ func rabbitMQBinaries() (server, epmdBin string, err error) {
 
 // prepareDirs makes the node's dirs, config and cookie, owned by the user
 // the node runs as (uid -1: leave ownership alone).
-func (r *RabbitMQ) prepareDirs(uid, gid int) error {
+func (r *rabbitServer) prepareDirs(uid, gid int) error {
 	dirs := []string{r.nodeDir, r.mnesiaBase(), r.logBase(), r.home()}
 	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return fmt.Errorf("make %s: %w", d, err)
 		}
 	}
-	cookie := make([]byte, 16)
-	_, _ = rand.Read(cookie)
-	files := []struct {
+	type file struct {
 		path string
 		data string
 		mode os.FileMode
-	}{
-		{filepath.Join(r.home(), ".erlang.cookie"), hex.EncodeToString(cookie), 0o400},
-		{r.configFile(), rabbitMQConfig, 0o640},
+	}
+	files := []file{
+		{filepath.Join(r.home(), ".erlang.cookie"), r.cookie, 0o400},
+		{r.configFile(), r.config, 0o640},
 		{r.pluginsFile(), "[].\n", 0o640},
 		{r.envFile(), "", 0o640},
+	}
+	if r.advanced != "" {
+		files = append(files, file{r.advancedFile(), r.advanced, 0o640})
 	}
 	for _, f := range files {
 		if err := os.WriteFile(f.path, []byte(f.data), f.mode); err != nil {
@@ -308,16 +359,19 @@ func (r *RabbitMQ) prepareDirs(uid, gid int) error {
 	})
 }
 
-func (r *RabbitMQ) mnesiaBase() string  { return filepath.Join(r.nodeDir, "mnesia") }
-func (r *RabbitMQ) logBase() string     { return filepath.Join(r.nodeDir, "log") }
-func (r *RabbitMQ) home() string        { return filepath.Join(r.nodeDir, "home") }
-func (r *RabbitMQ) configFile() string  { return filepath.Join(r.nodeDir, "rabbitmq.conf") }
-func (r *RabbitMQ) pluginsFile() string { return filepath.Join(r.nodeDir, "enabled_plugins") }
-func (r *RabbitMQ) envFile() string     { return filepath.Join(r.nodeDir, "rabbitmq-env.conf") }
+func (r *rabbitServer) mnesiaBase() string  { return filepath.Join(r.nodeDir, "mnesia") }
+func (r *rabbitServer) logBase() string     { return filepath.Join(r.nodeDir, "log") }
+func (r *rabbitServer) home() string        { return filepath.Join(r.nodeDir, "home") }
+func (r *rabbitServer) configFile() string  { return filepath.Join(r.nodeDir, "rabbitmq.conf") }
+func (r *rabbitServer) pluginsFile() string { return filepath.Join(r.nodeDir, "enabled_plugins") }
+func (r *rabbitServer) envFile() string     { return filepath.Join(r.nodeDir, "rabbitmq-env.conf") }
+func (r *rabbitServer) advancedFile() string {
+	return filepath.Join(r.nodeDir, "advanced.config")
+}
 
 // Endpoint implements cluster.Service: the node's AMQP address.
-func (r *RabbitMQ) Endpoint() string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.amqpPort))
+func (r *rabbitServer) Endpoint() string {
+	return net.JoinHostPort(r.host, strconv.Itoa(r.amqpPort))
 }
 
 // URL returns the amqp URL for reaching this node at addr (host:port),
@@ -326,7 +380,7 @@ func (r *RabbitMQ) Endpoint() string {
 // address to go through the link, or Endpoint to go direct. The URL has
 // no path on purpose: by the AMQP URI spec a trailing "/" names the empty
 // vhost "", which some clients honour.
-func (r *RabbitMQ) URL(addr string) string { return amqpURL(addr) }
+func (r *rabbitServer) URL(addr string) string { return amqpURL(addr) }
 
 // amqpURL is the AMQP URL of the harness's user at addr.
 func amqpURL(addr string) string {
@@ -336,14 +390,14 @@ func amqpURL(addr string) string {
 
 // NodeName is the node's Erlang name (unique per instance; kept across
 // restarts because a quorum queue's data belongs to its node name).
-func (r *RabbitMQ) NodeName() string { return r.node }
+func (r *rabbitServer) NodeName() string { return r.node }
 
 // LogFile implements cluster.LogFiler.
-func (r *RabbitMQ) LogFile() string { return r.logPath }
+func (r *rabbitServer) LogFile() string { return r.logPath }
 
 // Version implements cluster.Versioner, e.g. "RabbitMQ 3.10.8": the version
 // the node itself announces to an AMQP client.
-func (r *RabbitMQ) Version() string {
+func (r *rabbitServer) Version() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.version
@@ -352,26 +406,26 @@ func (r *RabbitMQ) Version() string {
 // env is the node's environment. Every path and port the start script
 // would otherwise take from /etc/rabbitmq or a default is set here, so
 // nothing is shared with a system-wide node.
-func (r *RabbitMQ) env() []string {
+func (r *rabbitServer) env() []string {
 	env := []string{
 		"HOME=" + r.home(),
 		"RABBITMQ_NODENAME=" + r.node,
 		"RABBITMQ_USE_LONGNAME=false",
-		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		"RABBITMQ_NODE_IP_ADDRESS=" + r.host,
 		"RABBITMQ_NODE_PORT=" + strconv.Itoa(r.amqpPort),
 		"RABBITMQ_DIST_PORT=" + strconv.Itoa(r.distPort),
 		"ERL_EPMD_PORT=" + strconv.Itoa(r.epmdPort),
-		"ERL_EPMD_ADDRESS=127.0.0.1",
+		"ERL_EPMD_ADDRESS=" + r.host,
 		"RABBITMQ_MNESIA_BASE=" + r.mnesiaBase(),
 		"RABBITMQ_LOG_BASE=" + r.logBase(),
 		"RABBITMQ_LOGS=-",
 		"RABBITMQ_CONFIG_FILE=" + r.configFile(),
-		"RABBITMQ_ADVANCED_CONFIG_FILE=" + filepath.Join(r.nodeDir, "advanced.config"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE=" + r.advancedFile(),
 		"RABBITMQ_CONF_ENV_FILE=" + r.envFile(),
 		"RABBITMQ_ENABLED_PLUGINS_FILE=" + r.pluginsFile(),
 		"RABBITMQ_PID_FILE=" + filepath.Join(r.nodeDir, "rabbitmq.pid"),
-		// Keep Erlang distribution on loopback too.
-		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
+		// Distribution listens on the node's address only, like AMQP.
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {" + strings.ReplaceAll(r.host, ".", ",") + "}",
 	}
 	if r.scriptsDir != "" {
 		env = append(env, "RABBITMQ_SCRIPTS_DIR="+r.scriptsDir)
@@ -383,23 +437,22 @@ func (r *RabbitMQ) env() []string {
 // then the node, and returns once a client can connect and declare a
 // quorum queue (quorum queues need the node's Ra system, which comes up
 // late in boot, so a bare connection is not proof enough).
-func (r *RabbitMQ) Start(ctx context.Context) error {
+func (r *rabbitServer) Start(ctx context.Context) error {
 	if err := r.startEPMD(ctx); err != nil {
-		return fmt.Errorf("start rabbitmq: %w", err)
+		return fmt.Errorf("start %s: %w", r.name, err)
 	}
-	p, err := r.launch(process.Spec{
-		Path: r.server,
-		Env:  r.env(),
-		Dir:  r.home(),
-		Log:  r.logPath,
-		Cred: r.cred,
-	})
+	spec, err := r.spec(r.logPath, r.server)
 	if err != nil {
-		return fmt.Errorf("start rabbitmq: %w", err)
+		return fmt.Errorf("start %s: %w", r.name, err)
+	}
+	spec.Env = r.env()
+	p, err := r.launch(spec)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", r.name, err)
 	}
 	start := time.Now()
-	if err := r.waitReady(ctx, p, r.logPath, r.probe); err != nil {
-		return fmt.Errorf("start rabbitmq: %w", err)
+	if err := r.waitReady(ctx, p, r.logPath, r.ready); err != nil {
+		return fmt.Errorf("start %s: %w", r.name, err)
 	}
 	r.log.Info("ready", "node", r.node, "endpoint", r.Endpoint(), "version", r.Version(), "took", time.Since(start).Round(time.Millisecond))
 	return nil
@@ -408,7 +461,7 @@ func (r *RabbitMQ) Start(ctx context.Context) error {
 // startEPMD starts the node's private epmd unless it runs already, and
 // waits until it accepts connections: the node must find it at boot or it
 // would daemonize its own.
-func (r *RabbitMQ) startEPMD(ctx context.Context) error {
+func (r *rabbitServer) startEPMD(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.epmd != nil && !r.epmd.Exited() {
@@ -418,20 +471,20 @@ func (r *RabbitMQ) startEPMD(ctx context.Context) error {
 	closed := r.base.closed
 	r.base.mu.Unlock()
 	if closed {
-		return errors.New("rabbitmq: closed")
+		return fmt.Errorf("%s: closed", r.name)
 	}
-	p, err := process.Start(process.Spec{
-		Path: r.epmdBin,
-		Args: []string{"-port", strconv.Itoa(r.epmdPort), "-address", "127.0.0.1"},
-		Dir:  r.home(),
-		Log:  filepath.Join(r.dir, "epmd.log"),
-		Cred: r.cred,
-	}, r.g)
+	// epmd listens on loopback too, whatever -address says: the VM
+	// registers there.
+	spec, err := r.spec(filepath.Join(r.dir, "epmd.log"), r.epmdBin, "-port", strconv.Itoa(r.epmdPort), "-address", r.host)
+	if err != nil {
+		return fmt.Errorf("epmd: %w", err)
+	}
+	p, err := process.Start(spec, r.g)
 	if err != nil {
 		return fmt.Errorf("epmd: %w", err)
 	}
 	r.epmd = p
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(r.epmdPort))
+	addr := net.JoinHostPort(r.host, strconv.Itoa(r.epmdPort))
 	var d net.Dialer
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
@@ -449,9 +502,25 @@ func (r *RabbitMQ) startEPMD(ctx context.Context) error {
 	}
 }
 
-// probe is the readiness check: connect and declare a quorum queue.
-func (r *RabbitMQ) probe(ctx context.Context) error {
-	v, err := probe.RabbitMQ(ctx, r.URL(r.Endpoint()))
+// spec is how to start argv as the node's user, where the node lives,
+// logging to log.
+func (r *rabbitServer) spec(log string, argv ...string) (process.Spec, error) {
+	s := process.Spec{Dir: r.home(), Log: log, Cred: r.cred}
+	if r.wrap != nil {
+		var err error
+		if argv, err = r.wrap(argv...); err != nil {
+			return process.Spec{}, err
+		}
+		s.Cred = nil
+	}
+	s.Path, s.Args = argv[0], argv[1:]
+	return s, nil
+}
+
+// ready is the readiness check: r.probe over a direct connection, e.g.
+// connect and declare a quorum queue.
+func (r *rabbitServer) ready(ctx context.Context) error {
+	v, err := r.probe(ctx, r.URL(r.Endpoint()))
 	if err != nil {
 		return err
 	}
@@ -473,7 +542,7 @@ func (r *RabbitMQ) probe(ctx context.Context) error {
 // ("leader not known", every operation times out), and its confirmed
 // messages are unreachable. That is worth a scenario of its own; a setup
 // that merely forgot to wait should not look like one.
-func (r *RabbitMQ) WaitQuorumQueueDurable(ctx context.Context, vhost, name string) error {
+func (r *rabbitServer) WaitQuorumQueueDurable(ctx context.Context, vhost, name string) error {
 	// rabbit_quorum_queue names the Raft cluster after the vhost and the
 	// queue; dets stores the atom's bytes as they are.
 	ra := vhost + "_" + name
@@ -497,20 +566,20 @@ func (r *RabbitMQ) WaitQuorumQueueDurable(ctx context.Context, vhost, name strin
 // Stop implements cluster.Service. SIGTERM goes to the start script, which
 // forwards it to the VM; RabbitMQ treats it as a clean shutdown (queues
 // closed, Ra logs flushed) and the script exits once the VM has.
-func (r *RabbitMQ) Stop(ctx context.Context) error {
+func (r *rabbitServer) Stop(ctx context.Context) error {
 	return r.stopWith(ctx, syscall.SIGTERM)
 }
 
 // Restart implements cluster.Restarter: same node name, ports and data.
-func (r *RabbitMQ) Restart(ctx context.Context) error {
+func (r *rabbitServer) Restart(ctx context.Context) error {
 	if err := r.Stop(ctx); err != nil {
-		return fmt.Errorf("restart rabbitmq: %w", err)
+		return fmt.Errorf("restart %s: %w", r.name, err)
 	}
 	return r.Start(ctx)
 }
 
 // PIDs implements cluster.PIDer: the server group, the guard and epmd.
-func (r *RabbitMQ) PIDs() []int {
+func (r *rabbitServer) PIDs() []int {
 	out := r.base.PIDs()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -522,7 +591,7 @@ func (r *RabbitMQ) PIDs() []int {
 
 // Close implements cluster.Service. epmd goes after the node, so the node
 // never sees it vanish and starts a daemonized one.
-func (r *RabbitMQ) Close() error {
+func (r *rabbitServer) Close() error {
 	return r.closeBase(func() error {
 		r.mu.Lock()
 		p := r.epmd

@@ -1,12 +1,48 @@
 package local
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/deliverycheck/deliverycheck/cluster/probe"
 )
 
-// RabbitMQClusterOptions configure a replicated Kafka cluster.
+// The ports every node of a cluster uses. Each node has a network
+// namespace of its own, so all can use RabbitMQ's standard ports, and
+// peers find each other the standard way: epmd on 4369 of the peer's
+// host name.
+const (
+	rabbitAMQPPort = 5672
+	rabbitDistPort = 25672
+	rabbitEPMDPort = 4369
+)
+
+// rabbitNetTicktime is the clusters' net_ticktime in seconds: a peer
+// that sends nothing (not even a tick) for 0.75 to 1.25 times it is
+// declared down. The default, 60, means a partition shorter than a
+// minute is never seen by Mnesia and the partition handling mode never
+// acts, so a test's fault would exercise only the quorum queues' own
+// failure detector. 10 s scales that down to the length of a fault
+// window. It is not lower because on a 2-core machine running several
+// VMs a busy node may really miss ticks for a few seconds, and every
+// false detection pauses a node.
+const rabbitNetTicktime = 10
+
+// RabbitMQClusterOptions configure a replicated RabbitMQ cluster.
 type RabbitMQClusterOptions struct {
 	ReplicatedOptions
 }
@@ -15,35 +51,538 @@ type RabbitMQClusterOptions struct {
 // namespace with its own epmd. It is a cluster.Service (Start waits until
 // every node runs and has joined); its nodes are services of their own,
 // which a fault can target one by one.
+//
+// Every quorum queue declared while all nodes run has a member on each
+// (quorum_cluster_size is the number of nodes), so it survives a
+// minority of its nodes down or cut off. A classic queue lives on one
+// node only and dies with it.
 type RabbitMQCluster struct {
-	nodes []*RabbitMQNode
+	nodes   []*RabbitMQNode
+	log     *slog.Logger
+	erlCall string // path of erl_call
+	cookie  string
+
+	mu sync.Mutex
+	// formed is set once node 0 has started: from then on the nodes
+	// have (or will find) a cluster, and may start in any order.
+	formed bool
 }
 
-// RabbitMQNode is one node of a [RabbitMQCluster].
-type RabbitMQNode struct{ name string }
+// RabbitMQNode is one node of a [RabbitMQCluster], a service of its own:
+// Kill, Pause, Resume and Restart act on this node only (its epmd stays
+// up, as a host's would). A node started again after a kill or a stop
+// keeps its node name and data and rejoins the cluster by itself.
+type RabbitMQNode struct {
+	*rabbitServer
+	cluster *RabbitMQCluster
+	netName string // the node's name in the network, e.g. rabbitmq-0
+	runNS   func(argv ...string) ([]string, error)
+}
 
-// NewRabbitMQCluster creates a stopped cluster.
-func NewRabbitMQCluster(o RabbitMQClusterOptions) (*RabbitMQCluster, error) {
+// NewRabbitMQCluster creates a stopped cluster: every node's dirs,
+// configuration and the cookie they share. Endpoints are valid before
+// Start. The caller should call Close when finished.
+func NewRabbitMQCluster(o RabbitMQClusterOptions) (_ *RabbitMQCluster, err error) {
 	if err := o.check("rabbitmq"); err != nil {
 		return nil, err
 	}
-	return nil, fmt.Errorf("rabbitmq: %d nodes: %w", len(o.Nodes), errors.ErrUnsupported)
+	server, epmdBin, err := rabbitMQBinaries()
+	if err != nil {
+		return nil, err
+	}
+	erlCall, err := erlCallBinary()
+	if err != nil {
+		return nil, err
+	}
+	l := o.Logger
+	if l == nil {
+		l = slog.Default()
+	}
+	c := &RabbitMQCluster{log: l.With("service", "rabbitmq"), erlCall: erlCall, cookie: newCookie()}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.Close())
+		}
+	}()
+	config := rabbitMQClusterConfig(o.Nodes)
+	advanced := rabbitMQClusterAdvanced(len(o.Nodes))
+	for _, name := range o.Nodes {
+		addr := o.Network.Addr(name)
+		if !addr.IsValid() {
+			return nil, fmt.Errorf("rabbitmq: node %s is not in network %s", name, o.Network.Name())
+		}
+		b, err := newBase(name, o.Options)
+		if err != nil {
+			return nil, err
+		}
+		r := &rabbitServer{
+			base:     b,
+			node:     "rabbit@" + name,
+			host:     addr.String(),
+			amqpPort: rabbitAMQPPort,
+			distPort: rabbitDistPort,
+			epmdPort: rabbitEPMDPort,
+			server:   server,
+			epmdBin:  epmdBin,
+			cookie:   c.cookie,
+			config:   config,
+			advanced: advanced,
+			probe:    probeNode("deliverycheck.ready." + name),
+		}
+		n := &RabbitMQNode{rabbitServer: r, cluster: c, netName: name}
+		n.runNS = func(argv ...string) ([]string, error) { return o.Network.Command(name, argv...) }
+		// The node runs as the rabbitmq user when prepare finds one
+		// (rabbitMQUser); ip netns exec must run as root, so the switch
+		// of user comes after it.
+		r.wrap = func(argv ...string) ([]string, error) {
+			if r.cred != nil {
+				return o.Network.CommandAs(name, r.cred.Uid, r.cred.Gid, argv...)
+			}
+			return o.Network.Command(name, argv...)
+		}
+		c.nodes = append(c.nodes, n)
+		if err := r.prepare(); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// rabbitMQClusterConfig is every node's rabbitmq.conf: the single node's,
+// and how the nodes find each other and behave when cut off.
+//
+// Peer discovery is classic_config, the list of every node: the simplest
+// backend, with nothing to run beside the nodes. It has one weakness:
+// it takes no lock, so nodes booting from nothing at the same moment can
+// each find no peer ready and form clusters of their own. Start avoids
+// it rather than racing it: node 0 starts first and alone, then the
+// others, which find it and join (all at once: a join is serialised by
+// the node joined). join_cluster would need the VMs booted twice (stop_app,
+// join, start_app) and a CLI VM per join. A node that has data ignores
+// discovery and rejoins the cluster it belonged to, so restarts of one
+// node, or of all, need nothing. So no node ever needs discovery's
+// retries, which only give peers booting at the same time a chance
+// to find each other.
+//
+// Partition handling is pause_minority. A quorum queue cannot make
+// progress in a minority anyway (Raft), so pausing a node that sees
+// itself in a minority costs its clients nothing they had, and sends
+// them to a node that can serve: with the default, ignore, a node cut off
+// keeps accepting connections and publishes it cannot confirm, and after
+// the heal Mnesia stays split until someone restarts a side. autoheal
+// keeps both sides serving and, after the heal, restarts the losing side
+// and drops its state: classic queues' messages there are lost, which is
+// a loss the harness should find in a known-bad scenario, not cause by
+// its choice of mode. A paused node comes back by itself once it sees a
+// majority again.
+func rabbitMQClusterConfig(nodes []string) string {
+	var b strings.Builder
+	b.WriteString(rabbitMQConfig)
+	b.WriteString("cluster_partition_handling = pause_minority\n")
+	fmt.Fprintf(&b, "net_ticktime = %d\n", rabbitNetTicktime)
+	b.WriteString("cluster_formation.peer_discovery_backend = classic_config\n")
+	// A node finding no peer ready retries 10 times, 500 ms apart, before
+	// it forms a cluster of its own: 5 s of node 0's first boot, which
+	// waits on peers that Start does not boot until it is up.
+	b.WriteString("cluster_formation.discovery_retry_limit = 1\n")
+	b.WriteString("cluster_formation.discovery_retry_interval = 100\n")
+	for i, n := range nodes {
+		fmt.Fprintf(&b, "cluster_formation.classic_config.nodes.%d = rabbit@%s\n", i+1, n)
+	}
+	return b.String()
+}
+
+// rabbitMQClusterAdvanced is every node's advanced.config: quorum queues
+// get a member on every node (the default is 3; a queue may still ask for
+// fewer with x-quorum-initial-group-size). rabbitmq.conf has no key for it.
+func rabbitMQClusterAdvanced(nodes int) string {
+	return fmt.Sprintf("[{rabbit, [{quorum_cluster_size, %d}]}].\n", nodes)
+}
+
+// erlCallBinary finds erl_call, the Erlang C client the cluster queries
+// its nodes with: it speaks the distribution protocol itself, so a query
+// takes milliseconds where rabbitmqctl boots a VM (a second or more of
+// CPU on a small machine).
+func erlCallBinary() (string, error) {
+	if p, err := exec.LookPath("erl_call"); err == nil {
+		return p, nil
+	}
+	for _, p := range []string{"/usr/lib/erlang/bin/erl_call", "/usr/local/lib/erlang/bin/erl_call"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("rabbitmq: erl_call not found (install erlang-base)")
+}
+
+// probeNode is a cluster node's readiness check: connect, then declare
+// and delete a quorum queue of one member, which is this node (the
+// declaring node is always a member). Like the single node's probe, it
+// proves the node's Raft system runs; unlike it, it leaves nothing
+// behind whose members could be down the next time a node starts (an
+// existing quorum queue answers a declare only through its leader).
+func probeNode(queue string) func(ctx context.Context, url string) (string, error) {
+	return func(ctx context.Context, url string) (string, error) {
+		conn, err := probe.DialAMQP(ctx, url)
+		if err != nil {
+			return "", err
+		}
+		defer conn.CloseDeadline(time.Now().Add(time.Second))
+		ch, err := conn.Channel()
+		if err != nil {
+			return "", fmt.Errorf("open channel: %w", err)
+		}
+		args := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum, "x-quorum-initial-group-size": 1}
+		if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
+			return "", fmt.Errorf("declare quorum queue: %w", err)
+		}
+		if _, err := ch.QueueDelete(queue, false, false, false); err != nil {
+			return "", fmt.Errorf("delete quorum queue: %w", err)
+		}
+		v, _ := conn.Properties["version"].(string)
+		return "RabbitMQ " + v, nil
+	}
 }
 
 // Nodes are the cluster's nodes, in order.
-func (k *RabbitMQCluster) Nodes() []*RabbitMQNode { return k.nodes }
+func (c *RabbitMQCluster) Nodes() []*RabbitMQNode { return c.nodes }
 
-func (k *RabbitMQCluster) Name() string                    { return "rabbitmq" }
-func (k *RabbitMQCluster) Start(ctx context.Context) error { return errors.ErrUnsupported }
-func (k *RabbitMQCluster) Stop(ctx context.Context) error  { return errors.ErrUnsupported }
-func (k *RabbitMQCluster) Endpoint() string                { return "" }
-func (k *RabbitMQCluster) Close() error                    { return nil }
+// Name implements cluster.Service.
+func (c *RabbitMQCluster) Name() string { return "rabbitmq" }
 
-func (n *RabbitMQNode) Name() string                    { return n.name }
-func (n *RabbitMQNode) Start(ctx context.Context) error { return errors.ErrUnsupported }
-func (n *RabbitMQNode) Stop(ctx context.Context) error  { return errors.ErrUnsupported }
-func (n *RabbitMQNode) Endpoint() string                { return "" }
-func (n *RabbitMQNode) Close() error                    { return nil }
+// Endpoint implements cluster.Service: node 0's AMQP address.
+func (c *RabbitMQCluster) Endpoint() string { return c.nodes[0].Endpoint() }
 
 // URL is the AMQP URL of a client that dials addr (a node's link).
-func (r *RabbitMQCluster) URL(addr string) string { return amqpURL(addr) }
+func (c *RabbitMQCluster) URL(addr string) string { return amqpURL(addr) }
+
+// Version implements cluster.Versioner: the nodes run the same install.
+func (c *RabbitMQCluster) Version() string {
+	for _, n := range c.nodes {
+		if v := n.Version(); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// Start implements cluster.Service: it starts every node that does not
+// run, all at once except the very first time (see
+// rabbitMQClusterConfig), and returns once each answers AMQP and sees
+// every node running in one cluster with no partition.
+func (c *RabbitMQCluster) Start(ctx context.Context) error {
+	start := time.Now()
+	c.mu.Lock()
+	formed := c.formed
+	c.mu.Unlock()
+	nodes := c.nodes
+	if !formed {
+		// epmds first, all at once: node 0's discovery then asks its peers'
+		// epmds and hears "no such node" at once instead of waiting on
+		// connections to nothing.
+		if err := parallelNodes(ctx, c.nodes, (*RabbitMQNode).startEPMD); err != nil {
+			return fmt.Errorf("start rabbitmq: %w", err)
+		}
+		if err := c.nodes[0].Start(ctx); err != nil {
+			return fmt.Errorf("start rabbitmq: %w", err)
+		}
+		c.mu.Lock()
+		c.formed = true
+		c.mu.Unlock()
+		nodes = c.nodes[1:]
+	}
+	if err := parallelNodes(ctx, nodes, func(n *RabbitMQNode, ctx context.Context) error {
+		if _, err := n.running(); err == nil {
+			return nil
+		}
+		return n.Start(ctx)
+	}); err != nil {
+		return fmt.Errorf("start rabbitmq: %w", err)
+	}
+	if err := c.WaitWhole(ctx); err != nil {
+		return fmt.Errorf("start rabbitmq: %w", err)
+	}
+	c.log.Info("cluster ready", "nodes", len(c.nodes), "version", c.Version(), "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// parallelNodes runs f on every node at once and joins their errors.
+func parallelNodes(ctx context.Context, nodes []*RabbitMQNode, f func(*RabbitMQNode, context.Context) error) error {
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { errs[i] = f(n, ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Stop implements cluster.Service: every node stops cleanly, at once.
+// Start brings them back together (nodes wait at boot for the peers they
+// last saw running).
+func (c *RabbitMQCluster) Stop(ctx context.Context) error {
+	return parallelNodes(ctx, c.nodes, (*RabbitMQNode).Stop)
+}
+
+// Close implements cluster.Service: it kills every node and epmd and
+// removes their dirs. Stopped nodes are not told: a cluster torn down
+// leaves nothing to tell.
+func (c *RabbitMQCluster) Close() error {
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Go(func() { errs[i] = n.Close() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// PIDs implements cluster.PIDer: every node's processes.
+func (c *RabbitMQCluster) PIDs() []int {
+	var out []int
+	for _, n := range c.nodes {
+		out = append(out, n.PIDs()...)
+	}
+	return out
+}
+
+// Node returns the node of that name (rabbitmq-1), or nil.
+func (c *RabbitMQCluster) Node(name string) *RabbitMQNode {
+	for _, n := range c.nodes {
+		if n.Name() == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// WaitWhole waits until [RabbitMQCluster.CheckWhole] passes or ctx ends,
+// e.g. after a heal, and then returns its last error.
+func (c *RabbitMQCluster) WaitWhole(ctx context.Context) error {
+	delay := 50 * time.Millisecond
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := c.CheckWhole(qctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("rabbitmq: cluster not whole: %w (%w)", err, ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
+}
+
+// CheckWhole reports whether the cluster is whole: every node runs and
+// answers, sees every node running in its cluster, and knows of no
+// partition. Otherwise the error says each node's view.
+func (c *RabbitMQCluster) CheckWhole(ctx context.Context) error {
+	views := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Go(func() {
+			running, partitions, err := n.ClusterView(ctx)
+			switch {
+			case err != nil:
+			case len(partitions) > 0:
+				err = fmt.Errorf("partitioned from %v", partitions)
+			case !slices.Equal(running, c.names()):
+				err = fmt.Errorf("running nodes %v", running)
+			}
+			if err != nil {
+				views[i] = fmt.Errorf("%s: %w", n.Name(), err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(views...)
+}
+
+// names are the nodes' names, sorted.
+func (c *RabbitMQCluster) names() []string {
+	var out []string
+	for _, n := range c.nodes {
+		out = append(out, n.Name())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// QueueLeader returns the node that leads quorum queue name in vhost, and
+// the queue's members, as a majority of the nodes sees it: every node is
+// asked at once, and a leader counts only when more than half the nodes
+// name it (a node cut off may still believe in the leader it last knew).
+// The error says each node's view when no leader has a majority, e.g.
+// during an election: poll until it returns one.
+func (c *RabbitMQCluster) QueueLeader(ctx context.Context, vhost, name string) (leader string, members []string, err error) {
+	type view struct {
+		leader  string
+		members []string
+		err     error
+	}
+	views := make([]view, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Go(func() {
+			l, m, err := n.QueueLeader(ctx, vhost, name)
+			views[i] = view{l, m, err}
+		})
+	}
+	wg.Wait()
+	votes := map[string]int{}
+	var errs []error
+	for i, v := range views {
+		if v.err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", c.nodes[i].Name(), v.err))
+			continue
+		}
+		votes[v.leader]++
+		if votes[v.leader] > len(c.nodes)/2 {
+			return v.leader, v.members, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: leader %s", c.nodes[i].Name(), v.leader))
+	}
+	return "", nil, fmt.Errorf("rabbitmq: queue %q in %q: no leader a majority of nodes agrees on: %w", name, vhost, errors.Join(errs...))
+}
+
+// WaitQuorumQueueDurable waits until every member of quorum queue name in
+// vhost has saved the queue's Raft registration (see
+// [RabbitMQ.WaitQuorumQueueDurable]): a member killed before then does
+// not come back with the queue.
+func (c *RabbitMQCluster) WaitQuorumQueueDurable(ctx context.Context, vhost, name string) error {
+	var members []string
+	for {
+		var err error
+		if _, members, err = c.QueueLeader(ctx, vhost, name); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("rabbitmq: quorum queue %q: members: %w", name, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	for _, m := range members {
+		n := c.Node(m)
+		if n == nil {
+			return fmt.Errorf("rabbitmq: quorum queue %q has a member on %s, not a node of this cluster", name, m)
+		}
+		if err := n.WaitQuorumQueueDurable(ctx, vhost, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Endpoint implements cluster.Service: the node's AMQP address in its
+// namespace (its link on the host forwards there).
+func (n *RabbitMQNode) Endpoint() string {
+	return net.JoinHostPort(n.host, strconv.Itoa(n.amqpPort))
+}
+
+// ClusterView is the node's own view of its cluster: the nodes it sees
+// running (itself included) and those Mnesia says it was partitioned
+// from, by name (rabbitmq-1), sorted. It asks the node from inside its
+// namespace, so a partition does not stop the question, only the node's
+// answer to it.
+func (n *RabbitMQNode) ClusterView(ctx context.Context) (running, partitions []string, err error) {
+	out, err := n.eval(ctx, `lists:flatten([`+
+		`lists:join(",", [atom_to_list(N) || N <- lists:sort(rabbit_mnesia:cluster_nodes(running))]), "|", `+
+		`lists:join(",", [atom_to_list(N) || N <- lists:sort(rabbit_node_monitor:partitions())])]).`)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, p, ok := strings.Cut(out, "|")
+	if !ok {
+		return nil, nil, fmt.Errorf("cluster view: unexpected answer %q", out)
+	}
+	return nodeNames(r), nodeNames(p), nil
+}
+
+// QueueLeader is the node's view of quorum queue name in vhost: the node
+// its Raft member knows as leader, and the queue's members, by name.
+func (n *RabbitMQNode) QueueLeader(ctx context.Context, vhost, name string) (leader string, members []string, err error) {
+	out, err := n.eval(ctx, `{ok, Q} = rabbit_amqqueue:lookup(rabbit_misc:r(`+erlBinary(vhost)+`, queue, `+erlBinary(name)+`)), `+
+		`{RaName, _} = amqqueue:get_pid(Q), `+
+		`{ok, Members, {_, Leader}} = ra:members({RaName, node()}), `+
+		`lists:flatten([atom_to_list(Leader), "|", lists:join(",", [atom_to_list(M) || {_, M} <- lists:sort(Members)])]).`)
+	if err != nil {
+		return "", nil, err
+	}
+	l, m, ok := strings.Cut(out, "|")
+	if !ok {
+		return "", nil, fmt.Errorf("queue leader: unexpected answer %q", out)
+	}
+	return strings.TrimPrefix(l, "rabbit@"), nodeNames(m), nil
+}
+
+// nodeNames turns "rabbit@a,rabbit@b" into [a b].
+func nodeNames(s string) []string {
+	if s == "" {
+		return nil
+	}
+	out := strings.Split(s, ",")
+	for i, n := range out {
+		out[i] = strings.TrimPrefix(n, "rabbit@")
+	}
+	return out
+}
+
+// erlBinary is s as an Erlang UTF-8 binary literal.
+func erlBinary(s string) string {
+	var b strings.Builder
+	b.WriteString(`<<"`)
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r > 0x7e:
+			fmt.Fprintf(&b, `\x{%x}`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteString(`"/utf8>>`)
+	return b.String()
+}
+
+// eval evaluates expr, an Erlang expression ending in '.' whose value is
+// a flat ASCII string without '"' or '\', on the node, and returns that
+// string. erl_call runs inside the node's namespace (where its name
+// resolves) as a hidden node, which the cluster never counts as a member.
+func (n *RabbitMQNode) eval(ctx context.Context, expr string) (string, error) {
+	timeout := 5
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(1, int(time.Until(dl).Seconds()))
+	}
+	argv, err := n.runNS(n.cluster.erlCall, "-sname", n.node, "-c", n.cookie, "-r", "-timeout", strconv.Itoa(timeout), "-e")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdin = strings.NewReader(expr + "\n") // erl_call reads forms ending in ".\n"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	out := strings.TrimSpace(string(b))
+	if err != nil {
+		return "", fmt.Errorf("erl_call: %w: %s", err, strings.TrimSpace(stderr.String()+" "+out))
+	}
+	// erl_call -e prints {ok, Value}, Value as ~p would: our strings as
+	// "...", the empty one as [].
+	v, ok := strings.CutPrefix(out, "{ok,")
+	v = strings.TrimSpace(v)
+	switch {
+	case !ok:
+	case v == "[]}":
+		return "", nil
+	case strings.HasPrefix(v, `"`) && strings.HasSuffix(v, `"}`):
+		return v[1 : len(v)-2], nil
+	}
+	return "", fmt.Errorf("erl_call: %s", out)
+}
