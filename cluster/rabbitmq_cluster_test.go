@@ -2,9 +2,12 @@ package cluster_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -425,6 +428,66 @@ func checkNoneLost(t *testing.T, confirmed, got []string) {
 		t.Fatalf("%d of %d confirmed messages lost: %v (got %v)", len(lost), len(confirmed), lost, got)
 	}
 	t.Logf("%d confirmed, %d got, none lost", len(confirmed), len(got))
+}
+
+// rabbitChildEnv makes TestRabbitMQClusterChild start a cluster, report
+// it and wait to be killed.
+const rabbitChildEnv = "DELIVERYCHECK_RABBITMQ_CLUSTER_CHILD"
+
+// TestRabbitMQClusterChild is the child of TestRabbitMQClusterHarnessKilled;
+// it does nothing in a normal run.
+func TestRabbitMQClusterChild(t *testing.T) {
+	if os.Getenv(rabbitChildEnv) == "" {
+		t.Skip("only runs as the child of TestRabbitMQClusterHarnessKilled")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, rc := startRabbitMQCluster(t, ctx)
+	defer c.Close()
+	// The namespaces' mount points and hosts files are paths that must
+	// go like the temp dirs.
+	rep := childReport{PIDs: c.PIDs()}
+	for _, n := range rc.Nodes() {
+		ns := c.Network().Namespace(n.Name())
+		rep.Dirs = append(rep.Dirs, n.Dir(), filepath.Join("/run/netns", ns), filepath.Join("/etc/netns", ns))
+	}
+	b, _ := json.Marshal(rep)
+	fmt.Println("REPORT", string(b))
+	<-ctx.Done() // the parent kills us long before
+	t.Fatal("child harness was not killed")
+}
+
+// TestRabbitMQClusterHarnessKilled: a harness SIGKILLed with a cluster
+// running leaves nothing behind: the guards kill every node's VM and
+// epmd, and remove the temp dirs and the namespaces.
+func TestRabbitMQClusterHarnessKilled(t *testing.T) {
+	testenv.SkipIfShort(t, "starts a 3-node RabbitMQ cluster")
+	testenv.MustHaveServer(t, "network namespaces", netns.Check())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	shmBefore := shmFiles(t)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRabbitMQClusterChild$", "-test.v")
+	cmd.Env = append(os.Environ(), rabbitChildEnv+"=1")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rep := readReport(t, out)
+	if len(rep.PIDs) == 0 {
+		t.Fatalf("child reported no process: %+v", rep)
+	}
+	_ = cmd.Process.Kill()
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	_ = cmd.Wait()
+	waitGone(t, ctx, rep, shmBefore)
+	if t.Failed() {
+		t.Logf("child stderr:\n%s", stderr.String())
+	}
 }
 
 // BenchmarkRabbitMQClusterColdStart measures cluster.Start of a 3-node
