@@ -49,14 +49,15 @@ func startRabbitMQCluster(tb testing.TB, ctx context.Context) (*cluster.Cluster,
 		tb.Fatal(err)
 	}
 	rc := c.Service(cluster.RabbitMQ).(*local.RabbitMQCluster)
-	tb.Cleanup(func() {
-		if tb.Failed() {
-			for _, n := range rc.Nodes() {
-				tb.Logf("tail of %s's log %s:\n%s", n.Name(), n.LogFile(), logtail.File(n.LogFile(), 60))
-			}
-		}
-	})
 	return c, rc
+}
+
+// logTails puts the end of every node's log in tb's log: call it before
+// Close, which removes the logs.
+func logTails(tb testing.TB, rc *local.RabbitMQCluster) {
+	for _, n := range rc.Nodes() {
+		tb.Logf("tail of %s's log %s:\n%s", n.Name(), n.LogFile(), logtail.File(n.LogFile(), 100))
+	}
 }
 
 // TestRabbitMQCluster runs one 3-node cluster through every fault in
@@ -71,6 +72,9 @@ func TestRabbitMQCluster(t *testing.T) {
 	closed := false
 	defer func() {
 		if !closed {
+			if t.Failed() {
+				logTails(t, rc)
+			}
 			if err := c.Close(); err != nil {
 				t.Error(err)
 			}
@@ -226,19 +230,11 @@ func TestRabbitMQCluster(t *testing.T) {
 				_, _ = f.Heal(context.Background())
 			}
 		}()
-		// Confirmed publishes through the majority go on, to a new leader.
+		// Confirmed publishes through the majority go on, to a leader the
+		// majority elects: the partition is real to the servers.
 		p.publish(t, ctx, "cut", 20)
 		newLeader, _ := waitLeader(t, ctx, rc, q, leader)
-		// The partition is real to the servers: the majority sees the
-		// node down (net_ticktime), so autoheal must mend Mnesia after.
-		waitFor(t, ctx, 60*time.Second, "the majority to see "+leader+" down", func() error {
-			running, _, err := rc.Nodes()[m].ClusterView(ctx)
-			if err == nil && slices.Contains(running, leader) {
-				err = fmt.Errorf("%s sees %v running", majority[0], running)
-			}
-			return err
-		})
-		p.publish(t, ctx, "down", 10)
+		p.publish(t, ctx, "new-leader", 10)
 		ev, err := f.Heal(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -273,7 +269,11 @@ func TestRabbitMQCluster(t *testing.T) {
 		checkNoneLost(t, p.confirmed, drain(t, ctx, urls[2], q, len(p.confirmed)))
 	})
 
+	top := t
 	t.Run("close-leaves-nothing", func(t *testing.T) {
+		if top.Failed() {
+			logTails(t, rc)
+		}
 		var dirs, nss []string
 		for _, n := range rc.Nodes() {
 			dirs = append(dirs, n.Dir())
@@ -300,10 +300,12 @@ func TestRabbitMQCluster(t *testing.T) {
 	})
 }
 
-// waitWhole waits, bounded, until the cluster is whole again.
+// waitWhole waits, bounded, until the cluster is whole again. The bound
+// allows for two rounds of 3.10.8's autoheal, which retries after 60 s
+// when the nodes saw a partition at different moments.
 func waitWhole(t *testing.T, ctx context.Context, rc *local.RabbitMQCluster) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 150*time.Second)
 	defer cancel()
 	start := time.Now()
 	if err := rc.WaitWhole(ctx); err != nil {
