@@ -446,12 +446,12 @@ func TestRabbitMQClusterChild(t *testing.T) {
 	defer cancel()
 	c, rc := startRabbitMQCluster(t, ctx)
 	defer c.Close()
-	// The namespaces' mount points and hosts files are paths that must
-	// go like the temp dirs.
-	rep := childReport{PIDs: c.PIDs()}
+	// The namespaces' hosts files must go like the temp dirs.
+	rep := childReport{PIDs: c.PIDs(), Netns: []string{c.Network().Name()}}
 	for _, n := range rc.Nodes() {
 		ns := c.Network().Namespace(n.Name())
-		rep.Dirs = append(rep.Dirs, n.Dir(), filepath.Join("/run/netns", ns), filepath.Join("/etc/netns", ns))
+		rep.Dirs = append(rep.Dirs, n.Dir(), filepath.Join("/etc/netns", ns))
+		rep.Netns = append(rep.Netns, ns)
 	}
 	b, _ := json.Marshal(rep)
 	fmt.Println("REPORT", string(b))
