@@ -11,7 +11,7 @@ import (
 // queueLeader is a replicated RabbitMQ that can say which node leads a
 // quorum queue.
 type queueLeader interface {
-	QueueLeader(ctx context.Context, vhost, queue string) (node string, err error)
+	QueueLeader(ctx context.Context, vhost, queue string) (node string, members []string, err error)
 }
 
 // Leader is the node of the run's replicated broker that leads now: the
@@ -41,7 +41,8 @@ func (r *Deployment) Leader(ctx context.Context, service string) (string, error)
 		if !ok || len(r.cfg.Subscriptions) == 0 {
 			return "", fmt.Errorf("cannot look up the leader of a rabbitmq queue on this cluster")
 		}
-		return ql.QueueLeader(ctx, "/", r.broker.Qualify(r.cfg.Subscriptions[0]))
+		node, _, err := ql.QueueLeader(ctx, "/", r.broker.Qualify(r.cfg.Subscriptions[0]))
+		return node, err
 	}
 	return "", fmt.Errorf("%s has no leader", service)
 }
