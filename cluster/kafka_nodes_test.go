@@ -15,7 +15,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/cluster/local"
@@ -242,34 +241,13 @@ func (k *kafkaNodes) waitWhole(t *testing.T, ctx context.Context, topic string) 
 	})
 	for _, n := range k.nodes {
 		waitCond(t, ctx, 60*time.Second, n.Name()+" lists every broker", func(ctx context.Context) error {
-			ids, err := brokersOf(ctx, n.Endpoint())
+			ids, err := local.KafkaBrokers(ctx, n.Endpoint())
 			if err == nil && len(ids) != 3 {
 				err = fmt.Errorf("lists %v", ids)
 			}
 			return err
 		})
 	}
-}
-
-// brokersOf asks the broker at addr itself for the live brokers.
-func brokersOf(ctx context.Context, addr string) ([]int32, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DialTimeout(time.Second))
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrMetadataRequest()
-	req.Topics = []kmsg.MetadataRequestTopic{}
-	resp, err := cl.SeedBrokers()[0].Request(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	var ids []int32
-	for _, b := range resp.(*kmsg.MetadataResponse).Brokers {
-		ids = append(ids, b.NodeID)
-	}
-	slices.Sort(ids)
-	return ids, nil
 }
 
 // waitCond retries cond (each try bounded by 3 s) until it returns nil,
@@ -514,7 +492,7 @@ func (k *kafkaNodes) cutLeader(t *testing.T, ctx context.Context) {
 	// is not idempotent, so its write can give up: an idempotent
 	// producer never fails a record it is unsure about.
 	lonely := k.clientWith(t, []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.RecordDeliveryTimeout(8 * time.Second)}, others...)
-	if _, err := brokersOf(ctx, k.links[old.ID()]); err != nil {
+	if _, err := local.KafkaBrokers(ctx, k.links[old.ID()]); err != nil {
 		t.Errorf("%s: not reachable through its link during an inter-broker cut: %v", old.Name(), err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 8*time.Second)

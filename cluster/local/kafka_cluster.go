@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -485,7 +486,14 @@ func (n *KafkaNode) QuorumLeader(ctx context.Context) (int32, error) {
 // brokers are the live (registered, unfenced) brokers' ids in the node's
 // own metadata, asked of the node itself.
 func (n *KafkaNode) brokers(ctx context.Context) ([]int32, error) {
-	cl, err := n.directClient()
+	return KafkaBrokers(ctx, n.Endpoint())
+}
+
+// KafkaBrokers are the ids of the live (registered, unfenced) brokers in
+// the metadata of the broker at addr, asked of that broker alone (not
+// whichever a client would pick), sorted: what that one node believes.
+func KafkaBrokers(ctx context.Context, addr string) ([]int32, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DialTimeout(time.Second))
 	if err != nil {
 		return nil, err
 	}
@@ -500,6 +508,7 @@ func (n *KafkaNode) brokers(ctx context.Context) ([]int32, error) {
 	for _, b := range resp.(*kmsg.MetadataResponse).Brokers {
 		ids = append(ids, b.NodeID)
 	}
+	slices.Sort(ids)
 	return ids, nil
 }
 
