@@ -706,30 +706,39 @@ func TestDefaultGuarantees(t *testing.T) {
 }
 
 // With a replicated broker, faults name its nodes (or its leader), and
-// the faults between nodes need one.
+// the faults between nodes need one; with a standby, the database fails
+// over and its nodes can be cut off from each other; without one, neither.
 func TestNodeSteps(t *testing.T) {
 	for _, tc := range []struct {
-		nodes int
-		step  string
-		err   string // "" valid
+		nodes         int
+		standby, step string
+		err           string // "" valid
 	}{
-		{3, "at 1s: isolate broker-1 for 2s", ""},
-		{3, "at 1s: isolate kafka:leader for 2s", ""},
-		{3, "at 1s: split broker ring for 2s", ""},
-		{3, "at 1s: kill kafka-2 for 2s", ""},
-		{3, "at 1s: pause broker:leader for 2s", ""},
-		{3, "at 1s: partition broker-0 upstream for 2s", ""},
-		{3, "at 1s: kill postgres for 2s", ""},
-		{0, "at 1s: isolate broker-1 for 2s", "isolate acts between the nodes of a replicated broker; set broker.nodes"},
-		{3, "at 1s: isolate postgres for 2s", `isolate takes a broker node, not "postgres"`},
-		{3, "at 1s: isolate kafka-3 for 2s", `isolate takes a broker node, not "kafka-3"`},
-		{3, "at 1s: split kafka-1 for 2s", `split acts on the broker's nodes: target broker, not "kafka-1"`},
-		{2, "at 1s: split broker for 2s", "split needs 3 or more broker nodes"},
-		{3, "at 1s: kill broker for 2s", `unknown target "broker"`},
-		{0, "at 1s: kill kafka-1 for 2s", `unknown target "kafka-1"`},
+		{3, "", "at 1s: isolate broker-1 for 2s", ""},
+		{3, "", "at 1s: isolate kafka:leader for 2s", ""},
+		{3, "", "at 1s: split broker ring for 2s", ""},
+		{3, "", "at 1s: kill kafka-2 for 2s", ""},
+		{3, "", "at 1s: pause broker:leader for 2s", ""},
+		{3, "", "at 1s: partition broker-0 upstream for 2s", ""},
+		{3, "", "at 1s: kill postgres for 2s", ""},
+		{0, "", "at 1s: isolate broker-1 for 2s", "isolate acts between the nodes of a replicated broker; set broker.nodes"},
+		{3, "", "at 1s: isolate postgres for 2s", `isolate takes a broker node, not "postgres"`},
+		{3, "", "at 1s: isolate kafka-3 for 2s", `isolate takes a broker node, not "kafka-3"`},
+		{3, "", "at 1s: split kafka-1 for 2s", `split acts on the broker's nodes: target broker, not "kafka-1"`},
+		{2, "", "at 1s: split broker for 2s", "split needs 3 or more broker nodes"},
+		{3, "", "at 1s: kill broker for 2s", `unknown target "broker"`},
+		{0, "", "at 1s: kill kafka-1 for 2s", `unknown target "kafka-1"`},
+		{0, "sync", "at 1s: failover postgres", ""},
+		{0, "async", "at 1s: isolate postgres-1 for 2s", ""},
+		{0, "async", "at 1s: kill postgres-0 for 2s", ""},
+		{0, "async", "at 1s: partition postgres-1 for 2s", ""},
+		{0, "", "at 1s: failover postgres", "failover needs a standby to promote: set postgres.standby"},
+		{0, "none", "at 1s: kill postgres-0 for 2s", `unknown target "postgres-0"`},
+		{0, "sync", "at 1s: failover broker", `failover acts on postgres, not "broker"`},
+		{0, "", "at 1s: isolate postgres-1 for 2s", "set broker.nodes"},
 	} {
 		s := Default()
-		s.Name, s.Broker.Kind, s.Broker.Nodes = "nodes", "kafka", tc.nodes
+		s.Name, s.Broker.Kind, s.Broker.Nodes, s.Postgres.Standby = "nodes", "kafka", tc.nodes, tc.standby
 		st, err := nemesis.ParseStep(tc.step)
 		if err != nil {
 			t.Fatal(err)
@@ -737,57 +746,10 @@ func TestNodeSteps(t *testing.T) {
 		s.Nemesis.Timeline = []nemesis.Step{st}
 		err = s.Validate()
 		if tc.err == "" && err != nil {
-			t.Errorf("nodes %d, %q: %v", tc.nodes, tc.step, err)
+			t.Errorf("nodes %d, standby %q, %q: %v", tc.nodes, tc.standby, tc.step, err)
 		}
 		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
-			t.Errorf("nodes %d, %q: error %v, want %q", tc.nodes, tc.step, err, tc.err)
-		}
-	}
-}
-
-// A standby set in Go is checked as the decoder checks a file's.
-func TestValidateStandbyAfterHandEdits(t *testing.T) {
-	for _, tc := range []struct{ standby, want string }{
-		{"", ""}, {"none", ""}, {"async", ""}, {"sync", ""},
-		{"hot", `postgres.standby: unknown standby "hot" (valid: none, async, sync)`},
-	} {
-		s, _ := Lookup("kafka-kill-broker")
-		s.Postgres.Standby = tc.standby
-		err := s.Validate()
-		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
-			t.Errorf("standby %q: Validate() = %v, want %q", tc.standby, err, tc.want)
-		}
-	}
-}
-
-// With a standby, the database fails over and its nodes can be cut off
-// from each other; without one, neither.
-func TestStandbySteps(t *testing.T) {
-	for _, tc := range []struct {
-		standby, step, err string
-	}{
-		{"sync", "at 1s: failover postgres", ""},
-		{"async", "at 1s: isolate postgres-1 for 2s", ""},
-		{"async", "at 1s: kill postgres-0 for 2s", ""},
-		{"async", "at 1s: partition postgres-1 for 2s", ""},
-		{"", "at 1s: failover postgres", "failover needs a standby to promote: set postgres.standby"},
-		{"none", "at 1s: kill postgres-0 for 2s", `unknown target "postgres-0"`},
-		{"sync", "at 1s: failover broker", `failover acts on postgres, not "broker"`},
-		{"", "at 1s: isolate postgres-1 for 2s", "set broker.nodes"},
-	} {
-		s := Default()
-		s.Name, s.Broker.Kind, s.Postgres.Standby = "standby", "kafka", tc.standby
-		st, err := nemesis.ParseStep(tc.step)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Nemesis.Timeline = []nemesis.Step{st}
-		err = s.Validate()
-		if tc.err == "" && err != nil {
-			t.Errorf("standby %q, %q: %v", tc.standby, tc.step, err)
-		}
-		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
-			t.Errorf("standby %q, %q: error %v, want %q", tc.standby, tc.step, err, tc.err)
+			t.Errorf("nodes %d, standby %q, %q: error %v, want %q", tc.nodes, tc.standby, tc.step, err, tc.err)
 		}
 	}
 }
