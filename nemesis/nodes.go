@@ -106,10 +106,11 @@ func (e *Env) nodeFault(ctx context.Context, f Fault) (effect, error) {
 			return effect{}, rerr
 		}
 		svc, _, ok := nodeOf(node)
-		peers := slices.DeleteFunc(e.serviceNodes(svc), func(n string) bool { return n == node })
-		if !ok || len(peers) == len(e.serviceNodes(svc)) {
+		all := e.serviceNodes(svc)
+		if !ok || !slices.Contains(all, node) {
 			return effect{}, fmt.Errorf("no node %s (have %s)", node, strings.Join(net.Nodes(), ", "))
 		}
+		peers := slices.DeleteFunc(slices.Clone(all), func(n string) bool { return n == node })
 		nf, err = net.Partition(ctx, []string{node}, peers)
 		what = node + " isolated from " + strings.Join(peers, ", ")
 	case Split:

@@ -29,7 +29,7 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 			return Spec{}, err
 		}
 		targets := nemesis.DefaultTargets(workers).WithNodes("broker", s.Broker.Nodes)
-		if s.Postgres.Standby != "" && s.Postgres.Standby != "none" {
+		if s.StandbyKind() != "" {
 			targets = targets.WithStandby()
 		}
 		// A team's component has only the failpoints it declares.
@@ -59,7 +59,7 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 		Pipeline:         cfg,
 		Images:           s.Images.Map(),
 		Nodes:            nodes(s),
-		Standby:          standby(s),
+		Standby:          s.StandbyKind(),
 		Schedule:         sched,
 		Duration:         d,
 		WorkloadDuration: workload,
@@ -75,15 +75,6 @@ func nodes(s scenarios.Scenario) map[string]int {
 		return nil
 	}
 	return map[string]int{s.Broker.Kind: s.Broker.Nodes}
-}
-
-// standby is the scenario's PostgreSQL standby as the cluster names it:
-// "" for none.
-func standby(s scenarios.Scenario) string {
-	if s.Postgres.Standby == "none" {
-		return ""
-	}
-	return s.Postgres.Standby
 }
 
 // runLength is how long the workload runs: its own duration, or, when the

@@ -596,6 +596,15 @@ func (s System) clone() System {
 	return c
 }
 
+// StandbyKind is the database's standby, "async" or "sync", or "" for
+// none (postgres.standby unset or "none" alike).
+func (s Scenario) StandbyKind() string {
+	if s.Postgres.Standby == "none" {
+		return ""
+	}
+	return s.Postgres.Standby
+}
+
 // KnownBad reports whether any component is a deliberately broken variant,
 // or a setting is (an asynchronous standby).
 func (s Scenario) KnownBad() bool {

@@ -426,7 +426,7 @@ func (s Scenario) serviceTargets() []string {
 }
 
 // hasStandby reports whether the database has a standby.
-func (s Scenario) hasStandby() bool { return s.Postgres.Standby != "" && s.Postgres.Standby != "none" }
+func (s Scenario) hasStandby() bool { return s.StandbyKind() != "" }
 
 // checkNodesStep checks a fault between the nodes of the replicated
 // broker: isolate one node (or the leader), split the broker.
