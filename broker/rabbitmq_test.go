@@ -14,6 +14,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 )
 
 // The RabbitMQ tests share one node (see main_test.go) and never run in
@@ -138,19 +140,7 @@ func (rt *rabbitTest) depth(queue string) int {
 // waitFor retries cond until it returns nil or d passes.
 func waitFor(tb testing.TB, ctx context.Context, d time.Duration, cond func() error) {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			tb.Fatalf("condition not met within %v: %v", d, err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	testenv.Eventually(tb, ctx, d, "", cond)
 }
 
 // recvOK waits up to d for c's error and fails the test with it, or with

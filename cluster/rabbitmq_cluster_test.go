@@ -314,24 +314,6 @@ func waitWhole(t *testing.T, ctx context.Context, rc *local.RabbitMQCluster) {
 	t.Logf("cluster whole after %v", time.Since(start).Round(time.Millisecond))
 }
 
-// waitFor retries cond until it returns nil, or fails t after d.
-func waitFor(t *testing.T, ctx context.Context, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waited %v for %s: %v", d, what, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 // publisher publishes persistent messages to a queue on a confirm-mode
 // channel and remembers those the broker confirmed.
 type publisher struct {
@@ -386,7 +368,7 @@ func (p *publisher) publish(t *testing.T, ctx context.Context, prefix string, n 
 func drain(t *testing.T, ctx context.Context, url, q string, want int) []string {
 	t.Helper()
 	var got []string
-	waitFor(t, ctx, 60*time.Second, fmt.Sprintf("%d messages from %s", want, q), func() error {
+	testenv.Eventually(t, ctx, 60*time.Second, fmt.Sprintf("%d messages from %s", want, q), func() error {
 		conn, err := probe.DialAMQP(ctx, url)
 		if err != nil {
 			return err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/cluster/link"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 	"github.com/deliverycheck/deliverycheck/nemesis"
 )
 
@@ -200,17 +201,7 @@ func linkEnv(t *testing.T) (*nemesis.Env, *link.Link, *syncBuffer) {
 
 func waitFor(t *testing.T, d time.Duration, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %v", d, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, context.Background(), d, "", cond)
 }
 
 func faultOps(h history.History) []string {

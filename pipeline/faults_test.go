@@ -8,6 +8,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
@@ -97,17 +98,7 @@ func mustBind(sql string) producer.Statement {
 
 func waitUntil(t *testing.T, d time.Duration, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %v", d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, context.Background(), d, "", cond)
 }
 
 func runFaultCases(t *testing.T, cases []faultCase) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/cluster/link"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 )
 
 // peer is a line echo server that reports every line it receives, and
@@ -365,15 +366,12 @@ func TestPartitionAndWatchNeverHang(t *testing.T) {
 // waitFor waits (bounded) until cond holds.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
+	testenv.Eventually(t, context.Background(), 15*time.Second, what, func() error {
+		if !cond() {
+			return errors.New("not yet")
 		}
-	}
+		return nil
+	})
 }
 
 // waitBlocked waits until the writer counting into written stops making

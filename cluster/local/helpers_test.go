@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 	"github.com/deliverycheck/deliverycheck/process"
 )
 
@@ -14,17 +15,5 @@ func alive(pid int) bool { return process.Alive(pid) }
 // waitFor retries cond until it returns nil or the deadline passes.
 func waitFor(t testing.TB, ctx context.Context, d time.Duration, cond func() error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	var err error
-	for {
-		if err = cond(); err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("condition not met within %v: %v", d, err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	testenv.Eventually(t, ctx, d, "", cond)
 }

@@ -1,10 +1,13 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 )
 
 // recorder is a testing.TB that records how a helper ended the test
@@ -61,4 +64,39 @@ func TestMustHave(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestEventually(t *testing.T) {
+	t.Run("met", func(t *testing.T) {
+		n := 0
+		r := run(t, func(tb testing.TB) {
+			Eventually(tb, context.Background(), 5*time.Second, "third try", func() error {
+				if n++; n < 3 {
+					return fmt.Errorf("try %d", n)
+				}
+				return nil
+			})
+		})
+		if r.ended != "" || n != 3 {
+			t.Fatalf("ended %q after %d tries, want met on the third", r.ended, n)
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		r := run(t, func(tb testing.TB) {
+			Eventually(tb, context.Background(), 60*time.Millisecond, "never", func() error { return errors.New("still no") })
+		})
+		if r.ended != "fatal" || !strings.Contains(r.msg, "never not met within 60ms: still no") {
+			t.Fatalf("ended %q with %q, want a failure naming the wait and the last error", r.ended, r.msg)
+		}
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		r := run(t, func(tb testing.TB) {
+			Eventually(tb, ctx, time.Hour, "x", func() error { return errors.New("no") })
+		})
+		if r.ended != "fatal" {
+			t.Fatalf("ended %q, want a failure when ctx is done", r.ended)
+		}
+	})
 }

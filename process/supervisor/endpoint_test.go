@@ -244,23 +244,21 @@ func TestEndpointClients(t *testing.T) {
 // lines "before" and "after".
 func waitLines(t *testing.T, path, want string, timeout time.Duration) []string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var lines []string
+	testenv.Eventually(t, context.Background(), timeout, fmt.Sprintf("a line %q in %s", want, path), func() error {
 		b, _ := os.ReadFile(path)
-		var lines []string
+		lines = lines[:0]
 		for _, l := range strings.Split(string(b), "\n") {
 			if l == "before" || l == "after" {
 				lines = append(lines, l)
 			}
 		}
-		if slices.Contains(lines, want) {
-			return lines
+		if !slices.Contains(lines, want) {
+			return fmt.Errorf("have:\n%s", b)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in %s after %s:\n%s", want, path, timeout, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return lines
 }
 
 // endpointSup is a supervisor with one external worker, relay-0, that
