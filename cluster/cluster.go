@@ -99,6 +99,21 @@ type Config struct {
 	// follows it through a failover ([Failoverer]). Local runtime only,
 	// as root.
 	Standby string
+	// KafkaReplication overrides the topic settings of a replicated
+	// Kafka (Nodes["kafka"] > 1); the zero value keeps the defaults.
+	KafkaReplication KafkaReplication
+}
+
+// KafkaReplication is how a replicated Kafka keeps the topics a scenario
+// writes; each zero field keeps the default (local.KafkaClusterOptions
+// says which), so known-bad settings are asked for, never defaulted to.
+type KafkaReplication struct {
+	// Factor is default.replication.factor.
+	Factor int
+	// MinInsync is min.insync.replicas.
+	MinInsync int
+	// Unclean is unclean.leader.election.enable.
+	Unclean bool
 }
 
 // Standby kinds ([Config.Standby]).
@@ -123,6 +138,8 @@ type Cluster struct {
 	nodes map[string][]Service
 	net   *netns.Network
 	guard *guard.Guard
+	// kafkaRepl is what the replicated Kafka was asked for.
+	kafkaRepl KafkaReplication
 }
 
 // Start provisions and starts the configured services concurrently and
@@ -157,11 +174,12 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c := &Cluster{
-		runtime:  cfg.Runtime,
-		links:    link.NewServer(),
-		services: map[string]Service{},
-		urls:     map[string]func(string) string{},
-		nodes:    map[string][]Service{},
+		runtime:   cfg.Runtime,
+		links:     link.NewServer(),
+		services:  map[string]Service{},
+		urls:      map[string]func(string) string{},
+		nodes:     map[string][]Service{},
+		kafkaRepl: cfg.KafkaReplication,
 	}
 	defer func() {
 		if err != nil {
@@ -301,6 +319,9 @@ func checkNodes(cfg Config, names []string) ([]string, error) {
 		}
 		nodes = append(nodes, NodeName(Postgres, 0), NodeName(Postgres, 1))
 	}
+	if cfg.KafkaReplication != (KafkaReplication{}) && cfg.Nodes[Kafka] <= 1 {
+		return nil, fmt.Errorf("cluster: kafka replication settings %+v, but kafka is not replicated (set Nodes)", cfg.KafkaReplication)
+	}
 	if len(nodes) > 0 {
 		if err := netns.Check(); err != nil {
 			return nil, fmt.Errorf("cluster: replicated services need a network namespace per node: %w", err)
@@ -349,7 +370,11 @@ func (c *Cluster) provisionReplicated(name string, n int, opts local.Options, cf
 	var nodes []Service
 	switch name {
 	case Kafka:
-		k, err := local.NewKafkaCluster(local.KafkaClusterOptions{ReplicatedOptions: ro, Version: cfg.KafkaVersion})
+		r := cfg.KafkaReplication
+		k, err := local.NewKafkaCluster(local.KafkaClusterOptions{
+			ReplicatedOptions: ro, Version: cfg.KafkaVersion,
+			ReplicationFactor: r.Factor, MinInsyncReplicas: r.MinInsync, UncleanLeaderElection: r.Unclean,
+		})
 		if err != nil {
 			return err
 		}
@@ -428,6 +453,10 @@ func (c *Cluster) provisionStandby(opts local.Options, cfg Config) error {
 // single-node one. Each is a Service of its own, behind the link of its
 // name, and can be killed, paused or restarted alone.
 func (c *Cluster) Nodes(name string) []Service { return c.nodes[name] }
+
+// KafkaReplication is the topic settings the replicated Kafka was asked
+// for ([Config.KafkaReplication]), zero fields standing for defaults.
+func (c *Cluster) KafkaReplication() KafkaReplication { return c.kafkaRepl }
 
 // Network is the network namespaces of the replicated services' nodes, or
 // nil when nothing is replicated: partitions between nodes are made there.

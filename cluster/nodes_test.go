@@ -25,6 +25,7 @@ func TestCheckNodes(t *testing.T) {
 		{"containers", Config{Runtime: Containers, Nodes: map[string]int{RabbitMQ: 3}}, all, nil, "the containers runtime runs single nodes only"},
 		{"standby of no kind", Config{Runtime: Local, Standby: "hot"}, all, nil, `standby "hot" (want async or sync)`},
 		{"standby without postgres", Config{Runtime: Local, Standby: StandbySync}, []string{Kafka}, nil, "a sync standby of postgres, which the cluster does not run"},
+		{"replication of a single kafka", Config{Runtime: Local, KafkaReplication: KafkaReplication{MinInsync: 1}}, all, nil, "kafka is not replicated"},
 		{"standby on containers", Config{Runtime: Containers, Standby: StandbyAsync}, all, nil, "the containers runtime runs a single postgres"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

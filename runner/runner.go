@@ -46,7 +46,10 @@ type Spec struct {
 	Nodes map[string]int
 	// Standby is PostgreSQL's standby, "" for none (cluster.Config.Standby).
 	Standby string
-	Seed    int64
+	// KafkaReplication is the replicated Kafka's topic settings
+	// (cluster.Config.KafkaReplication).
+	KafkaReplication cluster.KafkaReplication
+	Seed             int64
 	// External describes the components that are not deliverycheck's own,
 	// for the report.
 	External []reports.External
@@ -54,10 +57,12 @@ type Spec struct {
 	Expect *verdict.Expectation
 }
 
-// fits says why servers someone else started (Options.Cluster) are not
-// the ones spec asks for, or nil: a run on a single node that asked for
-// three would prove nothing about replication and look as if it had.
-func (spec Spec) fits(cl *cluster.Cluster) error {
+// Fits says why servers someone else started (Options.Cluster, a suite's
+// shared ones) are not the ones spec asks for, or nil: a run on a single
+// node that asked for three, or on a min ISR of 2 that asked for 1, would
+// prove nothing about replication and look as if it had. The replication
+// settings are compared as stated (a zero field is the default).
+func (spec Spec) Fits(cl *cluster.Cluster) error {
 	for _, svc := range []string{spec.Pipeline.Broker, cluster.Postgres} {
 		want := spec.Nodes[svc]
 		if svc == cluster.Postgres && spec.Standby != "" {
@@ -69,6 +74,9 @@ func (spec Spec) fits(cl *cluster.Cluster) error {
 		if got := len(cl.Nodes(svc)); got != want {
 			return fmt.Errorf("provision: the servers given run %s with %d nodes, the scenario asks for %d", svc, max(got, 1), max(want, 1))
 		}
+	}
+	if got := cl.KafkaReplication(); spec.Pipeline.Broker == cluster.Kafka && got != spec.KafkaReplication {
+		return fmt.Errorf("provision: the servers given run kafka with replication %+v, the scenario asks for %+v", got, spec.KafkaReplication)
 	}
 	return nil
 }
@@ -138,7 +146,7 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	if cl == nil {
 		services := []string{cluster.Postgres, spec.Pipeline.Broker}
 		start := time.Now()
-		cl, err = cluster.Start(ctx, cluster.Config{Runtime: opts.Runtime, Images: spec.Images, Nodes: spec.Nodes, Standby: spec.Standby, Services: services, Keep: opts.Keep, Logger: log})
+		cl, err = cluster.Start(ctx, cluster.Config{Runtime: opts.Runtime, Images: spec.Images, Nodes: spec.Nodes, Standby: spec.Standby, KafkaReplication: spec.KafkaReplication, Services: services, Keep: opts.Keep, Logger: log})
 		if err != nil {
 			out.HarnessErr = fmt.Errorf("provision: %w", err)
 			return out, writeAll(out, &meta, nil, log)
@@ -151,7 +159,7 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 			}
 		}()
 	}
-	if err := spec.fits(cl); err != nil {
+	if err := spec.Fits(cl); err != nil {
 		out.HarnessErr = err
 		return out, writeAll(out, &meta, nil, log)
 	}

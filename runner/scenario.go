@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/pipeline"
 	"github.com/deliverycheck/deliverycheck/pipeline/debezium"
@@ -60,6 +61,7 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 		Images:           s.Images.Map(),
 		Nodes:            nodes(s),
 		Standby:          s.StandbyKind(),
+		KafkaReplication: kafkaReplication(s),
 		Schedule:         sched,
 		Duration:         d,
 		WorkloadDuration: workload,
@@ -75,6 +77,13 @@ func nodes(s scenarios.Scenario) map[string]int {
 		return nil
 	}
 	return map[string]int{s.Broker.Kind: s.Broker.Nodes}
+}
+
+// kafkaReplication is the replicated Kafka's settings the scenario asks
+// for (validation has refused them anywhere else).
+func kafkaReplication(s scenarios.Scenario) cluster.KafkaReplication {
+	b := s.Broker
+	return cluster.KafkaReplication{Factor: b.ReplicationFactor, MinInsync: b.MinInsyncReplicas, Unclean: b.UncleanLeaderElection}
 }
 
 // runLength is how long the workload runs: its own duration, or, when the

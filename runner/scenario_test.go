@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/scenarios"
 )
@@ -134,5 +135,26 @@ func TestFromScenarioStandby(t *testing.T) {
 		if spec.Standby != tc.want {
 			t.Errorf("standby %q: Spec.Standby = %q, want %q", tc.standby, spec.Standby, tc.want)
 		}
+	}
+}
+
+// broker.replication_factor, min_insync_replicas and
+// unclean_leader_election reach the cluster as stated.
+func TestFromScenarioKafkaReplication(t *testing.T) {
+	s := scenarioWith(t, 4*time.Second)
+	s.Broker.Kind, s.Broker.Nodes = "kafka", 3
+	spec, err := FromScenario(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.KafkaReplication != (cluster.KafkaReplication{}) {
+		t.Errorf("defaults: KafkaReplication = %+v, want zero", spec.KafkaReplication)
+	}
+	s.Broker.ReplicationFactor, s.Broker.MinInsyncReplicas, s.Broker.UncleanLeaderElection = 2, 1, true
+	if spec, err = FromScenario(s); err != nil {
+		t.Fatal(err)
+	}
+	if want := (cluster.KafkaReplication{Factor: 2, MinInsync: 1, Unclean: true}); spec.KafkaReplication != want {
+		t.Errorf("KafkaReplication = %+v, want %+v", spec.KafkaReplication, want)
 	}
 }

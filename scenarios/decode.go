@@ -529,6 +529,8 @@ func (d *decoder) scalar(t reflect.Type, n *yaml.Node, path string, f field) (re
 		want = "a non-negative integer"
 	case reflect.Float64:
 		want = "a number"
+	case reflect.Bool:
+		want = "true or false"
 	}
 	if f.enum != "" {
 		want = f.enum
@@ -577,6 +579,14 @@ func (d *decoder) text(t reflect.Type, n *yaml.Node, path, v string, f field) (r
 			return x, false
 		}
 		x.SetFloat(fl)
+	case reflect.Bool:
+		// YAML 1.2's two spellings only: yes, on and 1 read differently
+		// in other tools.
+		if v != "true" && v != "false" {
+			d.fail(n, path, "want true or false, got %q", v)
+			return x, false
+		}
+		x.SetBool(v == "true")
 	case reflect.String:
 		if f.enum != "" {
 			if valid := enumValues(f.enum); !slices.Contains(valid, v) {

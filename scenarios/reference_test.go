@@ -448,6 +448,8 @@ func (g *generator) valueSchema(f field, t reflect.Type, def reflect.Value) map[
 		s["type"], s["minimum"] = "integer", 0
 	case reflect.Float64:
 		s["type"] = "number"
+	case reflect.Bool:
+		s["type"] = "boolean"
 	default:
 		panic(fmt.Sprintf("no schema for %s", t))
 	}

@@ -273,6 +273,23 @@ type Broker struct {
 	// non-persistent lives in memory only, and a restart drops it; no
 	// delivery limit, so no poison events). RabbitMQ only.
 	QueueType string `yaml:"queue_type,omitempty" enum:"queue type"`
+	// ReplicationFactor is the replicas of the Kafka topic, overriding
+	// the default of one per node up to 3. 1 is a known-bad setting: the
+	// topic lives on one broker, and that broker's disk is all there is.
+	// Kafka with broker.nodes above 1 only; at most broker.nodes.
+	ReplicationFactor int `yaml:"replication_factor,omitempty" range:">=1,zero=default"`
+	// MinInsyncReplicas is Kafka's min.insync.replicas: how many replicas
+	// must have an acks=all record before the leader acknowledges it,
+	// overriding the default 2. 1 is a known-bad setting: a leader whose
+	// followers fell out of the ISR acknowledges alone. Kafka with
+	// broker.nodes above 1 only; at most the replication factor.
+	MinInsyncReplicas int `yaml:"min_insync_replicas,omitempty" range:">=1,zero=default"`
+	// UncleanLeaderElection sets Kafka's
+	// unclean.leader.election.enable: when no in-sync replica is left, an
+	// out-of-sync one may lead, and the records only the old leader had
+	// (acknowledged ones among them) are truncated away when it rejoins.
+	// Known-bad; off by default. Kafka with broker.nodes above 1 only.
+	UncleanLeaderElection bool `yaml:"unclean_leader_election,omitempty"`
 }
 
 // Postgres is the database the outbox, the inboxes and the effects live
@@ -606,10 +623,12 @@ func (s Scenario) StandbyKind() string {
 }
 
 // KnownBad reports whether any component is a deliberately broken variant,
-// or a setting is (an asynchronous standby).
+// or a setting is (an asynchronous standby; a Kafka topic with one
+// replica, a min ISR of 1, or unclean leader election).
 func (s Scenario) KnownBad() bool {
 	correctRelay := s.Variants.Relay == relay.Polling || s.Variants.Relay == relay.Debezium
-	badSetting := s.Postgres.Standby == "async"
+	b := s.Broker
+	badSetting := s.Postgres.Standby == "async" || b.ReplicationFactor == 1 || b.MinInsyncReplicas == 1 || b.UncleanLeaderElection
 	return s.Variants.Producer != producer.Outbox || !correctRelay || s.Variants.Consumer != consumer.Inbox || badSetting
 }
 

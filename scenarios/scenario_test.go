@@ -290,6 +290,23 @@ func TestParseErrors(t *testing.T) {
 		// Cross-field rules.
 		{"unroutable on kafka", "broker: kafka\nvariants:\n  relay: unroutable\n",
 			[]string{"my.yaml:3: variants.relay: unroutable only exists on rabbitmq (Kafka has no routing to get wrong)"}},
+		{"replication on rabbitmq", "broker:\n  kind: rabbitmq\n  nodes: 3\n  min_insync_replicas: 1\n",
+			[]string{"my.yaml:4: broker.min_insync_replicas: a Kafka replication setting; RabbitMQ's quorum queues have a member on every node (use broker: kafka)"}},
+		{"replication on one node", "broker:\n  kind: kafka\n  replication_factor: 1\n  unclean_leader_election: true\n",
+			[]string{
+				"my.yaml:3: broker.replication_factor: a single Kafka node replicates nothing; set broker.nodes (e.g. 3)",
+				"my.yaml:4: broker.unclean_leader_election: a single Kafka node replicates nothing; set broker.nodes (e.g. 3)",
+			}},
+		{"replication factor above the nodes", "broker:\n  kind: kafka\n  nodes: 3\n  replication_factor: 4\n",
+			[]string{"my.yaml:4: broker.replication_factor: must be ≤ broker.nodes (3), got 4"}},
+		{"replication factor 0", "broker:\n  kind: kafka\n  nodes: 3\n  replication_factor: 0\n",
+			[]string{"my.yaml:4: broker.replication_factor: must be ≥ 1, got 0"}},
+		{"min isr above the replication factor", "broker:\n  kind: kafka\n  nodes: 3\n  replication_factor: 2\n  min_insync_replicas: 3\n",
+			[]string{"my.yaml:5: broker.min_insync_replicas: must be ≤ the replication factor (2), got 3: every acks=all write would be refused"}},
+		{"min isr above the default replication factor", "broker:\n  kind: kafka\n  nodes: 2\n  min_insync_replicas: 3\n",
+			[]string{"my.yaml:4: broker.min_insync_replicas: must be ≤ the replication factor (2), got 3: every acks=all write would be refused"}},
+		{"unclean not a bool", "broker:\n  kind: kafka\n  nodes: 3\n  unclean_leader_election: maybe\n",
+			[]string{`my.yaml:4: broker.unclean_leader_election: want true or false, got "maybe"`}},
 		{"unbound on kafka", "broker:\n  kind: kafka\n  unbound: [email]\n",
 			[]string{"my.yaml:3: broker.unbound: only RabbitMQ has bindings to leave out; Kafka delivers every record of the topic to every group"}},
 		{"unbound names an undeclared subscription", "broker:\n  kind: rabbitmq\n  unbound: [billing]\n",
@@ -403,6 +420,8 @@ func TestSetErrors(t *testing.T) {
 		{"workload", "5", "--set: workload: is a section; set one of its fields: workload.duration, workload.producers, workload.producer_processes, workload.rate, workload.keys, workload.poison_ratio, workload.abort_ratio, workload.subscriptions, workload.consumers, workload.consumer_workers, workload.consumer_work, workload.relays, workload.relay_batch"},
 		// A value that breaks a rule tying fields together.
 		{"variants.relay", "unroutable", "--set: variants.relay: unroutable only exists on rabbitmq (Kafka has no routing to get wrong)"},
+		{"broker.unclean_leader_election", "true", "--set: broker.unclean_leader_election: a single Kafka node replicates nothing; set broker.nodes (e.g. 3)"},
+		{"broker.unclean_leader_election", "yes", `--set: broker.unclean_leader_election: want true or false, got "yes"`},
 		{"workload.duration", "1s", `base.yaml: nemesis.timeline[0]: "at 2s: kill relay-0" starts at or after the workload ends (1s); faults only run while it does`},
 		{"nemesis.failpoints.relay-9", "relay.before-publish", `--set: nemesis.failpoints.relay-9: no worker "relay-9" in this scenario; did you mean relay-0? (workers: producer-0, producer-1, relay-0, consumer-inventory-0, consumer-email-0)`},
 	} {

@@ -107,6 +107,7 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	if isKafka && s.Broker.QueueType != "" {
 		fail("broker.queue_type", "queue types are RabbitMQ's; Kafka has a topic")
 	}
+	s.checkReplication(fail)
 	if s.Broker.QueueType == "classic" && w.PoisonRatio > 0 {
 		fail("workload.poison_ratio", "a classic queue has no delivery limit: a poison event would be redelivered for ever (use queue_type quorum)")
 	}
@@ -517,4 +518,40 @@ func (s Scenario) End() time.Duration {
 		end = max(end, st.At+st.For)
 	}
 	return end
+}
+
+// checkReplication checks the replicated Kafka's topic settings: they
+// exist only on Kafka with more than one node, and a min ISR above the
+// replication factor would refuse every acks=all write.
+func (s Scenario) checkReplication(fail func(path, format string, args ...any)) {
+	b := s.Broker
+	for _, f := range []struct {
+		path string
+		set  bool
+	}{
+		{"broker.replication_factor", b.ReplicationFactor != 0},
+		{"broker.min_insync_replicas", b.MinInsyncReplicas != 0},
+		{"broker.unclean_leader_election", b.UncleanLeaderElection},
+	} {
+		switch {
+		case !f.set:
+		case b.Kind != "kafka":
+			fail(f.path, "a Kafka replication setting; RabbitMQ's quorum queues have a member on every node (use broker: kafka)")
+		case b.Nodes <= 1:
+			fail(f.path, "a single Kafka node replicates nothing; set broker.nodes (e.g. 3)")
+		}
+	}
+	if b.Kind != "kafka" || b.Nodes <= 1 {
+		return
+	}
+	rf := b.ReplicationFactor
+	if rf > b.Nodes {
+		fail("broker.replication_factor", "must be ≤ broker.nodes (%d), got %d", b.Nodes, rf)
+	}
+	if rf == 0 {
+		rf = min(3, b.Nodes)
+	}
+	if b.MinInsyncReplicas > rf {
+		fail("broker.min_insync_replicas", "must be ≤ the replication factor (%d), got %d: every acks=all write would be refused", rf, b.MinInsyncReplicas)
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -80,10 +79,9 @@ unknown, 4 when a harness error persisted.`,
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
 			// One set of servers serves every scenario of the same
-			// shape; a scenario with other node counts gets its own.
+			// shape; a scenario with other node counts or replication
+			// settings gets its own.
 			var cl *cluster.Cluster
-			var clNodes map[string]int
-			var clStandby string
 			defer func() {
 				if cl != nil {
 					err = errors.Join(err, cl.Close())
@@ -96,7 +94,7 @@ unknown, 4 when a harness error persisted.`,
 					row.Expected = checker.Valid
 				}
 				start := time.Now()
-				if cl != nil && (!maps.Equal(clNodes, it.spec.Nodes) || clStandby != it.spec.Standby) {
+				if cl != nil && it.spec.Fits(cl) != nil {
 					if err := cl.Close(); err != nil {
 						slog.Warn("close servers", "err", err)
 					}
@@ -104,8 +102,8 @@ unknown, 4 when a harness error persisted.`,
 				}
 				for row.Attempts = 1; row.Attempts <= 1+retries && ctx.Err() == nil; row.Attempts++ {
 					if cl == nil {
-						clNodes, clStandby = it.spec.Nodes, it.spec.Standby
-						if cl, err = cluster.Start(ctx, cluster.Config{Runtime: f.runtime, Images: it.s.Images.Map(), Nodes: clNodes, Standby: clStandby, Services: services, Keep: f.keep}); err != nil {
+						sp := it.spec
+						if cl, err = cluster.Start(ctx, cluster.Config{Runtime: f.runtime, Images: it.s.Images.Map(), Nodes: sp.Nodes, Standby: sp.Standby, KafkaReplication: sp.KafkaReplication, Services: services, Keep: f.keep}); err != nil {
 							row.Error = err.Error()
 							cl = nil
 							continue
