@@ -114,8 +114,10 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 			took++
 		}
 	}
+	f.failoverEnd = failoverEnd(faults)
 	c := Counts{Ops: a.ops, Events: int64(len(v.events)), Faults: took, Crashes: s0.crashes, Restarts: s0.restarts}
 	for i := range v.events {
+		f.outboxRead = f.outboxRead || v.events[i].flags&cInOutbox != 0
 		if k := count(&c, &v.events[i]); k != "" {
 			v.findings = append(v.findings, finding{kind: k, sub: -1, event: int32(i)})
 		}
@@ -149,6 +151,24 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 	r.Series = buildSeries(a.shards, v)
 	r.Valid = v.verdict(r, unseen)
 	return r
+}
+
+// FaultFailover is the fault kind of a database failover (the nemesis's
+// "failover"): the primary killed, a standby promoted. What the old
+// primary acknowledged and the standby had not replayed is gone after it
+// ([LostInFailover]).
+const FaultFailover = "failover"
+
+// failoverEnd is when the last failover among faults that took effect
+// ended, 0 if none did.
+func failoverEnd(faults []Fault) int64 {
+	var end int64
+	for _, f := range faults {
+		if f.Kind == FaultFailover && f.TookEffect {
+			end = max(end, f.EndNS)
+		}
+	}
+	return end
 }
 
 // verdict decides r's verdict and adds to r.Reasons why it is not valid:

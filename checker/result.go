@@ -110,9 +110,20 @@ const (
 // instead of guessing. [Stage.Meaning] says it in words.
 type Stage string
 
-// The stages a lost event can stop at, in pipeline order. Any other stage
-// is unknown-between-X-and-Y (see [Stage.Between]).
+// The stages a lost event can stop at: LostInFailover, the database's
+// loss, first; then the others in pipeline order. Any other stage is
+// unknown-between-X-and-Y (see [Stage.Between]).
 const (
+	// LostInFailover: the database took it and a failover lost it. Its
+	// outbox row committed (commit ok) before a failover that took
+	// effect, and the final read, on the new primary, has no outbox row
+	// for it while it has others, and it never reached the broker; or a
+	// consumer's effect committed (apply ok) before the failover, and the
+	// final read has neither that effect nor its inbox mark (written in
+	// the same transaction). An asynchronous standby promoted before it
+	// replayed them: not the relay's, the broker's or the consumer's
+	// doing.
+	LostInFailover Stage = "lost-in-failover"
 	// NeverPublished: no publish op, and not in the broker's log.
 	NeverPublished Stage = "never-published"
 	// Unconfirmed: published but never confirmed (a publish invoke, info
@@ -147,12 +158,18 @@ var pointNames = [...]string{pointCommitted: "committed", pointPublished: "publi
 
 // stage is a Stage as the checker keeps it: the last point seen and the
 // first point known not reached, packed as seen<<4 | notReached; 0 is
-// none. The definite stages are those with nothing unknown in between.
+// none. The definite stages are those with nothing unknown in between,
+// and stageFailover, which is no span of the pipeline.
 type stage uint8
 
 func stageOf(seen, notReached int) stage { return stage(seen<<4 | notReached) }
 
+// stageFailover is LostInFailover, packed below every pipeline stage so
+// that it sorts first.
+const stageFailover = stage(pointCommitted << 4)
+
 var definiteStages = map[stage]Stage{
+	stageFailover:                           LostInFailover,
 	stageOf(pointCommitted, pointPublished): NeverPublished,
 	stageOf(pointPublished, pointConfirmed): Unconfirmed,
 	stageOf(pointConfirmed, pointInBroker):  AbsentFromBroker,
@@ -191,6 +208,8 @@ func (s Stage) Between() (seen, notReached string, ok bool) {
 // Meaning says in words what s means for a lost event of subscription sub.
 func (s Stage) Meaning(sub string) string {
 	switch s {
+	case LostInFailover:
+		return "committed, then absent from the database after a failover: the database lost it"
 	case NeverPublished:
 		return "never published: no publish, and not in the broker"
 	case Unconfirmed:

@@ -29,7 +29,9 @@ package checker
 //
 // And of issue 22: where each lost event was last seen, from its publish
 // ops, the broker's log read after the drain and the subscription's
-// deliveries, is decided in lostStage.
+// deliveries, is decided in lostStage; a loss the database caused in a
+// failover (what it acknowledged before, gone from the new primary), in
+// lostInFailover, before any stage downstream can take the blame.
 
 import (
 	"cmp"
@@ -55,6 +57,7 @@ const (
 	cEarly
 	cSent       // some publish op names it: a publish was attempted
 	cInBroker   // the final read found it in the broker's log
+	cInOutbox   // the final read found its outbox row
 	cCommitSeen = cInvoke | cOK | cFail | cInfo
 )
 
@@ -63,6 +66,7 @@ const (
 	fObserved  uint8 = 1 << iota // a row names it
 	fPublished                   // its outbox row is marked published
 	fInBroker                    // a broker row names it
+	fInOutbox                    // its outbox row
 )
 
 // event is what the history says about one event as a whole: its commit,
@@ -144,7 +148,7 @@ func (e *event) row(a uint8, v *history.Value) (ofSubscription bool) {
 	}
 	switch v.Table {
 	case history.TableOutbox:
-		e.frFlags |= fObserved
+		e.frFlags |= fObserved | fInOutbox
 		if v.Published {
 			e.frFlags |= fPublished
 		}
@@ -176,6 +180,9 @@ func (e *event) settle() {
 	}
 	if e.frFlags&fInBroker != 0 {
 		e.flags |= cInBroker
+	}
+	if e.frFlags&fInOutbox != 0 {
+		e.flags |= cInOutbox
 	}
 }
 
@@ -429,6 +436,13 @@ type facts struct {
 	// setup op says so, or it has a deliver op), so an event without a
 	// deliver op was never delivered to it.
 	lineage bool
+	// outboxRead: the final read holds outbox rows, so the outbox keeps
+	// its rows and an event without one is not in the database.
+	outboxRead bool
+	// failoverEnd is when the last database failover that took effect
+	// ended, 0 if none did: what the database acknowledged before then
+	// may be gone after it.
+	failoverEnd int64
 }
 
 // judge judges what one subscription did with event e (se): it counts
@@ -514,7 +528,11 @@ func judge(st *SubscriptionStats, e *event, se *subEvent, f facts, add func(Kind
 		add(Gap, "", 0, "")
 	case f.final && se.applies > 0:
 		st.Lost++
-		add(Lost, Applied, lostStage(e, se, f), "apply ok but no effect in the ledger")
+		ls, why := lostStage(e, se, f), "apply ok but no effect in the ledger"
+		if ls == stageFailover {
+			why = "apply ok before the failover, and neither its effect nor its inbox mark is in the database after it"
+		}
+		add(Lost, Applied, ls, why)
 	case !f.drained || !f.final:
 		st.Unseen++
 		add(Unseen, b, 0, detail)
@@ -522,7 +540,11 @@ func judge(st *SubscriptionStats, e *event, se *subEvent, f facts, add func(Kind
 		add(DLQUnaccounted, b, 0, detail)
 	default:
 		st.Lost++
-		add(Lost, b, lostStage(e, se, f), detail)
+		ls := lostStage(e, se, f)
+		if ls == stageFailover {
+			detail = "committed before the failover, and its outbox row is not in the database after it"
+		}
+		add(Lost, b, ls, detail)
 	}
 }
 
@@ -532,8 +554,13 @@ func judge(st *SubscriptionStats, e *event, se *subEvent, f facts, add func(Kind
 // is believed only where its consumers record deliveries, and what the
 // broker holds only where its log was read: otherwise the stage spans
 // the points in between rather than guess, so a loss the broker caused
-// is never put on the consumer.
+// is never put on the consumer. A write the database acknowledged and a
+// failover lost (lostInFailover) is put on the database, before anyone
+// downstream.
 func lostStage(e *event, se *subEvent, f facts) stage {
+	if lostInFailover(e, se, f) {
+		return stageFailover
+	}
 	if se.flags&sSeen != 0 || se.effects > 0 {
 		// The consumer was handed it: whatever the broker did, the
 		// effect is what went missing.
@@ -560,6 +587,29 @@ func lostStage(e *event, se *subEvent, f facts) stage {
 	}
 	// Not in the broker: it stopped right after the last point seen.
 	return stageOf(seen, seen+1)
+}
+
+// lostInFailover reports whether lost event e (se) was lost by the
+// database in a failover, from what the history shows: the last write
+// the database acknowledged for it came before the failover ended, and
+// the final read, on the new primary, does not have it. For the
+// subscription that write is its effect (an apply ok, whose effect and
+// inbox mark one transaction wrote: both are gone); before any consumer
+// had it, its outbox row (commit ok; the final read has outbox rows, so
+// the outbox keeps them, and the broker's log, read, does not hold it).
+// A confirmed publish is no database loss: the broker had it.
+func lostInFailover(e *event, se *subEvent, f facts) bool {
+	if f.failoverEnd == 0 {
+		return false
+	}
+	if se.applies > 0 {
+		// se.resolved is the first apply ok's time: a lost event was
+		// neither skipped nor dead-lettered, nor has an effect row.
+		return se.resolved <= f.failoverEnd && se.flags&sInbox == 0 && se.effects == 0
+	}
+	return se.flags&sSeen == 0 && e.flags&cTimeSet != 0 && e.commitTime <= f.failoverEnd &&
+		f.outboxRead && e.flags&cInOutbox == 0 && e.flags&cPublished == 0 &&
+		f.brokerRead && e.flags&cInBroker == 0
 }
 
 // regressions appends to out the order regressions among the first

@@ -43,6 +43,21 @@ func (b *builder) setup(subs, lineage []string) *builder {
 	return b
 }
 
+// failover is a failover of postgres's primary that took effect (fail:
+// one that was not injected).
+func (b *builder) failover(outcome history.Type) *builder {
+	v := history.Value{Fault: FaultFailover, Target: "postgres", Detail: "at 3s: failover postgres"}
+	b.op("harness", history.Invoke, history.Fault, v)
+	if outcome == history.OK {
+		b.op("harness", history.Info, history.Crash, history.Value{Target: "postgres", Fault: FaultFailover})
+	}
+	return b.op("harness", outcome, history.Fault, v)
+}
+
+func outboxRow(id string, published bool) history.Value {
+	return history.Value{Table: history.TableOutbox, Event: id, Published: published}
+}
+
 // lostStages returns the stage of each lost event of subscription sub, by
 // event, from the examples, and checks that the anomaly's stage counts
 // add up to them.
@@ -208,6 +223,68 @@ func TestLostStage(t *testing.T) {
 			want: NeverDelivered, broker: "complete",
 		},
 		{
+			name: "committed before a failover, its outbox row gone from the new primary: the database's loss",
+			h: base(inv).failover(history.OK).drain().
+				finalReadBroker(broker, applied, outboxRow("e0", true), brokerRow("e0", 0)).h,
+			want: LostInFailover, broker: "complete",
+		},
+		{
+			name: "applied before a failover, effect and inbox mark gone: the database's loss, not the consumer's",
+			h: base(inv).publish("e1").consume("e1", "inv").failover(history.OK).drain().
+				finalReadBroker(broker, applied, history.Value{Table: history.TableInbox, Event: "e0", Consumer: "inv"},
+					outboxRow("e0", true), outboxRow("e1", true), brokerRow("e0", 0), brokerRow("e1", 1)).h,
+			want: LostInFailover, broker: "complete",
+		},
+		{
+			name: "applied before a failover, its inbox mark kept: the effect's loss is not the failover's",
+			h: base(inv).publish("e1").consume("e1", "inv").failover(history.OK).drain().
+				finalReadBroker(broker, applied, history.Value{Table: history.TableInbox, Event: "e1", Consumer: "inv"},
+					outboxRow("e0", true), outboxRow("e1", true), brokerRow("e0", 0), brokerRow("e1", 1)).h,
+			want: RolledBack, broker: "complete",
+		},
+		{
+			name: "applied after the failover, effect gone: rolled back, the new primary is not to blame",
+			h: base(inv).failover(history.OK).publish("e1").consume("e1", "inv").drain().
+				finalReadBroker(broker, applied, outboxRow("e0", true), outboxRow("e1", true), brokerRow("e0", 0), brokerRow("e1", 1)).h,
+			want: RolledBack, broker: "complete",
+		},
+		{
+			name: "committed after the failover, no outbox row: never published",
+			h: new(builder).setup(inv, inv).commit("e0", "k0", 1, history.OK).publish("e0").consume("e0", "inv").
+				failover(history.OK).commit("e1", "k1", 1, history.OK).drain().
+				finalReadBroker(broker, applied, outboxRow("e0", true), brokerRow("e0", 0)).h,
+			want: NeverPublished, broker: "complete",
+		},
+		{
+			name: "a failover that did not take effect loses nothing",
+			h: base(inv).failover(history.Fail).drain().
+				finalReadBroker(broker, applied, outboxRow("e0", true), brokerRow("e0", 0)).h,
+			want: NeverPublished, broker: "complete",
+		},
+		{
+			name: "committed before a failover, its outbox row kept: never published, the relay's",
+			h: base(inv).failover(history.OK).drain().
+				finalReadBroker(broker, applied, outboxRow("e0", true), outboxRow("e1", false), brokerRow("e0", 0)).h,
+			want: NeverPublished, broker: "complete",
+		},
+		{
+			name: "no outbox rows at all (a producer without an outbox): not put on the failover",
+			h:    base(inv).failover(history.OK).drain().finalReadBroker(broker, applied, brokerRow("e0", 0)).h,
+			want: NeverPublished, broker: "complete",
+		},
+		{
+			name: "confirmed before a failover, outbox row gone, absent from the broker: the broker's loss",
+			h: base(inv).publish("e1").failover(history.OK).drain().
+				finalReadBroker(broker, applied, outboxRow("e0", true), brokerRow("e0", 0)).h,
+			want: AbsentFromBroker, broker: "complete",
+		},
+		{
+			name: "outbox row gone after a failover, but the broker's log was not read: not guessed",
+			h: base(inv).failover(history.OK).drain().
+				finalReadBroker(history.Fail, applied, outboxRow("e0", true), brokerRow("e0", 0)).h,
+			want: "unknown-between-committed-and-delivered", broker: "failed",
+		},
+		{
 			// bad-unroutable: inv's queue is unbound, so it gets nothing,
 			// while billing and the witness get every event.
 			name: "an unbound subscription: in the broker, never delivered to it",
@@ -266,6 +343,13 @@ func TestStageNames(t *testing.T) {
 	want := []Stage{NeverPublished, Unconfirmed, AbsentFromBroker, NeverDelivered, RolledBack}
 	if !slices.Equal(definite, want) {
 		t.Errorf("definite stages in pipeline order = %v, want %v", definite, want)
+	}
+	// The database's loss is no span of the pipeline, and sorts first.
+	if s := stageFailover.Stage(); s != LostInFailover || stageFailover >= stageOf(pointCommitted, pointPublished) {
+		t.Errorf("stageFailover = %s (%#x)", s, uint8(stageFailover))
+	}
+	if _, _, unknown := LostInFailover.Between(); unknown || LostInFailover.Meaning("inv") == string(LostInFailover) {
+		t.Errorf("%s reads as unknown or has no meaning", LostInFailover)
 	}
 }
 
@@ -334,7 +418,56 @@ func unpublish(t *rapid.T, g *genHistory, publish func(op *history.Op) bool) (hi
 	return h, inAll(g, es), true
 }
 
+// withFailover returns h with a failover that took effect inserted
+// before its op at index i, at that op's time.
+func withFailover(h history.History, i int) history.History {
+	t := h[i].Time
+	v := history.Value{Fault: FaultFailover, Target: "postgres"}
+	fo := history.History{
+		{Time: t, Process: "harness", Type: history.Invoke, F: history.Fault, Value: v},
+		{Time: t, Process: "harness", Type: history.Info, F: history.Crash, Value: history.Value{Target: "postgres", Fault: FaultFailover}},
+		{Time: t, Process: "harness", Type: history.OK, F: history.Fault, Value: v},
+	}
+	out := slices.Concat(h[:i:i], fo, h[i:])
+	for j := range out {
+		out[j].Index = int64(j)
+	}
+	return out
+}
+
 var stagePlants = map[Stage]stagePlant{
+	// A failover just before the drain, which lost the effects and inbox
+	// marks of events the subscription's consumer had applied (apply ok).
+	LostInFailover: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
+		s, m, _, ok := losable(t, g)
+		if !ok {
+			return nil, nil, false
+		}
+		var es []string
+		for _, op := range g.h {
+			if op.F == history.Apply && op.Type == history.OK && op.Value.Consumer == s && m[op.Value.Event] {
+				es = append(es, op.Value.Event)
+				delete(m, op.Value.Event)
+			}
+		}
+		if len(es) == 0 {
+			return nil, nil, false // only crashes after the commit: no apply ok
+		}
+		lost := map[string]bool{}
+		for _, e := range es {
+			lost[e] = true
+		}
+		h := edit(g.h, func(op *history.Op) bool {
+			v := &op.Value
+			return !(lost[v.Event] && v.Consumer == s && (v.Table == history.TableEffects || v.Table == history.TableInbox))
+		})
+		drain := slices.IndexFunc(h, func(op history.Op) bool { return op.F == history.Drain })
+		out := make([]string, len(es))
+		for i, e := range es {
+			out[i] = s + ":" + e
+		}
+		return withFailover(h, drain), out, true
+	},
 	RolledBack: func(t *rapid.T, g *genHistory) (history.History, []string, bool) {
 		s, m, es, ok := losable(t, g)
 		if !ok {
@@ -376,10 +509,13 @@ var stagePlants = map[Stage]stagePlant{
 // TestPropertyPlantedLossStage: a loss planted at a stage of a generated
 // correct history is found lost there, and nowhere else: or, where the
 // broker's log was not read, between the last point the history shows
-// and the delivery, never at a guessed stage.
+// and the delivery, never at a guessed stage. A failover before the
+// first write changes no stage; effects a failover lost are the
+// database's loss whether or not the broker was read.
 func TestPropertyPlantedLossStage(t *testing.T) {
 	// What the stage reads as without a complete broker read.
 	unread := map[Stage]Stage{
+		LostInFailover:   LostInFailover,
 		RolledBack:       RolledBack,
 		NeverDelivered:   "unknown-between-confirmed-and-delivered",
 		AbsentFromBroker: "unknown-between-confirmed-and-delivered",
@@ -393,6 +529,11 @@ func TestPropertyPlantedLossStage(t *testing.T) {
 				h, lost, ok := plant(t, g)
 				if !ok {
 					t.Skip("nothing to lose")
+				}
+				if st != LostInFailover && rapid.Bool().Draw(t, "failover-first") {
+					// A failover before anything was written loses
+					// nothing and takes no loss's blame.
+					h = withFailover(h, slices.IndexFunc(h, func(op history.Op) bool { return op.F != history.Setup && op.F != history.Lineage }))
 				}
 				want := st
 				switch {

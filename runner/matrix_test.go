@@ -89,6 +89,10 @@ var lostAt = map[string]checker.Stage{
 	// Non-persistent in classic queues (the witness one too): the
 	// restart dropped them after the broker confirmed them.
 	"bad-transient": checker.AbsentFromBroker,
+	// The promoted asynchronous standby had not replayed them: outbox
+	// rows committed before the failover, and effects applied before it
+	// (with their inbox marks), are not on the new primary.
+	"bad-async-standby": checker.LostInFailover,
 }
 
 // TestDetectionMatrix runs every built-in scenario once: each known-bad
