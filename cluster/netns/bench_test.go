@@ -44,3 +44,19 @@ func BenchmarkPartition(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPartitionPort cuts one port between a node and two others and
+// heals it (with the evidence read at heal): one cut-replication step.
+func BenchmarkPartitionPort(b *testing.B) {
+	n := newNetwork(b, "a", "b", "c")
+	ctx := context.Background()
+	for b.Loop() {
+		f, err := n.PartitionPort(ctx, 9093, []string{"a"}, []string{"b", "c"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := f.Heal(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -10,11 +10,12 @@ import (
 	"sync"
 )
 
-// Fault is one set of DROP rules a Drop, Partition or Loss added. Heal
-// removes exactly those rules; other faults stay.
+// Fault is one set of DROP rules a Drop, Partition, PartitionPort or Loss
+// added. Heal removes exactly those rules; other faults stay.
 type Fault struct {
 	n     *Network
 	id    string // "f1", unique in its network
+	port  int    // the one TCP port its rules match, 0 for all traffic
 	rules []rule
 
 	mu     sync.Mutex
@@ -36,14 +37,14 @@ type rule struct {
 // to stop new connections both ways, since the handshake's replies are
 // lost). A node in both lists is not cut off from itself.
 func (n *Network) Drop(ctx context.Context, from, to []string) (*Fault, error) {
-	return n.add(ctx, "drop", pairs(from, to), 0)
+	return n.add(ctx, "drop", pairs(from, to), match{})
 }
 
 // DropPairs drops every packet from p[0] to p[1] for each pair p, as one
 // Fault: the shapes no from and to lists describe, such as Jepsen's
 // majorities ring, where each node hears a different majority.
 func (n *Network) DropPairs(ctx context.Context, ps [][2]string) (*Fault, error) {
-	return n.add(ctx, "drop", dedupe(ps), 0)
+	return n.add(ctx, "drop", dedupe(ps), match{})
 }
 
 // Partition cuts each group off from every other, both ways, as one
@@ -51,6 +52,27 @@ func (n *Network) DropPairs(ctx context.Context, ps [][2]string) (*Fault, error)
 // isolate one node is Partition([]string{a}, rest), halves two groups,
 // a bridge two groups and a node in neither).
 func (n *Network) Partition(ctx context.Context, groups ...[]string) (*Fault, error) {
+	return n.add(ctx, "partition", between(groups), match{})
+}
+
+// PartitionPort is Partition for one TCP port alone: each group is cut
+// off from every other's connections to that port, and from the replies
+// of that port's listener to connections made before the cut, while
+// every other port still connects. Every node can listen on the same
+// port, each alone in its namespace, so the port names one listener
+// cluster-wide: a Kafka cluster's inter-broker listener, say, whose cut
+// stops replication between brokers that still reach their controller
+// quorum (another port) and still serve their clients (who come from
+// the host, through the links, which no rule between nodes touches).
+func (n *Network) PartitionPort(ctx context.Context, port int, groups ...[]string) (*Fault, error) {
+	if port <= 0 || port > 65535 {
+		return nil, fmt.Errorf("netns: partition of port %d: want 1 to 65535", port)
+	}
+	return n.add(ctx, "partition", between(groups), match{port: port})
+}
+
+// between is every ordered pair of nodes in different groups.
+func between(groups [][]string) [][2]string {
 	var ps [][2]string
 	for i, a := range groups {
 		for j, b := range groups {
@@ -59,7 +81,7 @@ func (n *Network) Partition(ctx context.Context, groups ...[]string) (*Fault, er
 			}
 		}
 	}
-	return n.add(ctx, "partition", dedupe(ps), 0)
+	return dedupe(ps)
 }
 
 // Loss drops each packet from from to to with probability p (iptables'
@@ -68,7 +90,28 @@ func (n *Network) Loss(ctx context.Context, from, to []string, p float64) (*Faul
 	if !(p > 0 && p <= 1) {
 		return nil, fmt.Errorf("netns: loss probability %v: want 0 < p <= 1", p)
 	}
-	return n.add(ctx, "loss", pairs(from, to), p)
+	return n.add(ctx, "loss", pairs(from, to), match{p: p})
+}
+
+// match narrows a fault's rules: to a random share p of the packets
+// (0: all), to TCP packets to or from port (0: every packet).
+type match struct {
+	p    float64
+	port int
+}
+
+// spec is the rule's matches after its source, "" for every packet.
+func (m match) spec() string {
+	var s string
+	if m.port > 0 {
+		// --ports matches either end: packets to the node's listener
+		// and its listener's replies to the other side's connections.
+		s += " -p tcp -m multiport --ports " + strconv.Itoa(m.port)
+	}
+	if m.p > 0 && m.p < 1 {
+		s += " -m statistic --mode random --probability " + strconv.FormatFloat(m.p, 'f', -1, 64)
+	}
+	return s
 }
 
 func pairs(from, to []string) [][2]string {
@@ -93,7 +136,7 @@ func dedupe(ps [][2]string) [][2]string {
 	return out
 }
 
-func (n *Network) add(ctx context.Context, kind string, ps [][2]string, p float64) (*Fault, error) {
+func (n *Network) add(ctx context.Context, kind string, ps [][2]string, m match) (*Fault, error) {
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("netns: %s: no pair of distinct nodes", kind)
 	}
@@ -110,16 +153,12 @@ func (n *Network) add(ctx context.Context, kind string, ps [][2]string, p float6
 		return nil, fmt.Errorf("netns: %s: network %s closed", kind, n.id)
 	}
 	n.nextFault++
-	f := &Fault{n: n, id: "f" + strconv.Itoa(n.nextFault)}
+	f := &Fault{n: n, id: "f" + strconv.Itoa(n.nextFault), port: m.port}
 	n.mu.Unlock()
 
 	for _, pr := range ps {
 		tag := "deliverycheck:" + f.id + ":" + pr[0] + ">" + pr[1]
-		spec := "-s " + n.Addr(pr[0]).String() + "/32 -m comment --comment " + tag
-		if p < 1 && p > 0 {
-			spec += " -m statistic --mode random --probability " + strconv.FormatFloat(p, 'f', -1, 64)
-		}
-		spec += " -j DROP"
+		spec := "-s " + n.Addr(pr[0]).String() + "/32 -m comment --comment " + tag + m.spec() + " -j DROP"
 		f.rules = append(f.rules, rule{from: pr[0], to: pr[1], spec: spec, tag: tag})
 	}
 	// One iptables-restore per namespace: its rules go in together.
@@ -181,10 +220,14 @@ func (n *Network) restoreIn(ctx context.Context, node, op string, rules []rule) 
 	return err
 }
 
-// String lists the fault's pairs: "f2 a→b b→a".
+// String lists the fault's pairs, and its port if it has one:
+// "f2 a→b b→a", "f3 tcp/9093 a→b".
 func (f *Fault) String() string {
 	var b strings.Builder
 	b.WriteString(f.id)
+	if f.port > 0 {
+		b.WriteString(" tcp/" + strconv.Itoa(f.port))
+	}
 	for _, r := range f.rules {
 		b.WriteString(" " + r.from + "→" + r.to)
 	}

@@ -73,6 +73,51 @@ func helper(args []string) int {
 			say("ok %s", b)
 		}
 		return 0
+	case "echo":
+		// Echo every byte back, on each connection, for ever.
+		l, err := net.Listen("tcp", ":"+args[1])
+		if err != nil {
+			say("error %v", err)
+			return 1
+		}
+		say("ready")
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return 1
+			}
+			go func() { _, _ = io.Copy(c, c); c.Close() }()
+		}
+	case "ping":
+		// One connection, made now: every 50ms a byte out and its echo
+		// back within 200ms says "ok", none says "timeout". What a
+		// long-lived connection (a follower's fetch session) sees.
+		c, err := net.DialTimeout("tcp", args[1], 5*time.Second)
+		if err != nil {
+			say("error %v", err)
+			return 1
+		}
+		say("connected")
+		buf := make([]byte, 1)
+		for pending := 0; ; time.Sleep(50 * time.Millisecond) {
+			if _, err := c.Write([]byte("x")); err != nil {
+				say("error %v", err)
+				return 1
+			}
+			pending++
+			_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			for pending > 0 {
+				if _, err := c.Read(buf); err != nil {
+					break
+				}
+				pending--
+			}
+			if pending == 0 {
+				say("ok")
+			} else {
+				say("timeout")
+			}
+		}
 	case "udprecv":
 		c, err := net.ListenPacket("udp", ":"+args[1])
 		if err != nil {

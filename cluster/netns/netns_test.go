@@ -261,6 +261,81 @@ func TestPartitionAndHeal(t *testing.T) {
 	assertNoFaultRules(t, n)
 }
 
+// TestPartitionPort cuts one port between a and the others: new
+// connections to it fail both ways, a connection to it made before the
+// cut stalls, another port still connects, and the host still reaches
+// a on the cut port; the rules' counters are the evidence, and Heal
+// brings it all back.
+func TestPartitionPort(t *testing.T) {
+	n := newNetwork(t, "a", "b", "c")
+	for _, node := range n.Nodes() {
+		start(t, n, node, "ready", "listen", "7000", node)
+		start(t, n, node, "ready", "listen", "7001", node)
+	}
+	start(t, n, "a", "ready", "echo", "7002")
+	ctx := context.Background()
+	if _, err := n.PartitionPort(ctx, 0, []string{"a"}, []string{"b"}); err == nil {
+		t.Error("port 0 accepted")
+	}
+	// b's session with a's listener, open before the cut.
+	session := start(t, n, "b", "connected", "ping", "a:7002")
+	if got := session.next(t, 5*time.Second); got != "ok" {
+		t.Fatalf("session before the cut: %q", got)
+	}
+	f, err := n.PartitionPort(ctx, 7000, []string{"a"}, []string{"b", "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	session2, err := n.PartitionPort(ctx, 7002, []string{"a"}, []string{"b", "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.String(); got != "f1 tcp/7000 a→b a→c b→a c→a" {
+		t.Errorf("String() = %q", got)
+	}
+	cases := []struct {
+		from, to string
+		cut      bool
+	}{
+		{"a", "b:7000", true}, {"b", "a:7000", true}, {"c", "a:7000", true}, {"b", "c:7000", false},
+		{"a", "b:7001", false}, {"b", "a:7001", false}, {"c", "a:7001", false},
+	}
+	for _, tc := range cases {
+		want := "ok " + strings.Split(tc.to, ":")[0]
+		if tc.cut {
+			want = "timeout"
+		}
+		if got := dial(t, n, tc.from, tc.to, short); got != want {
+			t.Errorf("port cut: %s→%s: %q, want %q", tc.from, tc.to, got, want)
+		}
+	}
+	if got := hostDial(hostPort(n.Addr("a"), 7000), 5*time.Second); got != "ok a" {
+		t.Errorf("host→a:7000 while the port is cut: %q", got)
+	}
+	eventually(t, 5*time.Second, "the session stalls", func() bool { return session.next(t, 5*time.Second) == "timeout" })
+	e, err := f.Evidence(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Packets() == 0 || len(e.Pairs) != 4 {
+		t.Errorf("evidence %v: want 4 pairs with packets dropped", e)
+	}
+	for _, g := range []*Fault{f, session2} {
+		if _, err := g.Heal(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range cases {
+		want := "ok " + strings.Split(tc.to, ":")[0]
+		if got := dial(t, n, tc.from, tc.to, 5*time.Second); got != want {
+			t.Errorf("healed: %s→%s: %q", tc.from, tc.to, got)
+		}
+	}
+	// TCP retransmits the held byte once the path is back.
+	eventually(t, 15*time.Second, "the session flows again", func() bool { return session.next(t, 5*time.Second) == "ok" })
+	assertNoFaultRules(t, n)
+}
+
 // TestOneWay: Drop(a, b) loses exactly a's packets to b, which its
 // evidence counts, while b's to a arrive.
 func TestOneWay(t *testing.T) {
