@@ -80,6 +80,17 @@ type Failoverer interface {
 	Failover(ctx context.Context) (evidence string, err error)
 }
 
+// ReplicationPorter is a replicated service whose nodes replicate over a
+// listener of their own. ReplicationPort is its port, the same on every
+// node (each alone in its network namespace), so a cut of that port
+// between nodes stops replication while the rest of their traffic flows:
+// a Kafka cluster's inter-broker listener, whose cut leaves the
+// controller quorum (its own listener) and the clients (through the
+// links) reaching every node.
+type ReplicationPorter interface {
+	ReplicationPort() int
+}
+
 // PIDer is implemented by services that run as local processes. It lists
 // every process the service started that is still alive, so a test can
 // prove nothing outlived a run.
@@ -124,6 +135,13 @@ func (c *Cluster) Restarter(name string) (Restarter, error) {
 // an [*UnsupportedError] when it has no standby to fail over to.
 func (c *Cluster) Failoverer(name string) (Failoverer, error) {
 	return ability[Failoverer](c, name, "failed over (it has no standby)")
+}
+
+// ReplicationPorter returns the named service as a [ReplicationPorter],
+// or an error: an [*UnsupportedError] when it has no listener for
+// replication alone.
+func (c *Cluster) ReplicationPorter(name string) (ReplicationPorter, error) {
+	return ability[ReplicationPorter](c, name, "cut off from its replication alone (no listener of its own carries it)")
 }
 
 // ability is the named service as A, or why it cannot be.

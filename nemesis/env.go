@@ -39,6 +39,9 @@ type Env struct {
 	// Network overrides Cluster.Network() for nodes faults, so a test
 	// can drive bare namespaces without starting any server.
 	Network *netns.Network
+	// ReplicationPort overrides the cluster's (cluster.ReplicationPorter)
+	// for cut-replication, so a test can cut a port of bare namespaces.
+	ReplicationPort int
 	// Leader looks up the node that leads service (a replicated one) now,
 	// for a target such as "kafka:leader": the pipeline knows what to ask
 	// about (its topic's first partition, its first queue). Nil: such

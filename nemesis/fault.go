@@ -40,6 +40,13 @@ const (
 	// Clients still reach every node through its link.
 	Isolate Kind = "isolate" // one node cut off from the others
 	Split   Kind = "split"   // a service's nodes split by a shape
+	// CutReplication cuts one node off from the others' replication
+	// alone (a Kafka node's inter-broker listener, both ways): it still
+	// reaches the controller quorum, so it keeps its leaderships, and
+	// clients still reach it, while its followers stop fetching and
+	// leave the ISR. No family: random schedules do not draw it, as it
+	// exists on Kafka alone.
+	CutReplication Kind = "cut-replication"
 	// Failover kills the database's primary, promotes its standby and
 	// points the database link at it (postgres.standby); its heal makes
 	// the deposed primary a standby of the new one.
@@ -75,7 +82,7 @@ func Families() map[string][]Kind {
 
 // Kinds lists every fault kind.
 func Kinds() []Kind {
-	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose, Isolate, Split, Failover}
+	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose, Isolate, Split, Failover, CutReplication}
 }
 
 // ParseKind checks a kind name and lists the valid ones if wrong.
@@ -190,6 +197,7 @@ var stepRe = regexp.MustCompile(`^at\s+(\S+)\s*:\s*(.+?)(?:\s+for\s+(\S+))?$`)
 //	at 6s: bandwidth kafka downstream 64KB/s for 5s
 //	at 2s: kill broker:leader for 3s
 //	at 3s: isolate kafka-1 for 5s
+//	at 1s: cut-replication broker:leader for 5s
 //	at 3s: split broker ring for 5s
 //
 // "→" in a target (relay→kafka) names the link to the service after it:

@@ -169,7 +169,7 @@ func (e *Env) do(ctx context.Context, f Fault) (effect, error) {
 		return e.failpoint(ctx, f)
 	case Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose:
 		return e.network(ctx, f)
-	case Isolate, Split:
+	case Isolate, Split, CutReplication:
 		return e.nodeFault(ctx, f)
 	case Failover:
 		return e.failover(ctx, f)
@@ -282,6 +282,9 @@ func (e *Env) serviceFault(ctx context.Context, f Fault) (effect, error) {
 // it) has the ability f needs: a kill of RabbitMQ also needs a restart,
 // for its clean restart (see Inject).
 func (e *Env) able(f Fault) error {
+	if f.Kind == CutReplication {
+		return e.ableToCutReplication(f)
+	}
 	name := e.serviceTarget(f)
 	if name == "" || e.service(name) == nil {
 		return nil

@@ -86,8 +86,8 @@ func (e *Env) serviceNodes(service string) []string {
 }
 
 // nodeFault cuts nodes off from each other in their namespaces: isolate
-// one node from the others of its service, or split a service's nodes by
-// a shape. Heal removes exactly its rules; the evidence is the packets
+// one node from the others of its service, cut it off from their
+// replication alone, or split a service's nodes by a shape. Heal removes exactly its rules; the evidence is the packets
 // they dropped, and a window in which no packet was dropped never bit.
 func (e *Env) nodeFault(ctx context.Context, f Fault) (effect, error) {
 	net := e.nodeNetwork()
@@ -100,7 +100,7 @@ func (e *Env) nodeFault(ctx context.Context, f Fault) (effect, error) {
 		err  error
 	)
 	switch f.Kind {
-	case Isolate:
+	case Isolate, CutReplication:
 		node, rerr := e.resolveNode(ctx, e.recordedTarget(f))
 		if rerr != nil {
 			return effect{}, rerr
@@ -111,8 +111,17 @@ func (e *Env) nodeFault(ctx context.Context, f Fault) (effect, error) {
 			return effect{}, fmt.Errorf("no node %s (have %s)", node, strings.Join(net.Nodes(), ", "))
 		}
 		peers := slices.DeleteFunc(slices.Clone(all), func(n string) bool { return n == node })
-		nf, err = net.Partition(ctx, []string{node}, peers)
-		what = node + " isolated from " + strings.Join(peers, ", ")
+		if f.Kind == Isolate {
+			nf, err = net.Partition(ctx, []string{node}, peers)
+			what = node + " isolated from " + strings.Join(peers, ", ")
+			break
+		}
+		port, perr := e.replicationPort(svc)
+		if perr != nil {
+			return effect{}, perr
+		}
+		nf, err = net.PartitionPort(ctx, port, []string{node}, peers)
+		what = fmt.Sprintf("%s's replication (tcp/%d) cut from %s", node, port, strings.Join(peers, ", "))
 	case Split:
 		svc := e.recordedTarget(f)
 		nodes := e.serviceNodes(svc)
@@ -138,6 +147,34 @@ func (e *Env) nodeFault(ctx context.Context, f Fault) (effect, error) {
 			return what + ": " + seen.String(), nil
 		},
 	}, nil
+}
+
+// replicationPort is the port service's nodes replicate over
+// (cluster.ReplicationPorter).
+func (e *Env) replicationPort(service string) (int, error) {
+	if e.ReplicationPort > 0 {
+		return e.ReplicationPort, nil
+	}
+	if e.Cluster == nil {
+		return 0, fmt.Errorf("no cluster to ask %s's replication port", service)
+	}
+	rp, err := e.Cluster.ReplicationPorter(service)
+	if err != nil {
+		return 0, err
+	}
+	return rp.ReplicationPort(), nil
+}
+
+// ableToCutReplication says why f, a cut-replication, cannot run on this
+// cluster, before the run starts: its service has no listener of its
+// own for replication (RabbitMQ, a single Kafka).
+func (e *Env) ableToCutReplication(f Fault) error {
+	svc, _, ok := nodeOf(e.recordedTarget(f))
+	if !ok || e.Cluster == nil || e.service(svc) == nil {
+		return nil // no such node: the fault says so when it starts
+	}
+	_, err := e.Cluster.ReplicationPorter(svc)
+	return err
 }
 
 // split cuts nodes by shape (see the Shape constants) as one fault.

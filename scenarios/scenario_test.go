@@ -259,7 +259,7 @@ func TestParseErrors(t *testing.T) {
 		{"wrong preset string", "broker: kafka\nguarantees: exactly-once\n",
 			[]string{`my.yaml:2: guarantees: unknown guarantee preset "exactly-once" (have at-least-once, at-most-once, effectively-once, ordered-effectively-once)`}},
 		{"wrong fault", "broker: kafka\nnemesis:\n  timeline:\n    - \"at 1s: explode relay-0\"\n",
-			[]string{`my.yaml:4: nemesis.timeline[0]: step "at 1s: explode relay-0": unknown fault "explode" (valid: kill, pause, restart, failpoint, partition, refuse, latency, bandwidth, reset-peer, limit-data, slow-close, isolate, split, failover)`}},
+			[]string{`my.yaml:4: nemesis.timeline[0]: step "at 1s: explode relay-0": unknown fault "explode" (valid: kill, pause, restart, failpoint, partition, refuse, latency, bandwidth, reset-peer, limit-data, slow-close, isolate, split, failover, cut-replication)`}},
 		{"wrong family", "broker: kafka\nnemesis:\n  random:\n    families: [network, disk]\n",
 			[]string{`my.yaml:4: nemesis.random.families[1]: unknown fault family "disk" (valid: failpoint, network, nodes, process)`}},
 		{"wrong failpoint", "broker: kafka\nnemesis:\n  failpoints:\n    relay-0: relay.after-publish\n",
@@ -755,6 +755,11 @@ func TestNodeSteps(t *testing.T) {
 		{0, "none", "at 1s: kill postgres-0 for 2s", `unknown target "postgres-0"`},
 		{0, "sync", "at 1s: failover broker", `failover acts on postgres, not "broker"`},
 		{0, "", "at 1s: isolate postgres-1 for 2s", "set broker.nodes"},
+		{3, "", "at 1s: cut-replication broker:leader for 2s", ""},
+		{3, "", "at 1s: cut-replication kafka-2 for 2s", ""},
+		{0, "", "at 1s: cut-replication broker-0 for 2s", "cut-replication acts between the nodes of a replicated broker; set broker.nodes"},
+		{3, "", "at 1s: cut-replication broker for 2s", `cut-replication takes a broker node, not "broker"`},
+		{3, "sync", "at 1s: cut-replication postgres-1 for 2s", `cut-replication takes a broker node, not "postgres-1"`},
 	} {
 		s := Default()
 		s.Name, s.Broker.Kind, s.Broker.Nodes, s.Postgres.Standby = "nodes", "kafka", tc.nodes, tc.standby
@@ -770,5 +775,16 @@ func TestNodeSteps(t *testing.T) {
 		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("nodes %d, standby %q, %q: error %v, want %q", tc.nodes, tc.standby, tc.step, err, tc.err)
 		}
+	}
+	// RabbitMQ has no listener for replication alone.
+	s := Default()
+	s.Name, s.Broker.Kind, s.Broker.Nodes = "nodes", "rabbitmq", 3
+	st, err := nemesis.ParseStep("at 1s: cut-replication broker-0 for 2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Nemesis.Timeline = []nemesis.Step{st}
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "cut-replication cuts Kafka's inter-broker listener") {
+		t.Errorf("cut-replication on RabbitMQ: %v", err)
 	}
 }

@@ -352,7 +352,7 @@ func (s Scenario) checkStep(st nemesis.Step, workers []string) string {
 		return s.checkTerm(f.Term, matched)
 	case nemesis.Kill, nemesis.Pause, nemesis.Restart:
 		return s.checkTarget(f.Target, workers, true, true)
-	case nemesis.Isolate, nemesis.Split:
+	case nemesis.Isolate, nemesis.Split, nemesis.CutReplication:
 		return s.checkNodesStep(f)
 	case nemesis.Failover:
 		if !s.hasStandby() {
@@ -430,10 +430,14 @@ func (s Scenario) serviceTargets() []string {
 func (s Scenario) hasStandby() bool { return s.StandbyKind() != "" }
 
 // checkNodesStep checks a fault between the nodes of the replicated
-// broker: isolate one node (or the leader), split the broker.
+// broker: isolate one node (or the leader) or cut off its replication,
+// split the broker.
 func (s Scenario) checkNodesStep(f nemesis.Fault) string {
 	if f.Kind == nemesis.Isolate && s.hasStandby() && (f.Target == "postgres-0" || f.Target == "postgres-1") {
 		return "" // the primary cut off from its standby
+	}
+	if f.Kind == nemesis.CutReplication && s.Broker.Kind != "kafka" {
+		return "cut-replication cuts Kafka's inter-broker listener; RabbitMQ's nodes replicate over the one link that also keeps them a cluster (isolate the node instead)"
 	}
 	if s.Broker.Nodes < 2 {
 		return fmt.Sprintf("%s acts between the nodes of a replicated broker; set broker.nodes (e.g. 3)", f.Kind)
@@ -447,11 +451,15 @@ func (s Scenario) checkNodesStep(f nemesis.Fault) string {
 		}
 		return fmt.Sprintf("split acts on the broker's nodes: target broker, not %q", f.Target)
 	}
-	nodes := slices.DeleteFunc(s.serviceTargets(), func(t string) bool { return t == "postgres" })
+	nodes := slices.DeleteFunc(s.serviceTargets(), func(t string) bool {
+		// A standby replicates over the port its clients use: only
+		// isolate cuts it off.
+		return t == "postgres" || f.Kind == nemesis.CutReplication && strings.HasPrefix(t, "postgres-")
+	})
 	if slices.Contains(nodes, f.Target) {
 		return ""
 	}
-	return fmt.Sprintf("isolate takes a broker node, not %q%s (valid: %s)", f.Target, suggest(f.Target, nodes), strings.Join(nodes, ", "))
+	return fmt.Sprintf("%s takes a broker node, not %q%s (valid: %s)", f.Kind, f.Target, suggest(f.Target, nodes), strings.Join(nodes, ", "))
 }
 
 // checkTerm checks that a failpoint term can fire in every matched worker.

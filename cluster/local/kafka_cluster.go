@@ -213,6 +213,11 @@ func (c *KafkaCluster) Name() string { return "kafka" }
 // Dir is the cluster's temp dir, which holds every node's.
 func (c *KafkaCluster) Dir() string { return c.own.dir }
 
+// ReplicationPort implements cluster.ReplicationPorter: the inter-broker
+// listener's, over which followers fetch from leaders (the controller
+// quorum has its own, clients theirs).
+func (c *KafkaCluster) ReplicationPort() int { return kafkaBrokerPort }
+
 // Nodes are the cluster's nodes, in order: node i has broker id i.
 func (c *KafkaCluster) Nodes() []*KafkaNode { return c.nodes }
 
