@@ -149,6 +149,7 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 	v.group(r, a.opts)
 	v.examples(r, a.opts, replay)
 	r.Series = buildSeries(a.shards, v)
+	r.Availability = availability(a.shards, faults)
 	r.Valid = v.verdict(r, unseen)
 	return r
 }

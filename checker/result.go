@@ -273,7 +273,10 @@ type Result struct {
 	// started, with whether it took effect and the evidence, so a report
 	// can show each window next to what it did.
 	Faults []Fault `json:"faults"`
-	Series Series  `json:"series"`
+	// Availability is the throughput around each fault window that took
+	// effect, and how long after its heal it was back to normal.
+	Availability Availability `json:"availability"`
+	Series       Series       `json:"series"`
 }
 
 // Fault is one fault window of the history: a fault invoke and the op that

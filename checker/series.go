@@ -63,6 +63,9 @@ type seriesAcc struct {
 	fs     []history.F
 	perSec [][maxFs * typesPerRow]int64
 	lat    [][]int64 // per second of apply time
+	// commits and applies count commit and apply ok ops per tick, for
+	// the availability of each fault window (availability.go).
+	commits, applies rateAcc
 }
 
 func secondOf(t int64) int {
@@ -114,6 +117,12 @@ func (s *seriesAcc) op(op *history.Op) {
 	t := int(op.Type) - 1
 	if t < 0 || t >= typesPerRow {
 		return
+	}
+	switch op.F {
+	case history.Commit:
+		s.commits.op(op)
+	case history.Apply:
+		s.applies.op(op)
 	}
 	s.perSec[sec][s.fIndex(op.F)*typesPerRow+t]++
 }

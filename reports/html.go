@@ -84,9 +84,13 @@ type view struct {
 	Plots         []plotView
 	Faults        []faultRow
 	MoreFaults    int // fault windows beyond the table (all are in results.json)
-	Processes     []processRow
-	External      []externalRow
-	Cuts          []string
+	// Availability has a row per fault window that took effect (at
+	// most maxFaultRows), and AvailabilityNote the definitions in words.
+	Availability     []availRow
+	AvailabilityNote string
+	Processes        []processRow
+	External         []externalRow
+	Cuts             []string
 }
 
 type kv struct{ K, V string }
@@ -162,6 +166,42 @@ type faultRow struct {
 	// Effect says whether the fault bit, with its evidence or error.
 	Effect string
 	Missed bool
+}
+
+// availRow is one fault window's throughput: commits/s and applies/s,
+// normal → during, and the recovery after the heal, in words.
+type availRow struct {
+	Fault, Window                              string
+	Commits, CommitsBack, Applies, AppliesBack string
+	// CommitsOK and AppliesOK are false when the rate did not recover.
+	CommitsOK, AppliesOK bool
+}
+
+// newAvailRows lays out res's availability as table rows.
+func newAvailRows(res *checker.Result) []availRow {
+	var out []availRow
+	for _, w := range res.Availability.Windows {
+		if len(out) == maxFaultRows || w.Fault < 0 || w.Fault >= len(res.Faults) {
+			break
+		}
+		f := res.Faults[w.Fault]
+		row := availRow{Fault: strings.TrimSpace(f.Kind + " " + f.Target), Window: fmtNs(f.StartNS) + " → " + fmtNs(f.EndNS),
+			Commits: rateWords(w.Commits), CommitsBack: recoveryWords(w.Commits, f.EndNS, res.Availability.RecoveryLimitNS), CommitsOK: w.Commits.Recovery != checker.RecoveryNotRecovered,
+			Applies: rateWords(w.Applies), AppliesBack: recoveryWords(w.Applies, f.EndNS, res.Availability.RecoveryLimitNS), AppliesOK: w.Applies.Recovery != checker.RecoveryNotRecovered}
+		out = append(out, row)
+	}
+	return out
+}
+
+// rateWords is "40/s → 3.5/s": normal, then during the window.
+func rateWords(c checker.RateChange) string {
+	perS := func(v *float64) string {
+		if v == nil {
+			return "–"
+		}
+		return strconv.FormatFloat(*v, 'f', 1, 64) + "/s"
+	}
+	return perS(c.NormalPerS) + " → " + perS(c.DuringPerS)
 }
 
 type externalRow struct {
@@ -291,6 +331,13 @@ func newView(run Record, res *checker.Result) view {
 		v.Cuts = append(v.Cuts, cut.String())
 	}
 	v.Plots = plots(run, res)
+	v.Availability = newAvailRows(res)
+	if len(v.Availability) > 0 {
+		a := res.Availability
+		v.AvailabilityNote = fmt.Sprintf("Normal: the median rate over %s windows at the fault-free %s ticks before the fault (the last %s of them). "+
+			"Back: the first tick after the heal from which every %s window for %s has at least %.0f%% of normal.",
+			time.Duration(a.WindowNS), time.Duration(a.TickNS), time.Duration(a.BaselineNS), time.Duration(a.WindowNS), time.Duration(a.SustainNS), 100*a.RecoveredFraction)
+	}
 	return v
 }
 

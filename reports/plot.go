@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/history"
@@ -33,6 +34,9 @@ type plotView struct {
 	X0, X1, Y0, Y1 float64
 	Lines          []lineView
 	Bands          []bandView
+	// Recoveries span each fault's heal to its throughput's recovery,
+	// or to where the search for one stopped (throughput plot only).
+	Recoveries     []bandView
 	Marks          []markView
 	XTicks, YTicks []tickView
 	// Empty, when set, is drawn instead of lines: why there is nothing.
@@ -404,9 +408,72 @@ func plots(run Record, res *checker.Result) []plotView {
 
 	la := a
 	la.log = true
+	through := layout("throughput", "Throughput", "ops/s", a, tp, run)
+	through.Recoveries = recoveries(a, res)
 	return []plotView{
-		layout("throughput", "Throughput", "ops/s", a, tp, run),
+		through,
 		layout("latency", "Commit → apply latency", "ms (log)", la, lat, run),
 		layout("unseen", "Unseen: committed, not yet applied", "events", a, unseen, run),
 	}
+}
+
+// maxRecoveries caps the recovery bands drawn; the table and results.json
+// have every window.
+const maxRecoveries = maxBands
+
+// recoveries lays out, for each fault window with a baseline, a band from
+// its heal to the later of its commits' and applies' recoveries (or to
+// where the search stopped, for a rate that did not recover).
+func recoveries(a axis, res *checker.Result) []bandView {
+	var out []bandView
+	for _, w := range res.Availability.Windows {
+		if len(out) == maxRecoveries || w.Fault < 0 || w.Fault >= len(res.Faults) {
+			break
+		}
+		f := res.Faults[w.Fault]
+		end, back := f.EndNS, true
+		for _, c := range []checker.RateChange{w.Commits, w.Applies} {
+			switch c.Recovery {
+			case checker.RecoveryRecovered:
+				end = max(end, f.EndNS+*c.RecoveryNS)
+			case checker.RecoveryNotRecovered:
+				end, back = max(end, *c.SearchedToNS), false
+			}
+		}
+		if w.Commits.Recovery == checker.RecoveryNoBaseline && w.Applies.Recovery == checker.RecoveryNoBaseline {
+			continue
+		}
+		label := "back in " + fmtDuration(end-f.EndNS)
+		if !back {
+			label = "not back"
+		}
+		title := fmt.Sprintf("after %s %s healed at %s: commits %s; applies %s", f.Kind, f.Target, fmtNs(f.EndNS), recoveryWords(w.Commits, f.EndNS, res.Availability.RecoveryLimitNS), recoveryWords(w.Applies, f.EndNS, res.Availability.RecoveryLimitNS))
+		x0, x1 := a.x(f.EndNS), a.x(end)
+		out = append(out, bandView{X: x0, W: max(x1-x0, 1), Label: label, Title: title})
+	}
+	return out
+}
+
+// recoveryWords says a rate's recovery after a heal at heal in words.
+// The search stops where the rate stops being measurable or at the
+// recovery limit (600 s after the heal, which few runs reach).
+func recoveryWords(c checker.RateChange, heal, limit int64) string {
+	switch c.Recovery {
+	case checker.RecoveryRecovered:
+		return "back to normal in " + fmtDuration(*c.RecoveryNS)
+	case checker.RecoveryNotRecovered:
+		if *c.SearchedToNS <= heal {
+			return "not measurable after the heal (no ops)"
+		}
+		if limit > 0 && *c.SearchedToNS >= heal+limit {
+			return "not back to normal within " + time.Duration(limit).String() + " of the heal"
+		}
+		return "did not get back to normal (measured to " + fmtNs(*c.SearchedToNS) + ", where its ops end)"
+	}
+	return "no baseline (no fault-free second before the fault)"
+}
+
+// fmtDuration formats a duration in ns as 0.8s, 12.3s.
+func fmtDuration(ns int64) string {
+	return strconv.FormatFloat(float64(ns)/1e9, 'f', 1, 64) + "s"
 }
