@@ -101,8 +101,8 @@ func TestAvailability(t *testing.T) {
 			// trying until 19.98 s: the last whole window measured starts
 			// at 18.9 s. Nothing is applied after 6 s either: applies
 			// cannot be measured past the heal at all.
-			name: "never back before the workload ended",
-			s:    stream{perSec: 50, to: 20 * s1, gaps: [][2]int64{{6 * s1, 20 * s1}}, faults: []Fault{window("kill", 5*s1, 7*s1)}},
+			name:    "never back before the workload ended",
+			s:       stream{perSec: 50, to: 20 * s1, gaps: [][2]int64{{6 * s1, 20 * s1}}, faults: []Fault{window("kill", 5*s1, 7*s1)}},
 			want:    []string{"normal 50 during 50 (25/s) not recovered, searched to 18900ms"},
 			applies: []string{"normal 50 during 50 (25/s) not recovered, searched to 7s"},
 		},

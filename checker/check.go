@@ -150,6 +150,7 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 	v.examples(r, a.opts, replay)
 	r.Series = buildSeries(a.shards, v)
 	r.Availability = availability(a.shards, faults)
+	r.Nodes = nodes(s0.nodeOps, faults, end)
 	r.Valid = v.verdict(r, unseen)
 	return r
 }

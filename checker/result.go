@@ -276,7 +276,10 @@ type Result struct {
 	// Availability is the throughput around each fault window that took
 	// effect, and how long after its heal it was back to normal.
 	Availability Availability `json:"availability"`
-	Series       Series       `json:"series"`
+	// Nodes is the time line of every server node the history names
+	// (and of each server as a whole): down, faults aimed at it, leader.
+	Nodes  []Node `json:"nodes"`
+	Series Series `json:"series"`
 }
 
 // Fault is one fault window of the history: a fault invoke and the op that

@@ -61,6 +61,7 @@ type shard struct {
 	crashes, restarts int64
 	faults            []Fault
 	openFaults        map[faultKey]int // invoked, not yet completed: index in faults
+	nodeOps           []nodeOp         // crash, restart and leader ops of servers (nodes.go)
 }
 
 // subscription is what one subscription did with the events of a shard.
@@ -161,7 +162,7 @@ func bracket(op *history.Op) bool {
 // runLevel reports whether ops of f describe the run, not one event.
 func runLevel(f history.F) bool {
 	switch f {
-	case history.Setup, history.Lineage, history.Drain, history.Fault, history.Crash, history.Restart:
+	case history.Setup, history.Lineage, history.Drain, history.Fault, history.Crash, history.Restart, history.Leader:
 		return true
 	}
 	return false
@@ -323,11 +324,16 @@ func (s *shard) op(op *history.Op, pos int64) {
 		if op.Type != history.Invoke {
 			s.crashes++
 		}
+		s.nodeOp(op)
 		return
 	case history.Restart:
 		if op.Type != history.Invoke {
 			s.restarts++
 		}
+		s.nodeOp(op)
+		return
+	case history.Leader:
+		s.nodeOp(op)
 		return
 	}
 	if v.Event == "" {

@@ -92,6 +92,12 @@ const (
 	// subscription without one counts as recording its deliveries once
 	// it has a deliver op (a team's consumer may post none).
 	Lineage F = "lineage"
+	// Leader is the harness's lone ok naming in value.target the node
+	// that leads a replicated service now (value.detail says what it
+	// leads), written when a run starts sampling and whenever the
+	// answer changes; a fail (value.target the service, value.error
+	// why) says no leader could be named.
+	Leader F = "leader"
 )
 
 // Reasons with a meaning of their own, in value.reason.

@@ -82,6 +82,7 @@ type view struct {
 	Anomalies     []anomalyView
 	Shown         []shownRow
 	Plots         []plotView
+	Timeline      *timelineView // nil when the history names no server node
 	Faults        []faultRow
 	MoreFaults    int // fault windows beyond the table (all are in results.json)
 	// Availability has a row per fault window that took effect (at
@@ -331,6 +332,7 @@ func newView(run Record, res *checker.Result) view {
 		v.Cuts = append(v.Cuts, cut.String())
 	}
 	v.Plots = plots(run, res)
+	v.Timeline = nodeTimeline(res)
 	v.Availability = newAvailRows(res)
 	if len(v.Availability) > 0 {
 		a := res.Availability

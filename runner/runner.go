@@ -193,10 +193,15 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	wctx, cancel := context.WithTimeout(ctx, spec.Duration)
 	nemDone := make(chan error, 1)
 	go func() { nemDone <- spec.Schedule.Run(wctx, &env) }()
+	// The leaders of replicated services, for the report's node time
+	// line, while the workload and the nemesis run.
+	leadersDone := make(chan struct{})
+	go func() { defer close(leadersDone); r.SampleLeaders(wctx, leaderSampling) }()
 	stopStatus := startStatus(wctx, opts, r, &env)
 	<-wctx.Done()
 	cancel()
 	nemErr := <-nemDone
+	<-leadersDone
 	stopStatus()
 	if nemErr != nil && !errors.Is(nemErr, context.Canceled) && !errors.Is(nemErr, context.DeadlineExceeded) {
 		log.Warn("nemesis", "err", nemErr)
@@ -234,6 +239,10 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	out.Result = res
 	return out, writeAll(out, &meta, res, log)
 }
+
+// leaderSampling is how often a run looks up the leaders of its
+// replicated services (pipeline.Deployment.SampleLeaders).
+const leaderSampling = 500 * time.Millisecond
 
 // writeAll completes the run record from the folder (fault windows,
 // marks, processes from the history), decides the verdict and writes the

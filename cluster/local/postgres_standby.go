@@ -148,6 +148,11 @@ func (c *PostgresCluster) Nodes() []*PostgresNode { return c.nodes }
 // Primary is the node that is primary now.
 func (c *PostgresCluster) Primary() *PostgresNode { return c.nodes[c.primaryIndex()] }
 
+// Leader is the name of the node that is primary now ("postgres-0"): the
+// node a replicated database's clients write to, as a replicated
+// broker's leader is the one they publish to.
+func (c *PostgresCluster) Leader() string { return c.Primary().Name() }
+
 // Standby is the node that is the standby now (or was made to be one).
 func (c *PostgresCluster) Standby() *PostgresNode { return c.nodes[1-c.primaryIndex()] }
 
