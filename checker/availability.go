@@ -3,6 +3,8 @@ package checker
 import (
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/deliverycheck/deliverycheck/history"
 )
@@ -275,3 +277,51 @@ func ptr[T any](v T) *T { return &v }
 // round3 rounds to three decimals, so results.json reads 39.5, not
 // 39.500000000000004.
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// Rates says c's rates in words: normal, then during the window
+// ("120.0/s → 4.2/s"), a dash for one not measured.
+func (c RateChange) Rates() string {
+	perS := func(v *float64) string {
+		if v == nil {
+			return "–"
+		}
+		return strconv.FormatFloat(*v, 'f', 1, 64) + "/s"
+	}
+	return perS(c.NormalPerS) + " → " + perS(c.DuringPerS)
+}
+
+// Back says in words when c's rate was back to normal after a heal at
+// heal, a in force: the one wording the command line and the report
+// share.
+func (c RateChange) Back(a *Availability, heal int64) string {
+	switch c.Recovery {
+	case RecoveryRecovered:
+		return "back to normal in " + seconds(*c.RecoveryNS)
+	case RecoveryNotRecovered:
+		switch {
+		case *c.SearchedToNS <= heal:
+			return "not measurable after the heal (its ops had ended)"
+		case a.RecoveryLimitNS > 0 && *c.SearchedToNS >= heal+a.RecoveryLimitNS:
+			return "not back to normal within " + seconds(a.RecoveryLimitNS) + " of the heal"
+		}
+		return "did not get back to normal (measured to " + seconds3(*c.SearchedToNS) + ", where its ops end)"
+	}
+	return "no baseline (no fault-free second before the fault)"
+}
+
+// Summary says window w of a result with faults in one line: "kill
+// kafka:leader 4.661s → 8.987s: commits 120.0/s → 120.0/s, back to
+// normal in 0.0s; applies 119.0/s → 4.2/s, back to normal in 4.3s".
+func (a *Availability) Summary(w FaultAvailability, faults []Fault) string {
+	if w.Fault < 0 || w.Fault >= len(faults) {
+		return ""
+	}
+	f := faults[w.Fault]
+	return strings.TrimSpace(f.Kind+" "+f.Target) + " " + seconds3(f.StartNS) + " → " + seconds3(f.EndNS) +
+		": commits " + w.Commits.Rates() + ", " + w.Commits.Back(a, f.EndNS) +
+		"; applies " + w.Applies.Rates() + ", " + w.Applies.Back(a, f.EndNS)
+}
+
+func seconds(ns int64) string { return strconv.FormatFloat(float64(ns)/1e9, 'f', 1, 64) + "s" }
+
+func seconds3(ns int64) string { return strconv.FormatFloat(float64(ns)/1e9, 'f', 3, 64) + "s" }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -177,6 +178,29 @@ func fmtDur(ns int64) string {
 		return strconv.FormatInt(ns/1e9, 10) + "s"
 	}
 	return strconv.FormatInt(ns/1e6, 10) + "ms"
+}
+
+// The one line the command line prints per window.
+func TestAvailabilitySummary(t *testing.T) {
+	s := stream{perSec: 50, to: 20 * s1, gaps: [][2]int64{{5 * s1, 8 * s1}, {13 * s1, 20 * s1}},
+		faults: []Fault{window("kill", 5*s1, 7*s1), window("pause", 12*s1, 13*s1), window("latency", s1/2, s1)}}
+	r := Check(s.history(), Options{})
+	var got []string
+	for _, w := range r.Availability.Windows {
+		got = append(got, r.Availability.Summary(w, r.Faults))
+	}
+	want := []string{
+		"kill kafka-kill 5.000s → 7.000s: commits 50.0/s → 0.0/s, back to normal in 0.8s; applies 50.0/s → 0.0/s, back to normal in 0.8s",
+		"pause kafka-pause 12.000s → 13.000s: commits 50.0/s → 50.0/s, did not get back to normal (measured to 18.900s, where its ops end); " +
+			"applies 50.0/s → 50.0/s, not measurable after the heal (its ops had ended)",
+		"latency kafka-latency 0.500s → 1.000s: commits – → 50.0/s, no baseline (no fault-free second before the fault); " +
+			"applies – → 50.0/s, no baseline (no fault-free second before the fault)",
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("summaries:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }
 
 // TestPropertyAvailability checks the availability of random streams

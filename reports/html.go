@@ -187,22 +187,11 @@ func newAvailRows(res *checker.Result) []availRow {
 		}
 		f := res.Faults[w.Fault]
 		row := availRow{Fault: strings.TrimSpace(f.Kind + " " + f.Target), Window: fmtNs(f.StartNS) + " → " + fmtNs(f.EndNS),
-			Commits: rateWords(w.Commits), CommitsBack: recoveryWords(w.Commits, f.EndNS, res.Availability.RecoveryLimitNS), CommitsOK: w.Commits.Recovery != checker.RecoveryNotRecovered,
-			Applies: rateWords(w.Applies), AppliesBack: recoveryWords(w.Applies, f.EndNS, res.Availability.RecoveryLimitNS), AppliesOK: w.Applies.Recovery != checker.RecoveryNotRecovered}
+			Commits: w.Commits.Rates(), CommitsBack: w.Commits.Back(&res.Availability, f.EndNS), CommitsOK: w.Commits.Recovery != checker.RecoveryNotRecovered,
+			Applies: w.Applies.Rates(), AppliesBack: w.Applies.Back(&res.Availability, f.EndNS), AppliesOK: w.Applies.Recovery != checker.RecoveryNotRecovered}
 		out = append(out, row)
 	}
 	return out
-}
-
-// rateWords is "40/s → 3.5/s": normal, then during the window.
-func rateWords(c checker.RateChange) string {
-	perS := func(v *float64) string {
-		if v == nil {
-			return "–"
-		}
-		return strconv.FormatFloat(*v, 'f', 1, 64) + "/s"
-	}
-	return perS(c.NormalPerS) + " → " + perS(c.DuringPerS)
 }
 
 type externalRow struct {

@@ -5,7 +5,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/history"
@@ -447,30 +446,11 @@ func recoveries(a axis, res *checker.Result) []bandView {
 		if !back {
 			label = "not back"
 		}
-		title := fmt.Sprintf("after %s %s healed at %s: commits %s; applies %s", f.Kind, f.Target, fmtNs(f.EndNS), recoveryWords(w.Commits, f.EndNS, res.Availability.RecoveryLimitNS), recoveryWords(w.Applies, f.EndNS, res.Availability.RecoveryLimitNS))
+		title := fmt.Sprintf("after %s %s healed at %s: commits %s; applies %s", f.Kind, f.Target, fmtNs(f.EndNS), w.Commits.Back(&res.Availability, f.EndNS), w.Applies.Back(&res.Availability, f.EndNS))
 		x0, x1 := a.x(f.EndNS), a.x(end)
 		out = append(out, bandView{X: x0, W: max(x1-x0, 1), Label: label, Title: title})
 	}
 	return out
-}
-
-// recoveryWords says a rate's recovery after a heal at heal in words.
-// The search stops where the rate stops being measurable or at the
-// recovery limit (600 s after the heal, which few runs reach).
-func recoveryWords(c checker.RateChange, heal, limit int64) string {
-	switch c.Recovery {
-	case checker.RecoveryRecovered:
-		return "back to normal in " + fmtDuration(*c.RecoveryNS)
-	case checker.RecoveryNotRecovered:
-		if *c.SearchedToNS <= heal {
-			return "not measurable after the heal (no ops)"
-		}
-		if limit > 0 && *c.SearchedToNS >= heal+limit {
-			return "not back to normal within " + time.Duration(limit).String() + " of the heal"
-		}
-		return "did not get back to normal (measured to " + fmtNs(*c.SearchedToNS) + ", where its ops end)"
-	}
-	return "no baseline (no fault-free second before the fault)"
 }
 
 // fmtDuration formats a duration in ns as 0.8s, 12.3s.

@@ -168,6 +168,9 @@ func printSummary(w io.Writer, r *checker.Result, paths []string, out string) {
 			fmt.Fprintf(w, "          where lost: %s\n", st)
 		}
 	}
+	for _, aw := range r.Availability.Windows {
+		fmt.Fprintf(w, "  availability: %s\n", r.Availability.Summary(aw, r.Faults))
+	}
 	for _, a := range r.Shown {
 		where := ""
 		if a.Subscription != "" {
