@@ -193,9 +193,10 @@ func nodes(ops []nodeOp, faults []Fault, end int64) []Node {
 			continue
 		}
 		r := resolve(f.Target, f.StartNS, false)
-		if node == ":leader" && leaderAt(svc, f.StartNS) == "" {
-			// No leader ops (an older history): a crash of one of the
-			// service's nodes by this fault names the leader it hit.
+		if node == ":leader" {
+			// A crash of one of the service's nodes by this fault names
+			// the leader it hit, better than the last sample before it
+			// (up to an interval old), and without leader ops at all.
 			for _, op := range ops {
 				if s, n, _ := serverOf(op.target); op.f == history.Crash && op.fault == f.Kind && s == svc && n != "" && n != ":leader" &&
 					op.t >= f.StartNS && op.t <= f.EndNS {

@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -219,7 +220,9 @@ func TestPropertyNodes(t *testing.T) {
 			}
 			return
 		}
-		slices.SortFunc(tiles, func(a, b [2]int64) int { return int(a[0] - b[0]) })
+		// Equal starts: the empty span (two leader ops at one time)
+		// first.
+		slices.SortFunc(tiles, func(a, b [2]int64) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
 		at := firstLeader
 		for _, tl := range tiles {
 			if tl[0] != at {
