@@ -19,17 +19,22 @@ type queueLeader interface {
 // primaryNamer is a replicated database that names its primary node.
 type primaryNamer interface{ Leader() string }
 
-// Leader is the node of the run's replicated service that leads now: the
-// leader of the events topic's first partition (Kafka), of the first
-// subscription's queue (RabbitMQ), or the primary (PostgreSQL with a
-// standby). It is what a fault aimed at "broker:leader" hits
-// (nemesis.Env.Leader).
+// Leader is the node of the run's replicated broker that leads now: the
+// leader of the events topic's first partition (Kafka) or of the first
+// subscription's queue (RabbitMQ). It is what a fault aimed at
+// "broker:leader" hits (nemesis.Env.Leader). PostgreSQL's primary is not
+// offered as a target: a fault on "postgres" already hits the primary,
+// through the cluster that keeps track of which node that is.
 func (r *Deployment) Leader(ctx context.Context, service string) (string, error) {
+	if service == cluster.Postgres {
+		return "", fmt.Errorf("%s has no leader to aim a fault at: a fault on %s hits its primary", service, service)
+	}
 	node, _, err := r.leader(ctx, service)
 	return node, err
 }
 
-// leader is Leader, and what the node leads in words.
+// leader is the node of a replicated service that leads now, as Leader
+// has it, or PostgreSQL's primary, and what the node leads in words.
 func (r *Deployment) leader(ctx context.Context, service string) (node, leads string, err error) {
 	nodes := r.cl.Nodes(service)
 	if len(nodes) == 0 {
