@@ -107,6 +107,7 @@ type RabbitBacklogReader struct {
 	mu   sync.Mutex
 	conn *rabbitConn // nil until the first call, and after an error
 	ch   *amqp.Channel
+	next int // the index in cfg.URLs the next dial starts at
 }
 
 // NewRabbitBacklogReader returns a reader for cfg's queues. It does not
@@ -122,7 +123,7 @@ func (r *RabbitBacklogReader) Backlog(ctx context.Context, queue string) (int64,
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.conn == nil {
-		conn, err := dialRabbit(ctx, r.cfg, "backlog")
+		conn, err := dialRabbit(ctx, r.cfg, "backlog", r.next)
 		if err != nil {
 			return 0, fmt.Errorf("rabbitmq backlog: %w", err)
 		}
@@ -155,6 +156,8 @@ func (r *RabbitBacklogReader) Close() {
 
 func (r *RabbitBacklogReader) closeLocked() {
 	if r.conn != nil {
+		// A node that failed a read is tried last the next time.
+		r.next = (r.conn.node + 1) % len(r.cfg.URLs)
 		r.conn.close()
 		r.conn, r.ch = nil, nil
 	}

@@ -157,7 +157,7 @@ func RabbitLog(ctx context.Context, cfg RabbitConfig) (Log, error) {
 	cfg = cfg.withDefaults()
 	q := RabbitWitnessQueue(cfg.Exchange)
 	out := Log{Where: q}
-	conn, err := dialRabbit(ctx, cfg, "log")
+	conn, err := dialRabbit(ctx, cfg, "log", 0)
 	if err != nil {
 		return out, fmt.Errorf("rabbitmq log: %w", err)
 	}

@@ -34,7 +34,7 @@ func RabbitDeadLetters(ctx context.Context, cfg RabbitConfig) ([]DeadLetter, err
 	ctx, cancel := context.WithTimeout(ctx, deadLettersTimeout)
 	defer cancel()
 	cfg = cfg.withDefaults()
-	conn, err := dialRabbit(ctx, cfg, "dead-letters")
+	conn, err := dialRabbit(ctx, cfg, "dead-letters", 0)
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq dead letters: %w", err)
 	}

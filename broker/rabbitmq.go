@@ -65,10 +65,16 @@ func ParseRabbitPublishMode(s string) (RabbitPublishMode, error) {
 }
 
 // RabbitConfig says where the broker is and how the topology looks. The
-// zero value of every field but URL and Subscriptions has a default.
+// zero value of every field but URLs and Subscriptions has a default.
 type RabbitConfig struct {
-	// URL is the amqp:// URL, with credentials and vhost.
-	URL string
+	// URLs are the amqp:// URLs, with credentials and vhost, of the
+	// broker's nodes: one for a single broker, every node's for a
+	// cluster. A connection goes to the first that answers, trying each
+	// in turn, as RabbitMQ's own clients do with an address list; a
+	// client that lost its connection starts with the node after the
+	// one it lost (see [rabbitSession]), so killing the node a client
+	// was on moves it to another.
+	URLs []string
 	// Exchange is the fanout exchange events are published to, overriding
 	// the default "events". Its dead-letter exchange is Exchange+".dlx".
 	Exchange string
@@ -151,8 +157,13 @@ func (c RabbitConfig) withDefaults() RabbitConfig {
 }
 
 func (c RabbitConfig) validate() error {
-	if c.URL == "" {
-		return errors.New("broker: rabbitmq config: URL is empty")
+	if len(c.URLs) == 0 {
+		return errors.New("broker: rabbitmq config: no URL")
+	}
+	for i, u := range c.URLs {
+		if u == "" {
+			return fmt.Errorf("broker: rabbitmq config: URL %d of %d is empty", i+1, len(c.URLs))
+		}
 	}
 	if c.QueueType != "" && c.QueueType != "quorum" && c.QueueType != "classic" {
 		return fmt.Errorf("broker: rabbitmq config: queue type %q (want quorum or classic)", c.QueueType)

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -165,12 +166,25 @@ func (p *RabbitPublisher) Publish(ctx context.Context, evs []Event) []error {
 		s.kill()
 	}
 	writing.Store(false)
+	nacked := false
 	for i, dc := range dcs {
 		if dc != nil {
 			res[i] = p.await(ctx, s, dc, ids[i], evs[i].ID, returned)
+			nacked = nacked || errors.Is(res[i], ErrNacked)
 		}
 	}
-	if s.dead() {
+	switch {
+	case s.dead():
+		p.drop(s)
+	case nacked:
+		// A nack is the queue refusing the message, and what a channel
+		// gets when its client of a quorum queue is stuck: RabbitMQ
+		// 3.10.8 nacks every publish, for a minute and more, on a
+		// channel that first published to a quorum queue while its
+		// leader's node was down (it keeps sending to the dead leader),
+		// although a new leader was elected within a second. A new
+		// connection finds the new leader.
+		p.log.Info("publishes nacked; reconnecting", "gen", s.gen)
 		p.drop(s)
 	}
 	return res

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +36,10 @@ import (
 type rabbitConn struct {
 	conn *amqp.Connection
 	raw  *corkConn
+	// node is the index in RabbitConfig.URLs of the URL it was dialed
+	// with; host is that URL's host:port, for logs (no credentials).
+	node int
+	host string
 	// dead is set by kill, before the library notices the socket is
 	// gone: from then on nothing may be settled on this connection.
 	dead atomic.Bool
@@ -58,9 +65,61 @@ func (c *rabbitConn) close() {
 	c.kill()
 }
 
-// dialRabbit opens a connection; the TCP dial and the AMQP handshake are
-// bounded by ctx and cfg.DialTimeout. The connection itself outlives ctx.
-func dialRabbit(ctx context.Context, cfg RabbitConfig, name string) (*rabbitConn, error) {
+// dialRabbit opens a connection to the first of cfg.URLs that answers,
+// trying each once, in order round the list from URLs[from]: one pass
+// over a cluster's nodes, as a RabbitMQ client with an address list
+// makes. Each attempt (TCP dial and AMQP handshake) is bounded by ctx and
+// cfg.DialTimeout, so a node that accepts and then says nothing (paused,
+// cut off) costs one DialTimeout before the next is tried. The
+// connection itself outlives ctx. The error has every attempt's.
+func dialRabbit(ctx context.Context, cfg RabbitConfig, name string, from int) (*rabbitConn, error) {
+	var errs dialErrors
+	for k := range len(cfg.URLs) {
+		i := (from + k) % len(cfg.URLs)
+		c, err := dialRabbitURL(ctx, cfg, name, cfg.URLs[i])
+		if err == nil {
+			c.node = i
+			return c, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if len(errs) == 1 {
+		return nil, errs[0]
+	}
+	return nil, errs
+}
+
+// dialErrors are the failed attempts of one pass over a cluster's nodes.
+type dialErrors []error
+
+func (e dialErrors) Error() string {
+	parts := make([]string, len(e))
+	for i, err := range e {
+		parts[i] = err.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (e dialErrors) Unwrap() []error { return e }
+
+// rabbitHost is the host:port of an AMQP URL, or the URL without its
+// credentials if it does not parse (its parse error is the dial's).
+func rabbitHost(u string) string {
+	if uri, err := amqp.ParseURI(u); err == nil {
+		return net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
+	}
+	if p, err := url.Parse(u); err == nil {
+		return p.Redacted()
+	}
+	return "(unparsable URL)"
+}
+
+// dialRabbitURL opens a connection to one URL; see dialRabbit.
+func dialRabbitURL(ctx context.Context, cfg RabbitConfig, name, u string) (*rabbitConn, error) {
+	host := rabbitHost(u)
 	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	var raw *corkConn
@@ -84,18 +143,22 @@ func dialRabbit(ctx context.Context, cfg RabbitConfig, name string) (*rabbitConn
 		},
 		// Recovery stays nil: see the file comment.
 	}
-	conn, err := amqp.DialConfig(cfg.URL, acfg)
+	conn, err := amqp.DialConfig(u, acfg)
 	if err != nil {
-		return nil, fmt.Errorf("dial: %w", err)
+		return nil, fmt.Errorf("dial %s: %w", host, err)
 	}
-	return &rabbitConn{conn: conn, raw: raw}, nil
+	return &rabbitConn{conn: conn, raw: raw, host: host}, nil
 }
 
 // rabbitSession is the connection a [RabbitPublisher] or a
 // [RabbitSubscriber] works over. It dials on first use, and once a
 // connection has dropped it dials again, with backoff (full jitter over a
 // ceiling doubling from ReconnectMin to ReconnectMax), until one is up or
-// the caller's ctx ends. Each connection is a new generation
+// the caller's ctx ends. Each attempt is one pass over the cluster's
+// nodes (RabbitConfig.URLs) starting with the one after the node of the
+// last connection: the node a connection was lost to is the least likely
+// to answer, and is tried last. A rolling restart thus moves a client
+// round the nodes, one ahead of the restarts. Each connection is a new generation
 // ([rabbitChannel]) with its own channel, which the role's setup readies:
 // confirm mode and returns for a publisher, QoS and a consumer for a
 // subscriber. Calls of session must not overlap (Publish and Next are
@@ -110,9 +173,10 @@ type rabbitSession struct {
 	life context.Context
 	end  context.CancelFunc
 
-	mu     sync.Mutex // guards sess, gen, closed
+	mu     sync.Mutex // guards sess, gen, next, closed
 	sess   *rabbitChannel
 	gen    uint64
+	next   int // the index in cfg.URLs a dial starts at
 	closed bool
 }
 
@@ -208,7 +272,10 @@ func (r *rabbitSession) session(ctx context.Context) (*rabbitChannel, error) {
 
 // connect dials one new generation and makes it the current one.
 func (r *rabbitSession) connect(ctx context.Context) (*rabbitChannel, error) {
-	c, err := dialRabbit(ctx, r.cfg, r.role.name)
+	r.mu.Lock()
+	from := r.next
+	r.mu.Unlock()
+	c, err := dialRabbit(ctx, r.cfg, r.role.name, from)
 	if err != nil {
 		return nil, err
 	}
@@ -239,8 +306,11 @@ func (r *rabbitSession) connect(ctx context.Context) (*rabbitChannel, error) {
 		r.role.started(s)
 	}
 	r.sess = s
+	r.next = (c.node + 1) % len(r.cfg.URLs)
 	if s.gen > 1 {
-		r.log.Info("reconnected", "gen", s.gen)
+		r.log.Info("reconnected", "gen", s.gen, "node", c.host)
+	} else {
+		r.log.Debug("connected", "node", c.host)
 	}
 	return s, nil
 }

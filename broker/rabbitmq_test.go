@@ -40,7 +40,7 @@ func newRabbitTest(t *testing.T, subs []string, mod func(*RabbitConfig)) *rabbit
 	_, _ = rand.Read(id)
 	prefix := strings.ToLower(strings.TrimPrefix(t.Name(), "TestRabbit")) + "-" + hex.EncodeToString(id)
 	cfg := RabbitConfig{
-		URL:      node.URL(node.Endpoint()),
+		URLs:     []string{node.URL(node.Endpoint())},
 		Exchange: prefix + ".events",
 		// Fast redial: a test waits on reconnects.
 		ReconnectMin: 20 * time.Millisecond,
@@ -121,7 +121,7 @@ func (rt *rabbitTest) next(s Subscriber, d time.Duration) *Delivery {
 // declare on a connection of its own.
 func (rt *rabbitTest) depth(queue string) int {
 	rt.t.Helper()
-	c, err := dialRabbit(rt.ctx, rt.cfg.withDefaults(), "test")
+	c, err := dialRabbit(rt.ctx, rt.cfg.withDefaults(), "test", 0)
 	if err != nil {
 		rt.t.Fatal(err)
 	}
@@ -418,7 +418,7 @@ func TestRabbitStaleDeliveryAfterReconnect(t *testing.T) {
 
 func TestRabbitHostileMessages(t *testing.T) {
 	rt := newRabbitTest(t, []string{"s"}, nil)
-	c, err := dialRabbit(rt.ctx, rt.cfg.withDefaults(), "test")
+	c, err := dialRabbit(rt.ctx, rt.cfg.withDefaults(), "test", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -665,7 +665,7 @@ func TestRabbitCloseUnblocks(t *testing.T) {
 	rt := newRabbitTest(t, []string{"s"}, nil)
 	s := rt.subscriber(rt.sub(0))
 	gone := rt.cfg
-	gone.URL = "amqp://deliverycheck:deliverycheck@127.0.0.1:1/"
+	gone.URLs = []string{"amqp://deliverycheck:deliverycheck@127.0.0.1:1/"}
 	p, err := NewRabbitPublisher(gone, RabbitConfirmed)
 	if err != nil {
 		t.Fatal(err)
@@ -705,15 +705,16 @@ func TestRabbitCloseUnblocks(t *testing.T) {
 func TestRabbitConfigValidation(t *testing.T) {
 	for name, cfg := range map[string]RabbitConfig{
 		"no url":         {Subscriptions: []string{"a"}},
-		"unbound stray":  {URL: "amqp://x/", Subscriptions: []string{"a"}, Unbound: []string{"b"}},
-		"long name":      {URL: "amqp://x/", Subscriptions: []string{strings.Repeat("q", 252)}},
-		"negative limit": {URL: "amqp://x/", DeliveryLimit: -1},
+		"empty url":      {URLs: []string{"amqp://x/", ""}, Subscriptions: []string{"a"}},
+		"unbound stray":  {URLs: []string{"amqp://x/"}, Subscriptions: []string{"a"}, Unbound: []string{"b"}},
+		"long name":      {URLs: []string{"amqp://x/"}, Subscriptions: []string{strings.Repeat("q", 252)}},
+		"negative limit": {URLs: []string{"amqp://x/"}, DeliveryLimit: -1},
 	} {
 		if _, err := NewRabbitPublisher(cfg, RabbitConfirmed); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := NewRabbitPublisher(RabbitConfig{URL: "amqp://x/"}, "maybe"); err == nil {
+	if _, err := NewRabbitPublisher(RabbitConfig{URLs: []string{"amqp://x/"}}, "maybe"); err == nil {
 		t.Error("unknown mode accepted")
 	}
 }
@@ -808,7 +809,7 @@ func TestRabbitAckAsync(t *testing.T) {
 // keeps in memory only.
 func TestRabbitTransientMode(t *testing.T) {
 	rt := newRabbitTest(t, []string{"s"}, nil)
-	conn, err := amqp.Dial(rt.cfg.URL)
+	conn, err := amqp.Dial(rt.cfg.URLs[0])
 	if err != nil {
 		t.Fatal(err)
 	}

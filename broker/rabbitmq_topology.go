@@ -63,7 +63,7 @@ func SetupRabbitMQ(ctx context.Context, cfg RabbitConfig) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	conn, err := dialRabbit(ctx, cfg, "setup")
+	conn, err := dialRabbit(ctx, cfg, "setup", 0)
 	if err != nil {
 		return fmt.Errorf("rabbitmq setup: %w", err)
 	}

@@ -16,7 +16,7 @@ import (
 func TestRabbitTopologyAsDocumented(t *testing.T) {
 	rt := newRabbitTest(t, []string{"s"}, nil)
 	ex, q := rt.cfg.Exchange, rt.sub(0)
-	conn, err := amqp.Dial(rt.cfg.URL)
+	conn, err := amqp.Dial(rt.cfg.URLs[0])
 	if err != nil {
 		t.Fatal(err)
 	}

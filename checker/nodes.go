@@ -207,7 +207,8 @@ func nodes(ops []nodeOp, faults []Fault, end int64) []Node {
 		}
 		r.Spans = append(r.Spans, NodeSpan{State: f.Kind, StartNS: f.StartNS, EndNS: f.EndNS, Detail: f.Detail, Fault: ptr(i)})
 	}
-	// Down: from a crash until the restart of the same target. A crash
+	// Down: from a crash (or the invoke of a restart) until the restart
+	// of the same target. A crash
 	// inside a fault window on its target (a failover's kill of the
 	// primary, a kill of the leader) is the node that fault hit, looked
 	// up as of the window's start: by the time the crash is recorded
@@ -234,7 +235,15 @@ func nodes(ops []nodeOp, faults []Fault, end int64) []Node {
 				down[op.target] = &open{r: resolve(op.target, at, true), start: op.t, why: op.detail}
 			}
 		case history.Restart:
-			if d, ok := down[op.target]; ok && op.typ != history.Invoke {
+			if op.typ == history.Invoke {
+				// A clean restart that records its stop (a rolling
+				// restart's node) is down until it is back.
+				if _, ok := down[op.target]; !ok {
+					down[op.target] = &open{r: resolve(op.target, op.t, true), start: op.t, why: op.detail}
+				}
+				continue
+			}
+			if d, ok := down[op.target]; ok {
 				d.r.Spans = append(d.r.Spans, NodeSpan{State: NodeDown, StartNS: d.start, EndNS: op.t, Detail: d.why})
 				delete(down, op.target)
 			}

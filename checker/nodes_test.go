@@ -83,6 +83,23 @@ func TestNodes(t *testing.T) {
 			want: []string{"postgres: 1 leader changes", "postgres: failover 3-5", "postgres-0: leader 0-3.1", "postgres-0: down 3.2-5", "postgres-1: leader 3.1-5"},
 		},
 		{
+			// A rolling restart records each node's stop (restart
+			// invoke) and return (ok): the node is down in between,
+			// inside the roll's window on the service's row.
+			name: "a rolling restart takes each node down in turn",
+			h: func(b *builder) *builder {
+				v := history.Value{Fault: "roll", Target: "kafka", Detail: "at 1s: roll broker for 25s"}
+				b.at(s, "harness", history.Invoke, history.Fault, v)
+				for i, n := range []string{"kafka-0", "kafka-1"} {
+					at := int64(1+3*i) * s
+					b.at(at, "harness", history.Invoke, history.Restart, history.Value{Target: n, Fault: "roll", Detail: "clean stop"})
+					restart(b, at+2*s, n)
+				}
+				return b.at(7*s, "harness", history.OK, history.Fault, v)
+			},
+			want: []string{"kafka: roll 1-7", "kafka-0: down 1-3", "kafka-1: down 4-6"},
+		},
+		{
 			name: "no leader while the lookup fails, then the same one again: no change",
 			h: func(b *builder) *builder {
 				leaderOp(b, 0, "rabbitmq-0")

@@ -46,6 +46,13 @@ var (
 	_ PIDer       = (*local.RabbitMQCluster)(nil)
 )
 
+// A replicated service as a whole tells when it has recovered from the
+// loss of a node, which a rolling restart waits for.
+var (
+	_ HealthChecker = (*local.KafkaCluster)(nil)
+	_ HealthChecker = (*local.RabbitMQCluster)(nil)
+)
+
 type fullService interface {
 	Service
 	Killer
@@ -490,21 +497,16 @@ func (c *Cluster) Links() *link.Server { return c.links }
 // through its link: a PostgreSQL DSN, a Kafka seed broker (host:port) or
 // an AMQP URL. It is "" for a service the cluster does not run. For a
 // PostgreSQL with a standby it is the database link's, which follows the
-// primary through a failover. For a replicated Kafka it is every node's
-// link, comma-separated; for a replicated RabbitMQ, the first node's (see
-// [Cluster.NodeURLs]).
+// primary through a failover. For a replicated Kafka or RabbitMQ it is
+// every node's, through the node's own link, in node order and
+// comma-separated ([Cluster.NodeURLs] joined): seed brokers for Kafka,
+// and for RabbitMQ the address list a client fails over along.
 func (c *Cluster) ClientURL(name string) string {
 	u, l := c.urls[name], c.links.Link(name)
 	if u != nil && l != nil {
 		return u(l.Addr())
 	}
-	if urls := c.NodeURLs(name); len(urls) > 0 {
-		if name == Kafka {
-			return strings.Join(urls, ",")
-		}
-		return urls[0]
-	}
-	return ""
+	return strings.Join(c.NodeURLs(name), ",")
 }
 
 // NodeURLs is, for a replicated service, what a client dials to reach

@@ -81,7 +81,7 @@ func TestRabbitMQCluster(t *testing.T) {
 		}
 	}()
 	urls := c.NodeURLs(cluster.RabbitMQ)
-	if len(urls) != rabbitNodes || c.ClientURL(cluster.RabbitMQ) != urls[0] {
+	if len(urls) != rabbitNodes || c.ClientURL(cluster.RabbitMQ) != strings.Join(urls, ",") {
 		t.Fatalf("node URLs %v, client URL %s", urls, c.ClientURL(cluster.RabbitMQ))
 	}
 	nodes := c.Nodes(cluster.RabbitMQ)

@@ -91,6 +91,17 @@ type ReplicationPorter interface {
 	ReplicationPort() int
 }
 
+// HealthChecker is a replicated service that can tell whether it has
+// recovered from the loss of a node: every node serves and the service's
+// replicas are back in sync (Kafka: every node a live broker, no
+// under-replicated partition; RabbitMQ: every node running in the
+// cluster, every quorum queue's members running). A rolling restart
+// waits for it before it restarts the next node. CheckHealth returns nil
+// when healthy, else an error saying what is not; it does not wait.
+type HealthChecker interface {
+	CheckHealth(ctx context.Context) error
+}
+
 // PIDer is implemented by services that run as local processes. It lists
 // every process the service started that is still alive, so a test can
 // prove nothing outlived a run.
@@ -129,6 +140,13 @@ func (c *Cluster) Pauser(name string) (Pauser, error) { return ability[Pauser](c
 // runtime.
 func (c *Cluster) Restarter(name string) (Restarter, error) {
 	return ability[Restarter](c, name, "restarted")
+}
+
+// HealthChecker returns the named service as a [HealthChecker], or an
+// error: an [*UnsupportedError] when it is not a replicated service that
+// can tell.
+func (c *Cluster) HealthChecker(name string) (HealthChecker, error) {
+	return ability[HealthChecker](c, name, "checked for health (it is not a replicated service)")
 }
 
 // Failoverer returns the named service as a [Failoverer], or an error:

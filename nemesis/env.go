@@ -100,6 +100,8 @@ func (e *Env) serviceTarget(f Fault) string {
 		if e.isService(f.Target) {
 			return e.recordedTarget(f)
 		}
+	case Roll:
+		return e.recordedTarget(f)
 	}
 	return ""
 }

@@ -51,6 +51,13 @@ const (
 	// points the database link at it (postgres.standby); its heal makes
 	// the deposed primary a standby of the new one.
 	Failover Kind = "failover"
+	// Roll is a rolling restart of a replicated service: each node in
+	// turn stopped cleanly and started again, the next one only once the
+	// service is healthy again (cluster.HealthChecker), all within the
+	// step's window ("at 1s: roll broker for 60s"), which is a deadline,
+	// not a hold: the fault ends when the last node is back. Not drawn
+	// by random schedules (it outlasts their intervals).
+	Roll Kind = "roll"
 )
 
 // The shapes of a split, as Jepsen names them.
@@ -82,8 +89,13 @@ func Families() map[string][]Kind {
 
 // Kinds lists every fault kind.
 func Kinds() []Kind {
-	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose, Isolate, Split, Failover, CutReplication}
+	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose, Isolate, Split, Failover, CutReplication, Roll}
 }
+
+// runsItsWindow reports whether a fault of kind k runs its whole course
+// while it is injected, bounded by its step's window (a step's "for" is
+// then its deadline, and the fault ends as soon as it is done).
+func (k Kind) runsItsWindow() bool { return k == Roll }
 
 // ParseKind checks a kind name and lists the valid ones if wrong.
 func ParseKind(s string) (Kind, error) {
@@ -199,6 +211,7 @@ var stepRe = regexp.MustCompile(`^at\s+(\S+)\s*:\s*(.+?)(?:\s+for\s+(\S+))?$`)
 //	at 3s: isolate kafka-1 for 5s
 //	at 1s: cut-replication broker:leader for 5s
 //	at 3s: split broker ring for 5s
+//	at 1s: roll broker for 60s
 //
 // "→" in a target (relay→kafka) names the link to the service after it:
 // links are per service, shared by every client of it.
@@ -220,6 +233,9 @@ func ParseStep(s string) (Step, error) {
 	f, err := parseFault(strings.Fields(m[2]))
 	if err != nil {
 		return Step{}, fmt.Errorf("nemesis: step %q: %w", s, err)
+	}
+	if f.Kind.runsItsWindow() && dur <= 0 {
+		return Step{}, fmt.Errorf("nemesis: step %q: %s needs a window to finish in, e.g. \"at %s: %s %s for 60s\"", s, f.Kind, m[1], f.Kind, f.Target)
 	}
 	return Step{At: at, Fault: f, For: dur}, nil
 }

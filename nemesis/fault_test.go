@@ -19,6 +19,7 @@ func TestParseStepRoundTrip(t *testing.T) {
 		"at 3s: split rabbitmq ring for 5s",
 		"at 3s: split kafka bridge for 5s",
 		"at 1s: partition kafka-2 upstream for 1s",
+		"at 1s: roll broker for 1m0s",
 	} {
 		st, err := ParseStep(s)
 		if err != nil {
@@ -40,7 +41,9 @@ func TestParseStepErrors(t *testing.T) {
 		// step's text and change the fault after a round trip.
 		"at 0s: kill relay-0 1s", "at 0s: pause kafka upstream for 1s", "at 0s: partition kafka ±5ms for 1s",
 		"at 0s: restart kafka 64KB/s", "at 0s: partition kafka 100ms for 1s",
-		"at 0s: isolate kafka-1 ring for 1s", "at 0s: split kafka square for 1s", "at 0s: isolate kafka-1 upstream for 1s"} {
+		"at 0s: isolate kafka-1 ring for 1s", "at 0s: split kafka square for 1s", "at 0s: isolate kafka-1 upstream for 1s",
+		// A rolling restart needs its window, and takes no argument.
+		"at 1s: roll broker", "at 1s: roll broker 5s for 1m", "at 1s: roll broker upstream for 1m"} {
 		if _, err := ParseStep(s); err == nil {
 			t.Errorf("ParseStep(%q) succeeded", s)
 		}

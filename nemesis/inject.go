@@ -80,6 +80,17 @@ const (
 //     heal starts the service again, which makes the deposed primary a
 //     standby of the new one (a restart op). Evidence is the failover's
 //     own account (WAL positions, the new timeline).
+//   - roll of a replicated service (broker): a rolling restart, run
+//     whole while it is injected, within the step's window (see
+//     [Schedule.Run]): the service healthy first, then each node in turn
+//     stopped cleanly and started again (a restart invoke when it stops,
+//     ok when it serves), and the service healthy again
+//     ([cluster.HealthChecker]) before the next. Heal does nothing.
+//     Evidence is each node's restart: "kafka rolled in 41s: kafka-0
+//     back in 9.1s, healthy 2.3s later; ...". A roll not done within its
+//     window is a fault not injected (fail), the nodes it restarted
+//     named in its error, and a node it left stopped is started by the
+//     schedule's final heal.
 //   - a target "kafka-1" or "broker-1" is one node of a replicated
 //     service; "broker:leader" is resolved through Env.Leader when the
 //     fault starts, and the evidence names the node.
@@ -173,6 +184,8 @@ func (e *Env) do(ctx context.Context, f Fault) (effect, error) {
 		return e.nodeFault(ctx, f)
 	case Failover:
 		return e.failover(ctx, f)
+	case Roll:
+		return e.roll(ctx, f)
 	}
 	_, err := ParseKind(string(f.Kind))
 	return effect{}, err
@@ -299,6 +312,8 @@ func (e *Env) able(f Fault) error {
 		_, err = e.Cluster.Pauser(name)
 	case Restart:
 		_, err = e.Cluster.Restarter(name)
+	case Roll:
+		_, err = e.rollable(name)
 	}
 	return err
 }

@@ -97,7 +97,9 @@ func (s Schedule) Check(env *Env) error {
 // term says; a kill(always) or kill(P) term until ctx ends) or ctx ends,
 // and is then healed, its completion saying whether it was hit. The
 // failpoint is the fault; disarming it before it fired would let a
-// scenario pass without it.
+// scenario pass without it. A rolling restart (roll) runs its whole
+// course while it is injected, with For as its deadline, and is healed
+// as soon as it is done.
 //
 // Run returns when every step has been healed or ctx is done (steps not
 // yet started then never start; a cancelled ctx is how a caller cuts a
@@ -131,12 +133,20 @@ func (s Schedule) Run(ctx context.Context, env *Env) error {
 			if !waitUntil(ctx, start.Add(st.At)) {
 				return
 			}
-			a, err := env.inject(ctx, st.Fault, st.String(), st.Reason)
+			ictx := ctx
+			if st.Fault.Kind.runsItsWindow() {
+				var cancel context.CancelFunc
+				ictx, cancel = context.WithDeadline(ctx, start.Add(st.At+st.For))
+				defer cancel()
+			}
+			a, err := env.inject(ictx, st.Fault, st.String(), st.Reason)
 			if err != nil {
 				fail(err)
 				return
 			}
-			if st.For == 0 && a.settle != nil {
+			if st.Fault.Kind.runsItsWindow() {
+				// Done: its window was its deadline.
+			} else if st.For == 0 && a.settle != nil {
 				a.settle(ctx)
 				if ctx.Err() != nil {
 					return // healed, and judged, by the final HealAll

@@ -37,7 +37,8 @@ const (
 	EnvKafkaTopic   = "DELIVERYCHECK_KAFKA_TOPIC"
 	EnvKafkaGroup   = "DELIVERYCHECK_KAFKA_GROUP"     // consumers: the subscription's consumer group
 	EnvKafkaDLQ     = "DELIVERYCHECK_KAFKA_DLQ_TOPIC" // the dead-letter topic
-	EnvAMQPURL      = "DELIVERYCHECK_AMQP_URL"
+	EnvAMQPURL      = "DELIVERYCHECK_AMQP_URL"        // the first node's, the only one of a single broker
+	EnvAMQPURLs     = "DELIVERYCHECK_AMQP_URLS"       // every node's, comma-separated, to fail over along
 	EnvAMQPExchange = "DELIVERYCHECK_AMQP_EXCHANGE"
 	EnvAMQPQueue    = "DELIVERYCHECK_AMQP_QUEUE" // consumers: the subscription's queue
 	EnvSource       = "DELIVERYCHECK_EVENT_SOURCE"
@@ -115,7 +116,9 @@ func (r *Deployment) contractEnv(name, role, sub string) []string {
 			env[EnvKafkaGroup] = b.Qualify(sub)
 		}
 	case "rabbitmq":
-		env[EnvAMQPURL] = b.URL
+		urls := b.URLs()
+		env[EnvAMQPURL] = urls[0]
+		env[EnvAMQPURLs] = strings.Join(urls, ",")
 		env[EnvAMQPExchange] = b.Events()
 		if sub != "" {
 			env[EnvAMQPQueue] = b.Qualify(sub)

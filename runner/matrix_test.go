@@ -15,6 +15,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 	"github.com/deliverycheck/deliverycheck/scenarios"
 )
@@ -95,6 +96,51 @@ var lostAt = map[string]checker.Stage{
 	"bad-async-standby": checker.LostInFailover,
 }
 
+// servedDuring names, for the scenarios whose fault must not stop the
+// pipeline, the target of that fault: events must be published and
+// applied in the seconds wholly inside its window. For a node killed
+// until its heal has started it again, that is the clients failing over
+// to the other nodes.
+var servedDuring = map[string]string{
+	"rabbitmq-kill-node0": "rabbitmq-0",
+}
+
+// checkServedDuring fails t unless r's throughput shows publishes and
+// applies in the seconds wholly inside the window of the fault on target.
+func checkServedDuring(t *testing.T, r *checker.Result, target string) {
+	t.Helper()
+	var window *checker.Fault
+	for i, f := range r.Faults {
+		if f.Target == target {
+			window = &r.Faults[i]
+		}
+	}
+	if window == nil {
+		t.Fatalf("no fault on %s in the history", target)
+	}
+	b := r.Series.BucketNanos
+	first, last := int((window.StartNS+b-1)/b), int(window.EndNS/b)-1 // whole buckets inside
+	if last < first {
+		t.Fatalf("fault window on %s (%s) holds no whole second", target, time.Duration(window.EndNS-window.StartNS))
+	}
+	for _, f := range []history.F{history.Publish, history.Apply} {
+		var per []int64
+		var sum int64
+		for _, rate := range r.Series.Throughput {
+			if rate.F == f && rate.Type == history.OK {
+				for i := first; i <= last && i < len(rate.Counts); i++ {
+					per = append(per, rate.Counts[i])
+					sum += rate.Counts[i]
+				}
+			}
+		}
+		t.Logf("%s ok per second while %s was down (%s): %v", f, target, time.Duration(window.EndNS-window.StartNS).Round(time.Millisecond), per)
+		if sum == 0 {
+			t.Errorf("no %s ok in the %d whole seconds of the fault on %s: the clients did not fail over", f, last-first+1, target)
+		}
+	}
+}
+
 // TestDetectionMatrix runs every built-in scenario once: each known-bad
 // one must be caught (invalid, with its anomaly), each correct one valid.
 // Failpoint scenarios must also show their crashes in the history, and
@@ -164,6 +210,9 @@ func TestDetectionMatrix(t *testing.T) {
 				if slots != 0 {
 					t.Errorf("%d Debezium replication slots left behind", slots)
 				}
+			}
+			if target, ok := servedDuring[s.Name]; ok {
+				checkServedDuring(t, r, target)
 			}
 			if n := len(s.Nemesis.Timeline); n > 0 && r.Counts.Faults == 0 {
 				t.Errorf("%d timeline faults, none in the history", n)

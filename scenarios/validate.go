@@ -354,6 +354,14 @@ func (s Scenario) checkStep(st nemesis.Step, workers []string) string {
 		return s.checkTarget(f.Target, workers, true, true)
 	case nemesis.Isolate, nemesis.Split, nemesis.CutReplication:
 		return s.checkNodesStep(f)
+	case nemesis.Roll:
+		if s.Broker.Nodes < 2 {
+			return "roll restarts the nodes of a replicated broker one by one; set broker.nodes (e.g. 3)"
+		}
+		if f.Target != "broker" && f.Target != s.Broker.Kind {
+			return fmt.Sprintf("roll acts on the whole broker, node by node: target broker, not %q", f.Target)
+		}
+		return ""
 	case nemesis.Failover:
 		if !s.hasStandby() {
 			return "failover needs a standby to promote: set postgres.standby (async or sync)"

@@ -106,23 +106,7 @@ func (b *base) launch(spec process.Spec) (*process.Group, error) {
 
 // waitReady polls ready until it succeeds, the server exits, or ctx ends.
 // The error carries the tail of logPath so a failed start explains itself.
-// A server that does not get to ready is killed: a failed start leaves
-// nothing half-started behind, so the next Start (a heal the run's end cut
-// short, retried by the final heal) starts it afresh instead of finding
-// it "already running" and never waiting for it.
 func (b *base) waitReady(ctx context.Context, p *process.Group, logPath string, ready func(context.Context) error) error {
-	err := b.pollReady(ctx, p, logPath, ready)
-	if err != nil {
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if kerr := p.Kill(kctx); kerr != nil {
-			err = errors.Join(err, fmt.Errorf("kill the half-started %s: %w", b.name, kerr))
-		}
-	}
-	return err
-}
-
-func (b *base) pollReady(ctx context.Context, p *process.Group, logPath string, ready func(context.Context) error) error {
 	delay := 20 * time.Millisecond
 	var last error
 	for {

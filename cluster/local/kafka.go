@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -178,8 +179,9 @@ func (k *Kafka) Start(ctx context.Context) error {
 }
 
 // runKafka launches the broker spec on b and waits until a metadata
-// request sent straight to endpoint is answered and lists nodeID (a
-// broker that does not get there is killed, as waitReady does). Without a deadline in ctx the wait is
+// request sent straight to endpoint is answered and lists nodeID. A
+// broker that does not get there is killed: a failed start leaves
+// nothing half-started behind. Without a deadline in ctx the wait is
 // bounded by kafkaStartTimeout.
 func runKafka(ctx context.Context, b *base, spec process.Spec, endpoint string, nodeID int32, logPath string) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(endpoint), kgo.DialTimeout(time.Second))
@@ -196,7 +198,12 @@ func runKafka(ctx context.Context, b *base, spec process.Spec, endpoint string, 
 		ctx, cancel = context.WithTimeout(ctx, kafkaStartTimeout)
 		defer cancel()
 	}
-	return b.waitReady(ctx, p, logPath, func(ctx context.Context) error { return probe.Kafka(ctx, cl, nodeID) })
+	if err := b.waitReady(ctx, p, logPath, func(ctx context.Context) error { return probe.Kafka(ctx, cl, nodeID) }); err != nil {
+		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return errors.Join(err, p.Kill(kctx))
+	}
+	return nil
 }
 
 // Stop implements cluster.Service: SIGTERM, which makes the broker shut

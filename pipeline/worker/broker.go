@@ -12,7 +12,8 @@ import (
 // Broker says which broker a run uses and how its topology is named.
 type Broker struct {
 	Kind string `json:"kind"` // "kafka" or "rabbitmq"
-	// URL is a Kafka seed (host:port, comma-separated) or an AMQP URL.
+	// URL is where the broker's nodes are, comma-separated, one per node
+	// of a cluster: Kafka seeds (host:port) or AMQP URLs (see URLs).
 	URL string `json:"url"`
 	// Namespace prefixes the topic, exchange, queues and consumer groups,
 	// so runs sharing a broker never see each other's events.
@@ -47,14 +48,18 @@ func (b Broker) qualifyAll(subs []string) []string {
 	return out
 }
 
+// URLs are the broker's nodes' addresses, as URL lists them: Kafka seed
+// brokers, or AMQP URLs a RabbitMQ client fails over between.
+func (b Broker) URLs() []string { return strings.Split(b.URL, ",") }
+
 // Kafka is the client configuration of b's Kafka.
 func (b Broker) Kafka() broker.KafkaConfig {
-	return broker.KafkaConfig{Seeds: strings.Split(b.URL, ","), Topic: b.Events(), Partitions: b.Partitions}
+	return broker.KafkaConfig{Seeds: b.URLs(), Topic: b.Events(), Partitions: b.Partitions}
 }
 
 func (b Broker) rabbit() broker.RabbitConfig {
 	return broker.RabbitConfig{
-		URL: b.URL, Exchange: b.Events(),
+		URLs: b.URLs(), Exchange: b.Events(),
 		Subscriptions: b.qualifyAll(b.Subscriptions), Unbound: b.qualifyAll(b.Unbound),
 		DeliveryLimit: b.DeliveryLimit, Prefetch: b.Prefetch, QueueType: b.QueueType,
 	}
