@@ -356,6 +356,10 @@ func (c *Cluster) startNetwork(ctx context.Context, cfg Config, nodes []string) 
 	return nil
 }
 
+// A replicated Kafka's inter-broker listener is what cut-replication
+// cuts.
+var _ ReplicationPorter = (*local.KafkaCluster)(nil)
+
 // provisionReplicated creates a replicated service of n nodes (not
 // started) and one link per node.
 func (c *Cluster) provisionReplicated(name string, n int, opts local.Options, cfg Config) error {

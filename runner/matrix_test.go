@@ -87,6 +87,10 @@ var lostAt = map[string]checker.Stage{
 	// acks=1: the old leader confirmed them alone, and its successor
 	// never had them.
 	"bad-leader-ack": checker.AbsentFromBroker,
+	// min ISR 1: the leader acknowledged alone once its replication
+	// was cut, and unclean election handed the partition to a follower
+	// that never had those records.
+	"bad-min-isr-unclean": checker.AbsentFromBroker,
 	// Non-persistent in classic queues (the witness one too): the
 	// restart dropped them after the broker confirmed them.
 	"bad-transient": checker.AbsentFromBroker,

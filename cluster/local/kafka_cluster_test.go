@@ -56,6 +56,7 @@ func TestKafkaClusterConfigs(t *testing.T) {
 		"offsets.topic.replication.factor=3",
 		"transaction.state.log.replication.factor=3",
 		"transaction.state.log.min.isr=2",
+		"replica.lag.time.max.ms=2000",
 	}
 	for _, tc := range []struct {
 		name string
