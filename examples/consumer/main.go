@@ -18,6 +18,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5"
@@ -47,8 +49,9 @@ func main() {
 // config is what the service needs, from the environment.
 type config struct {
 	dsn, broker, subscription string
-	brokers, topic, group     string // Kafka
-	amqpURL, queue            string // RabbitMQ
+	brokers, topic, group     string   // Kafka
+	amqpURLs                  []string // RabbitMQ: every node's URL
+	queue                     string
 }
 
 func configFromEnv() (config, error) {
@@ -59,8 +62,10 @@ func configFromEnv() (config, error) {
 		brokers:      os.Getenv("DELIVERYCHECK_KAFKA_BROKERS"),
 		topic:        os.Getenv("DELIVERYCHECK_KAFKA_TOPIC"),
 		group:        os.Getenv("DELIVERYCHECK_KAFKA_GROUP"),
-		amqpURL:      os.Getenv("DELIVERYCHECK_AMQP_URL"),
-		queue:        os.Getenv("DELIVERYCHECK_AMQP_QUEUE"),
+		// Every node's URL when the broker is a cluster; the single URL
+		// of an older harness otherwise.
+		amqpURLs: strings.Split(cmp.Or(os.Getenv("DELIVERYCHECK_AMQP_URLS"), os.Getenv("DELIVERYCHECK_AMQP_URL")), ","),
+		queue:    os.Getenv("DELIVERYCHECK_AMQP_QUEUE"),
 	}
 	if c.dsn == "" || c.subscription == "" {
 		return c, errors.New("set DELIVERYCHECK_POSTGRES_DSN and DELIVERYCHECK_SUBSCRIPTION")
@@ -71,7 +76,7 @@ func configFromEnv() (config, error) {
 			return c, errors.New("kafka: set DELIVERYCHECK_KAFKA_BROKERS, _KAFKA_TOPIC and _KAFKA_GROUP")
 		}
 	case "rabbitmq":
-		if c.amqpURL == "" || c.queue == "" {
+		if c.amqpURLs[0] == "" || c.queue == "" {
 			return c, errors.New("rabbitmq: set DELIVERYCHECK_AMQP_URL and DELIVERYCHECK_AMQP_QUEUE")
 		}
 	default:

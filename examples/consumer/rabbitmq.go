@@ -14,6 +14,21 @@ import (
 	"github.com/deliverycheck/deliverycheck/history"
 )
 
+// dialAny connects to the first of a cluster's node URLs that answers,
+// as a client library with an address list does: after a node is lost
+// (and this process restarted) it goes to one that is up.
+func dialAny(urls []string) (*amqp.Connection, error) {
+	var errs []error
+	for _, u := range urls {
+		conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
 // consumeRabbitMQ handles the queue's deliveries one at a time, acking
 // each after its transaction. Anything unacked when the process dies (or
 // its connection drops) goes back to the queue, so it exits on any broker
@@ -21,7 +36,7 @@ import (
 // its channel, and acking an old tag on a new one could ack another
 // message.
 func consumeRabbitMQ(ctx context.Context, log *slog.Logger, cfg config, db *pgxpool.Pool, record func(history.F, history.Value)) error {
-	conn, err := amqp.DialConfig(cfg.amqpURL, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	conn, err := dialAny(cfg.amqpURLs)
 	if err != nil {
 		return fmt.Errorf("rabbitmq: %w", err)
 	}
