@@ -36,11 +36,13 @@ var (
 	// a whole none of the faults (a fault targets a node).
 	_ fullService = (*local.KafkaNode)(nil)
 	_ PIDer       = (*local.KafkaNode)(nil)
+	_ Wiper       = (*local.KafkaNode)(nil)
 	_ Service     = (*local.KafkaCluster)(nil)
 	_ Versioner   = (*local.KafkaCluster)(nil)
 	_ PIDer       = (*local.KafkaCluster)(nil)
 	_ fullService = (*local.RabbitMQNode)(nil)
 	_ PIDer       = (*local.RabbitMQNode)(nil)
+	_ Wiper       = (*local.RabbitMQNode)(nil)
 	_ Service     = (*local.RabbitMQCluster)(nil)
 	_ Versioner   = (*local.RabbitMQCluster)(nil)
 	_ PIDer       = (*local.RabbitMQCluster)(nil)

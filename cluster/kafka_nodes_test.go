@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -47,6 +48,8 @@ func TestKafkaNodes(t *testing.T) {
 	t.Run("restart-node", func(t *testing.T) { k.restartNode(t, ctx) })
 	t.Run("isolate-follower-heal", func(t *testing.T) { k.isolateFollower(t, ctx) })
 	t.Run("inter-broker-cut-of-leader", func(t *testing.T) { k.cutLeader(t, ctx) })
+	t.Run("wipe-leader-rejoins-empty-keeps-acknowledged", func(t *testing.T) { k.wipeLeader(t, ctx) })
+	t.Run("wipe-only-replica-loses-its-records", func(t *testing.T) { k.wipeOnlyReplica(t, ctx) })
 	t.Logf("after the faults the three JVMs hold %.0f MiB", javaRSSMiB(c.PIDs()))
 	t.Run("stop-start-cluster-keeps-data", func(t *testing.T) { k.stopStart(t, ctx) })
 	t.Run("close-leaves-nothing", func(t *testing.T) { k.closeLeavesNothing(t) })
@@ -518,6 +521,99 @@ func (k *kafkaNodes) cutLeader(t *testing.T, ctx context.Context) {
 	acked = append(acked, produce(t, ctx, k.client(t), topic, "healed", 20)...)
 	k.waitWhole(t, ctx, topic)
 	k.readBack(t, ctx, topic, acked)
+}
+
+// wipeLeader: replace the leader of a partition of three replicas with
+// an empty disk (kill -9, data dir emptied, rejoin): the two others keep
+// acknowledging acks=all writes, the wiped node rejoins the cluster and
+// the controller quorum as a new incarnation (a new directory id),
+// replicates the partition back from its new leader into the ISR, and
+// every acknowledged record is there.
+func (k *kafkaNodes) wipeLeader(t *testing.T, ctx context.Context) {
+	const topic = "wipe-leader"
+	k.createTopic(t, ctx, topic)
+	cl := k.client(t)
+	acked := produce(t, ctx, cl, topic, "before", 50)
+	old := k.leader(t, ctx, topic)
+	w, err := k.c.Wiper(old.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ev, err := w.Wipe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wipe: %s (%v)", ev, time.Since(start).Round(time.Millisecond))
+	if !strings.Contains(ev, "killed (signal: killed)") || strings.Contains(ev, " 0 files") {
+		t.Errorf("wipe evidence %q: want the kill and the files removed", ev)
+	}
+	if ents, err := os.ReadDir(filepath.Join(old.Dir(), "data")); err != nil || len(ents) != 0 {
+		t.Errorf("%s: data dir after the wipe holds %d entries (%v), want none", old.Name(), len(ents), err)
+	}
+	acked = append(acked, produce(t, ctx, cl, topic, "wiped", 50)...)
+	k.waitPartition(t, ctx, kadm.NewClient(k.client(t, old.ID())), topic, "has a new leader", func(p kadm.PartitionDetail) bool {
+		return p.Leader >= 0 && p.Leader != old.ID()
+	})
+	start = time.Now()
+	ev, err = w.Rejoin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejoined := time.Since(start)
+	acked = append(acked, produce(t, ctx, cl, topic, "rejoined", 50)...)
+	k.waitWhole(t, ctx, topic)
+	t.Logf("rejoin: %s (%v; back in the ISR after %v)", ev, rejoined.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	if !strings.Contains(ev, "new directory id") {
+		t.Errorf("rejoin evidence %q: want the new directory id", ev)
+	}
+	if leader, err := old.QuorumLeader(ctx); err != nil || leader < 0 {
+		t.Errorf("%s after its rejoin: quorum leader %d, %v", old.Name(), leader, err)
+	}
+	k.readBack(t, ctx, topic, acked)
+}
+
+// wipeOnlyReplica: a topic of replication factor 1 whose only replica's
+// node is replaced with an empty disk. The node serves again, but the
+// records it acknowledged are gone: what the known-bad RF 1 setting
+// loses.
+func (k *kafkaNodes) wipeOnlyReplica(t *testing.T, ctx context.Context) {
+	const topic = "wipe-rf1"
+	adm := kadm.NewClient(k.client(t))
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+		t.Fatalf("create %s: %v", topic, err)
+	}
+	p := k.waitPartition(t, ctx, adm, topic, "has its replica", func(p kadm.PartitionDetail) bool { return p.Leader >= 0 })
+	holder := k.nodes[p.Leader]
+	cl := k.client(t)
+	produce(t, ctx, cl, topic, "before", 20)
+	w, err := k.c.Wiper(holder.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := w.Wipe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wipe: %s", ev)
+	start := time.Now()
+	if ev, err = w.Rejoin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rejoin: %s (%v)", ev, time.Since(start).Round(time.Millisecond))
+	// It leads its partition again (Kafka 4.1.1 keeps the last member
+	// of an ISR in it when it is fenced), from offset 0.
+	p = k.waitPartition(t, ctx, adm, topic, "led by its replica again", func(p kadm.PartitionDetail) bool { return p.Leader == holder.ID() })
+	offs, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := offs.Lookup(topic, 0); o.Err != nil || o.Offset != 0 {
+		t.Errorf("%s/0 after the wipe: end offset %d (%v), want 0: the acknowledged records gone", topic, o.Offset, o.Err)
+	}
+	t.Logf("%s/0: leader %d, ISR %v, end offset 0 after the wipe", topic, p.Leader, p.ISR)
+	// And it serves.
+	k.readBack(t, ctx, topic, produce(t, ctx, cl, topic, "after", 20))
 }
 
 // stopStart stops the whole cluster (every node's controlled shutdown at

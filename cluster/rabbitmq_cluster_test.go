@@ -251,6 +251,66 @@ func TestRabbitMQCluster(t *testing.T) {
 		checkNoneLost(t, append(p.confirmed, p2.confirmed...), drain(t, ctx, urls[l], q, len(p.confirmed)+len(p2.confirmed)))
 	})
 
+	t.Run("wipe-leader", func(t *testing.T) {
+		// The leader of a quorum queue, which also holds a classic
+		// queue, is replaced with an empty disk: the quorum queue keeps
+		// every confirmed message and has a member on every node again,
+		// the classic queue is gone with its node.
+		q, cq := "dc.wipe", "dc.wipe-classic"
+		declareQuorum(t, dialT(t, ctx, urls[0]), q)
+		if err := rc.WaitQuorumQueueDurable(ctx, "/", q); err != nil {
+			t.Fatal(err)
+		}
+		leader, _ := waitLeader(t, ctx, rc, q, "")
+		l := index(leader)
+		declareClassic(t, dialT(t, ctx, urls[l]), cq)
+		if home, members, err := rc.Nodes()[l].QueueLeader(ctx, "/", cq); err != nil || home != leader || len(members) != 1 {
+			t.Fatalf("classic queue %s: home %s, members %v, %v; want %s alone", cq, home, members, err, leader)
+		}
+		classic := newPublisher(t, dialT(t, ctx, urls[l]), cq)
+		classic.publish(t, ctx, "classic", 5)
+		p := newPublisher(t, dialT(t, ctx, urls[(l+1)%rabbitNodes]), q)
+		p.publish(t, ctx, "before", 20)
+		w, err := c.Wiper(leader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		ev, err := w.Wipe(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wipe: %s (%v)", ev, time.Since(start).Round(time.Millisecond))
+		if !strings.Contains(ev, "killed (signal: killed)") || strings.Contains(ev, " 0 files") {
+			t.Errorf("wipe evidence %q: want the kill and the files removed", ev)
+		}
+		newLeader, _ := waitLeader(t, ctx, rc, q, leader)
+		p.publish(t, ctx, "wiped", 20)
+		start = time.Now()
+		ev, err = w.Rejoin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.add(c.PIDs())
+		t.Logf("rejoin: %s (%v; new leader %s)", ev, time.Since(start).Round(time.Millisecond), newLeader)
+		if !strings.Contains(ev, "1 classic queue deleted") || !strings.Contains(ev, "added back to") {
+			t.Errorf("rejoin evidence %q: want the classic queue deleted and the quorum queues grown", ev)
+		}
+		if _, members := waitLeader(t, ctx, rc, q, ""); len(members) != rabbitNodes {
+			t.Errorf("%s after the rejoin: members %v, want one on every node", q, members)
+		}
+		ch, err := dialT(t, ctx, urls[l]).Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ch.QueueDeclarePassive(cq, true, false, false, false, nil); err == nil {
+			t.Errorf("classic queue %s outlived the wipe of its node", cq)
+		}
+		p.publish(t, ctx, "rejoined", 10)
+		// Through the node that was wiped: it serves the queue again.
+		checkNoneLost(t, p.confirmed, drain(t, ctx, urls[l], q, len(p.confirmed)))
+	})
+
 	t.Run("stop-start", func(t *testing.T) {
 		q := "dc.stop-start"
 		declareQuorum(t, dialT(t, ctx, urls[0]), q)
@@ -565,6 +625,20 @@ func declareQuorum(t *testing.T, conn *amqp.Connection, q string) {
 	}
 	defer ch.Close()
 	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// declareClassic declares q as a durable classic queue, which lives on
+// the node conn is connected to.
+func declareClassic(t *testing.T, conn *amqp.Connection, q string) {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic}); err != nil {
 		t.Fatal(err)
 	}
 }

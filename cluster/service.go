@@ -102,6 +102,22 @@ type HealthChecker interface {
 	CheckHealth(ctx context.Context) error
 }
 
+// Wiper is a node of a replicated service that can be replaced by a node
+// with an empty disk, as when a pod is rescheduled without its volume:
+// same name, same address, same configuration, nothing it ever stored.
+// Wipe kills the node (kill -9) and removes its data; the node stays
+// down. Rejoin starts it again and makes it a full member of its cluster
+// once more, doing what the service needs for that (see each
+// implementation); Start of a wiped node rejoins it the same way, so a
+// heal that only starts what was killed is a rejoin too. Each returns
+// its evidence in words, e.g. "kafka-1 killed (signal: killed); disk
+// wiped: 212 files, 3.1 MiB" and "kafka-1 rejoined with an empty disk:
+// storage formatted again (directory id ...)".
+type Wiper interface {
+	Wipe(ctx context.Context) (evidence string, err error)
+	Rejoin(ctx context.Context) (evidence string, err error)
+}
+
 // PIDer is implemented by services that run as local processes. It lists
 // every process the service started that is still alive, so a test can
 // prove nothing outlived a run.
@@ -147,6 +163,14 @@ func (c *Cluster) Restarter(name string) (Restarter, error) {
 // can tell.
 func (c *Cluster) HealthChecker(name string) (HealthChecker, error) {
 	return ability[HealthChecker](c, name, "checked for health (it is not a replicated service)")
+}
+
+// Wiper returns the named node as a [Wiper], or an error: an
+// [*UnsupportedError] when it cannot be replaced by an empty one (a
+// single server, whose cluster would be gone with its disk, or a runtime
+// without the ability).
+func (c *Cluster) Wiper(name string) (Wiper, error) {
+	return ability[Wiper](c, name, "replaced with an empty disk")
 }
 
 // Failoverer returns the named service as a [Failoverer], or an error:

@@ -265,6 +265,21 @@ func formatKafka(p *kafkaPrep, data string, nodeID int, clusterID string) error 
 	return nil
 }
 
+// kafkaDirectoryID is the directory id formatKafka gave the log dir in
+// data, or "none" if it has none (never formatted, or wiped).
+func kafkaDirectoryID(data string) string {
+	b, err := os.ReadFile(filepath.Join(data, "meta.properties"))
+	if err != nil {
+		return "none"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "directory.id="); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "none"
+}
+
 // kafkaUUID returns a random Kafka Uuid in its base64 form. Like Kafka's
 // Uuid.randomUuid it avoids a leading '-', which command-line tools would
 // take for a flag.

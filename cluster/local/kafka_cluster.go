@@ -120,6 +120,8 @@ type KafkaNode struct {
 
 	mu      sync.Mutex
 	version string // exact version, set once Start succeeded
+	// wiped is set by Wipe and cleared once the node has started again.
+	wiped bool
 }
 
 // NewKafkaCluster creates a stopped cluster: every node's config written
@@ -419,6 +421,14 @@ func (n *KafkaNode) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: start: %w", n.name, err)
 	}
+	n.mu.Lock()
+	wiped := n.wiped
+	n.mu.Unlock()
+	if wiped {
+		if err := n.waitLeaderElsewhere(ctx); err != nil {
+			return fmt.Errorf("%s: start after a wipe: %w", n.name, err)
+		}
+	}
 	if err := formatKafka(prep, n.data, int(n.id), n.c.clusterID); err != nil {
 		return fmt.Errorf("%s: start: %w", n.name, err)
 	}
@@ -433,6 +443,7 @@ func (n *KafkaNode) Start(ctx context.Context) error {
 	}
 	n.mu.Lock()
 	n.version = "Apache Kafka " + prep.version
+	n.wiped = false
 	n.mu.Unlock()
 	n.log.Info("ready", "endpoint", n.Endpoint(), "advertised", n.advertise)
 	return nil
@@ -461,6 +472,95 @@ func (n *KafkaNode) Restart(ctx context.Context) error {
 
 // Close implements cluster.Service: kill the JVM, remove the node's dir.
 func (n *KafkaNode) Close() error { return n.closeBase(nil) }
+
+// Wipe implements cluster.Wiper: kill -9 (if the node runs), then remove
+// everything in its log dir, as a pod rescheduled without its volume has
+// lost it: its partitions' logs, and its copy of the KRaft metadata log
+// (__cluster_metadata lives in the log dir, as it does by default, so the
+// volume held both). Its configuration stays, as a pod's would.
+//
+// The next start formats the empty disk again, with the cluster's id and
+// the node's id (what an operator's init step does with kafka-storage
+// format), and a new directory id: Kafka itself tells this disk from the
+// old one. The node rejoins as a new incarnation of the same broker and
+// controller voter: it replicates the metadata log from the quorum's
+// leader, then every partition it has a replica of from that
+// partition's leader. A partition it was the only replica of comes back
+// empty.
+//
+// Why not keep the metadata log on a volume of its own (metadata.log.dir)
+// and wipe only the partitions: a pod's volume usually holds both, and
+// a controller voter of a static quorum that comes back with an empty
+// metadata log is part of what a replaced node does (KIP-853's dynamic
+// quorums exist for it); with two of three voters intact, the empty one
+// can neither win an election nor make one, so it rejoins reliably.
+func (n *KafkaNode) Wipe(ctx context.Context) (string, error) {
+	what := "was down"
+	if _, err := n.running(); err == nil {
+		if err := n.Kill(ctx); err != nil {
+			return "", fmt.Errorf("%s: wipe: %w", n.name, err)
+		}
+		what = "killed (" + n.ExitStatus() + ")"
+	}
+	dirID := kafkaDirectoryID(n.data)
+	n.mu.Lock()
+	n.wiped = true
+	n.mu.Unlock()
+	w, err := wipeDir(n.data)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", n.name, err)
+	}
+	n.log.Info("wiped", "removed", w.String(), "directory.id", dirID)
+	return fmt.Sprintf("%s %s; disk wiped: %s (log dir with directory id %s)", n.name, what, w, dirID), nil
+}
+
+// waitLeaderElsewhere waits until another node, asked directly, names a
+// quorum leader that is not this node. A wiped voter that starts while
+// its peers still follow it as the leader of their epoch (they notice it
+// gone only after controller.quorum.fetch.timeout.ms) hears from them
+// that it leads an epoch it has no record of, and Kafka 4.1.1 stops it
+// ("Received request or response with leader 1 and epoch 1 which is
+// inconsistent with current leader OptionalInt.empty and epoch 0"): a
+// pod rescheduled that fast would crash-loop until they elect another.
+func (n *KafkaNode) waitLeaderElsewhere(ctx context.Context) error {
+	var last error
+	for {
+		for _, peer := range n.c.nodes {
+			if peer == n {
+				continue
+			}
+			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			leader, err := peer.QuorumLeader(qctx)
+			cancel()
+			if err == nil && leader >= 0 && leader != n.id {
+				return nil
+			}
+			if err == nil {
+				err = fmt.Errorf("%s names leader %d", peer.name, leader)
+			}
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no quorum leader among the other nodes: %w (last: %v)", ctx.Err(), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Rejoin implements cluster.Wiper: Start, which waits until the other
+// nodes have a quorum leader (see waitLeaderElsewhere), formats the
+// empty disk with the cluster's id and the node's id and a new directory
+// id, and returns once the node is registered with the controller and unfenced
+// (so it has replicated the metadata log up to the quorum's end). Its
+// partitions then catch up by themselves.
+func (n *KafkaNode) Rejoin(ctx context.Context) (string, error) {
+	if err := n.Start(ctx); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s rejoined with an empty disk: storage formatted again (cluster id %s, node id %d, new directory id %s), registered and unfenced",
+		n.name, n.c.clusterID, n.id, kafkaDirectoryID(n.data)), nil
+}
 
 // QuorumLeader asks the node which controller leads the KRaft quorum
 // (DescribeQuorum on __cluster_metadata; kadm has no call for it): a

@@ -74,6 +74,10 @@ type RabbitMQNode struct {
 	cluster *RabbitMQCluster
 	netName string // the node's name in the network, e.g. rabbitmq-0
 	runNS   func(argv ...string) ([]string, error)
+
+	wipeMu sync.Mutex
+	// wiped is set by Wipe and cleared once the node has rejoined.
+	wiped bool
 }
 
 // NewRabbitMQCluster creates a stopped cluster: every node's dirs,
@@ -529,11 +533,13 @@ func (n *RabbitMQNode) ClusterView(ctx context.Context) (running, partitions []s
 // says (what rabbitmqctl list_queues leader members shows), which the new
 // leader updates once elected. It is a local read, so it answers at once
 // even while the leader is frozen, where asking Raft would wait on the
-// leader.
+// leader. For a classic queue, which lives on one node, that node is its
+// leader and only member (also while it is down: the record stays).
 func (n *RabbitMQNode) QueueLeader(ctx context.Context, vhost, name string) (leader string, members []string, err error) {
 	out, err := n.eval(ctx, `{ok, Q} = rabbit_amqqueue:lookup(rabbit_misc:r(`+erlBinary(vhost)+`, queue, `+erlBinary(name)+`)), `+
-		`{_, Leader} = amqqueue:get_pid(Q), `+
-		`#{nodes := Members} = amqqueue:get_type_state(Q), `+
+		`{Leader, Members} = case amqqueue:get_pid(Q) of `+
+		`P when is_pid(P) -> {node(P), [node(P)]}; `+
+		`{_, L} -> #{nodes := M} = amqqueue:get_type_state(Q), {L, M} end, `+
 		`lists:flatten([atom_to_list(Leader), "|", lists:join(",", [atom_to_list(M) || M <- lists:sort(Members)])]).`)
 	if err != nil {
 		return "", nil, err
@@ -616,4 +622,166 @@ func erlCallResult(out string) (string, error) {
 		return v[1 : len(v)-2], nil
 	}
 	return "", fmt.Errorf("erl_call: %s", out)
+}
+
+// Start implements cluster.Service: the node boots with the data it
+// has and rejoins its cluster by itself; a wiped node rejoins as Rejoin
+// says.
+func (n *RabbitMQNode) Start(ctx context.Context) error {
+	n.wipeMu.Lock()
+	wiped := n.wiped
+	n.wipeMu.Unlock()
+	if wiped {
+		_, err := n.Rejoin(ctx)
+		return err
+	}
+	return n.rabbitServer.Start(ctx)
+}
+
+// Restart implements cluster.Restarter: a clean stop, then Start.
+func (n *RabbitMQNode) Restart(ctx context.Context) error {
+	if err := n.Stop(ctx); err != nil {
+		return fmt.Errorf("restart %s: %w", n.Name(), err)
+	}
+	return n.Start(ctx)
+}
+
+// Wipe implements cluster.Wiper: kill -9 (if the node runs), then remove
+// everything in the node's data dir (RABBITMQ_MNESIA_BASE: its copy of
+// the cluster's metadata, its classic queues and their messages, its
+// quorum queues' Raft logs, its feature flags), as a pod rescheduled
+// without its volume has lost it. Its configuration, cookie and epmd
+// stay, as a pod's would. The node stays down until Rejoin (or Start).
+func (n *RabbitMQNode) Wipe(ctx context.Context) (string, error) {
+	what := "was down"
+	if _, err := n.running(); err == nil {
+		if err := n.Kill(ctx); err != nil {
+			return "", fmt.Errorf("%s: wipe: %w", n.Name(), err)
+		}
+		what = "killed (" + n.ExitStatus() + ")"
+	}
+	n.wipeMu.Lock()
+	n.wiped = true
+	n.wipeMu.Unlock()
+	w, err := wipeDir(n.mnesiaBase())
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", n.Name(), err)
+	}
+	n.log.Info("wiped", "removed", w.String())
+	return fmt.Sprintf("%s %s; disk wiped: %s (Mnesia, message stores, quorum queue logs)", n.Name(), what, w), nil
+}
+
+// Rejoin implements cluster.Wiper. A node with no data cannot join a
+// cluster that still counts a node of its name as a member, so it goes
+// as an operator replacing a lost node does:
+//
+//  1. a running peer forgets the old member (what rabbitmqctl
+//     forget_cluster_node does: rabbit_mnesia:forget_cluster_node, then
+//     rabbit_quorum_queue:shrink_all). Its classic queues go with it: a
+//     classic queue lives on one node, and the forgotten node's are
+//     deleted, with their bindings. Its quorum queues lose their member
+//     there and keep their majority elsewhere.
+//  2. The node starts empty, finds its peers by peer discovery as a new
+//     node does, and joins; Rejoin waits until every node sees every
+//     node running.
+//  3. Every quorum queue gets a member on it again (what rabbitmq-queues
+//     grow <node> all does), which replicates the queue from its
+//     leader, so each is on every node once more.
+func (n *RabbitMQNode) Rejoin(ctx context.Context) (string, error) {
+	forgot, err := n.forget(ctx)
+	if err != nil {
+		return "", fmt.Errorf("%s: rejoin: %w", n.Name(), err)
+	}
+	if err := n.rabbitServer.Start(ctx); err != nil {
+		return "", fmt.Errorf("%s: rejoin: %w", n.Name(), err)
+	}
+	n.wipeMu.Lock()
+	n.wiped = false
+	n.wipeMu.Unlock()
+	if err := n.cluster.WaitWhole(ctx); err != nil {
+		return "", fmt.Errorf("%s: rejoin: %w", n.Name(), err)
+	}
+	grown, err := n.grow(ctx)
+	if err != nil {
+		return "", fmt.Errorf("%s: rejoin: %w", n.Name(), err)
+	}
+	return fmt.Sprintf("%s; %s started empty and joined as a new member; %s", forgot, n.Name(), grown), nil
+}
+
+// forget makes a running peer forget this node, retrying while the
+// peers still see it running (just after a kill), and says what that
+// did. A node already forgotten (a Rejoin retried) is not an error.
+func (n *RabbitMQNode) forget(ctx context.Context) (string, error) {
+	expr := `N = ` + erlAtom(n.node) + `, ` +
+		`Classic = length([Q || V <- rabbit_vhost:list_names(), Q <- rabbit_amqqueue:list_down(V), is_pid(amqqueue:get_pid(Q)), node(amqqueue:get_pid(Q)) =:= N]), ` +
+		`case rabbit_mnesia:forget_cluster_node(N, false) of ` +
+		`ok -> R = rabbit_quorum_queue:shrink_all(N), ` +
+		`lists:flatten(io_lib:format("ok ~b ~b ~b", [length([x || {_, {ok, _}} <- R]), length(R), Classic])); ` +
+		`E -> [C || C <- lists:flatten(io_lib:format("~w", [E])), C =/= $", C =/= $\\] end.`
+	var last error
+	for {
+		for _, peer := range n.cluster.nodes {
+			if peer == n {
+				continue
+			}
+			if _, err := peer.running(); err != nil {
+				continue
+			}
+			ectx, cancel := context.WithTimeout(ctx, viewTimeout)
+			out, err := peer.eval(ectx, expr)
+			cancel()
+			var shrunk, queues, classic int
+			switch {
+			case err != nil:
+				last = fmt.Errorf("%s: %w", peer.Name(), err)
+			case strings.Contains(out, "not_a_cluster_node"):
+				return fmt.Sprintf("%s was forgotten already (%s)", n.Name(), peer.Name()), nil
+			default:
+				if _, serr := fmt.Sscanf(out, "ok %d %d %d", &shrunk, &queues, &classic); serr != nil {
+					last = fmt.Errorf("%s: forget_cluster_node: %s", peer.Name(), out)
+					break
+				}
+				n.log.Info("forgotten", "by", peer.Name(), "quorum_queues_shrunk", shrunk, "classic_queues_deleted", classic)
+				return fmt.Sprintf("%s forgotten by %s (removed from %d of %d quorum queues; %s deleted with it)",
+					n.Name(), peer.Name(), shrunk, queues, plural(classic, "classic queue")), nil
+			}
+		}
+		if last == nil {
+			last = errors.New("no other node runs")
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("forget %s: %w (last: %v)", n.node, ctx.Err(), last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// grow adds a member on this node to every quorum queue that has none
+// there, and says how many.
+func (n *RabbitMQNode) grow(ctx context.Context) (string, error) {
+	out, err := n.eval(ctx, `R = rabbit_quorum_queue:grow(`+erlAtom(n.node)+`, <<".*">>, <<".*">>, all), `+
+		`lists:flatten(io_lib:format("~b ~b", [length([x || {_, {ok, _}} <- R]), length(R)])).`)
+	if err != nil {
+		return "", fmt.Errorf("grow quorum queues: %w", err)
+	}
+	var ok, all int
+	if _, err := fmt.Sscanf(out, "%d %d", &ok, &all); err != nil {
+		return "", fmt.Errorf("grow quorum queues: unexpected answer %q", out)
+	}
+	if ok < all {
+		return "", fmt.Errorf("grow quorum queues: a member added to %d of %d", ok, all)
+	}
+	return fmt.Sprintf("added back to %s", plural(all, "quorum queue")), nil
+}
+
+// erlAtom is s as a quoted Erlang atom.
+func erlAtom(s string) string { return "'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", `\'`) + "'" }
+
+// plural is "1 queue", "3 queues".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
