@@ -776,7 +776,9 @@ func (n *RabbitMQNode) grow(ctx context.Context) (string, error) {
 }
 
 // erlAtom is s as a quoted Erlang atom.
-func erlAtom(s string) string { return "'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", `\'`) + "'" }
+func erlAtom(s string) string {
+	return "'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", `\'`) + "'"
+}
 
 // plural is "1 queue", "3 queues".
 func plural(n int, what string) string {
