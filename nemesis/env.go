@@ -47,6 +47,14 @@ type Env struct {
 	// about (its topic's first partition, its first queue). Nil: such
 	// targets cannot be injected.
 	Leader func(ctx context.Context, service string) (node string, err error)
+	// Rejoined is told of a node that rejoined its cluster with an empty
+	// disk (the heal of a wipe), so the run can declare again what went
+	// with the node's disk and the run needs (the pipeline's RabbitMQ
+	// classic queues and their bindings: a forgotten node's are deleted),
+	// as a deployment's definitions loaded at boot, or clients that
+	// declare on connecting, would. It returns what it did, for the
+	// evidence ("" for nothing). Nil: nothing is declared again.
+	Rejoined func(ctx context.Context, node string) (string, error)
 	// HealTimeout bounds the final heal of a schedule (which runs on a
 	// fresh context, because the schedule's own may be cancelled),
 	// overriding the default 2m: starting a killed Kafka takes a while.
@@ -101,6 +109,7 @@ func (e *Env) serviceTarget(f Fault) string {
 			return e.recordedTarget(f)
 		}
 	case Roll:
+	case Wipe:
 		return e.recordedTarget(f)
 	}
 	return ""

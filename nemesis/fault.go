@@ -47,6 +47,14 @@ const (
 	// leave the ISR. No family: random schedules do not draw it, as it
 	// exists on Kafka alone.
 	CutReplication Kind = "cut-replication"
+	// Wipe replaces a node of a replicated service with one whose disk
+	// is empty, as when a pod is rescheduled without its volume: kill -9
+	// and its data dir emptied when the fault starts, a rejoin as a new
+	// member of its cluster at the heal (cluster.Wiper). No family:
+	// random schedules do not draw it, as what it destroys is a setting's
+	// to lose (a topic of replication factor 1, a classic queue), not a
+	// fault a correct pipeline must take at random.
+	Wipe Kind = "wipe"
 	// Failover kills the database's primary, promotes its standby and
 	// points the database link at it (postgres.standby); its heal makes
 	// the deposed primary a standby of the new one.
@@ -89,7 +97,7 @@ func Families() map[string][]Kind {
 
 // Kinds lists every fault kind.
 func Kinds() []Kind {
-	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose, Isolate, Split, Failover, CutReplication, Roll}
+	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose, Isolate, Split, Failover, CutReplication, Roll, Wipe}
 }
 
 // runsItsWindow reports whether a fault of kind k runs its whole course
@@ -210,6 +218,7 @@ var stepRe = regexp.MustCompile(`^at\s+(\S+)\s*:\s*(.+?)(?:\s+for\s+(\S+))?$`)
 //	at 2s: kill broker:leader for 3s
 //	at 3s: isolate kafka-1 for 5s
 //	at 1s: cut-replication broker:leader for 5s
+//	at 3s: wipe broker:leader for 2s
 //	at 3s: split broker ring for 5s
 //	at 1s: roll broker for 60s
 //

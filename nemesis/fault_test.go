@@ -15,6 +15,8 @@ func TestParseStepRoundTrip(t *testing.T) {
 		"at 1s: limit-data postgres 1000B for 2s",
 		"at 2s: kill broker:leader for 3s",
 		"at 3s: isolate kafka-1 for 5s",
+		"at 3s: wipe broker:leader for 2s",
+		"at 1s: wipe rabbitmq-0",
 		"at 3s: split broker for 5s",
 		"at 3s: split rabbitmq ring for 5s",
 		"at 3s: split kafka bridge for 5s",
@@ -43,7 +45,8 @@ func TestParseStepErrors(t *testing.T) {
 		"at 0s: restart kafka 64KB/s", "at 0s: partition kafka 100ms for 1s",
 		"at 0s: isolate kafka-1 ring for 1s", "at 0s: split kafka square for 1s", "at 0s: isolate kafka-1 upstream for 1s",
 		// A rolling restart needs its window, and takes no argument.
-		"at 1s: roll broker", "at 1s: roll broker 5s for 1m", "at 1s: roll broker upstream for 1m"} {
+		"at 1s: roll broker", "at 1s: roll broker 5s for 1m", "at 1s: roll broker upstream for 1m",
+		"at 0s: wipe broker-1 ring for 1s", "at 0s: wipe broker-1 2s"} {
 		if _, err := ParseStep(s); err == nil {
 			t.Errorf("ParseStep(%q) succeeded", s)
 		}

@@ -91,6 +91,14 @@ const (
 //     window is a fault not injected (fail), the nodes it restarted
 //     named in its error, and a node it left stopped is started by the
 //     schedule's final heal.
+//   - wipe of a node of a replicated service (cluster.Wiper): kill -9
+//     and its data dir emptied (a crash op), heal rejoins it as a new
+//     member with an empty disk (a restart op); evidence is both
+//     accounts, e.g. "kafka-1 killed (signal: killed); disk wiped: 18
+//     files, 40.0 MiB removed ...; kafka-1 rejoined with an empty disk:
+//     storage formatted again (..., new directory id ...)". A heal that
+//     fails leaves the node to HealAll, whose start of a wiped node
+//     rejoins it.
 //   - a target "kafka-1" or "broker-1" is one node of a replicated
 //     service; "broker:leader" is resolved through Env.Leader when the
 //     fault starts, and the evidence names the node.
@@ -186,6 +194,8 @@ func (e *Env) do(ctx context.Context, f Fault) (effect, error) {
 		return e.failover(ctx, f)
 	case Roll:
 		return e.roll(ctx, f)
+	case Wipe:
+		return e.wipe(ctx, f)
 	}
 	_, err := ParseKind(string(f.Kind))
 	return effect{}, err
@@ -314,6 +324,8 @@ func (e *Env) able(f Fault) error {
 		_, err = e.Cluster.Restarter(name)
 	case Roll:
 		_, err = e.rollable(name)
+	case Wipe:
+		_, err = e.Cluster.Wiper(name)
 	}
 	return err
 }

@@ -229,3 +229,48 @@ func (e *Env) failover(ctx context.Context, f Fault) (effect, error) {
 		return nil
 	}, bit: evidence(ev)}, nil
 }
+
+// wipe replaces a node with one whose disk is empty (cluster.Wiper): the
+// node killed and its data removed now, rejoined as a new member at the
+// heal. Its evidence is what the wipe removed and how the node came back.
+func (e *Env) wipe(ctx context.Context, f Fault) (effect, error) {
+	if e.Cluster == nil {
+		return effect{}, errors.New("no cluster")
+	}
+	name, err := e.resolveNode(ctx, e.recordedTarget(f))
+	if err != nil {
+		return effect{}, err
+	}
+	w, err := e.Cluster.Wiper(name)
+	if err != nil {
+		return effect{}, err
+	}
+	wiped, err := w.Wipe(ctx)
+	// Down from here on even if the wipe failed half-way: HealAll
+	// starts it, and a wiped node's start rejoins it.
+	e.mark(&e.killed, name, true)
+	if err != nil {
+		return effect{}, err
+	}
+	e.record(history.Info, history.Crash, history.Value{Target: name, Fault: string(Wipe), Detail: "kill -9 and disk wiped by the nemesis"})
+	var rejoined string
+	return effect{undo: func(ctx context.Context) error {
+		ev, err := w.Rejoin(ctx)
+		if err != nil {
+			return fmt.Errorf("rejoin %s: %w", name, err)
+		}
+		rejoined = ev
+		e.mark(&e.killed, name, false)
+		e.record(history.OK, history.Restart, history.Value{Target: name, Detail: "rejoined with an empty disk"})
+		if e.Rejoined != nil {
+			did, err := e.Rejoined(ctx, name)
+			if err != nil {
+				return fmt.Errorf("after %s rejoined: %w", name, err)
+			}
+			if did != "" {
+				rejoined += "; " + did
+			}
+		}
+		return nil
+	}, bit: func() (string, error) { return wiped + "; " + rejoined, nil }}, nil
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/pipeline/worker"
 )
 
 // queueLeader is a replicated RabbitMQ that can say which node leads a
@@ -129,4 +130,23 @@ func sampleLeaders(ctx context.Context, services []string, every time.Duration,
 		case <-t.C:
 		}
 	}
+}
+
+// Redeclare declares the run's RabbitMQ topology again (SetupBroker is
+// idempotent) once a broker node has rejoined with an empty disk
+// (nemesis.Env.Rejoined). Its cluster forgot the old node first, and
+// RabbitMQ deletes a forgotten node's classic queues, with their
+// bindings: a deployment then has them declared again, by definitions
+// loaded at boot or by clients that declare on connecting, and this is
+// that, for the subscriptions' queues and the witness alike. They come
+// back empty: what they held stays lost, which the final read of the
+// witness shows. A Kafka topic outlives any one node: nothing to do.
+func (r *Deployment) Redeclare(ctx context.Context, node string) (string, error) {
+	if r.broker.Kind != cluster.RabbitMQ {
+		return "", nil
+	}
+	if err := worker.SetupBroker(ctx, r.broker); err != nil {
+		return "", fmt.Errorf("declare the topology again: %w", err)
+	}
+	return "the run's RabbitMQ topology declared again", nil
 }

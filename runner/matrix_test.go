@@ -91,6 +91,9 @@ var lostAt = map[string]checker.Stage{
 	// was cut, and unclean election handed the partition to a follower
 	// that never had those records.
 	"bad-min-isr-unclean": checker.AbsentFromBroker,
+	// Replication factor 1: the partition's only broker came back with
+	// an empty disk and leads it from offset 0.
+	"bad-rf1-empty-disk": checker.AbsentFromBroker,
 	// Non-persistent in classic queues (the witness one too): the
 	// restart dropped them after the broker confirmed them.
 	"bad-transient": checker.AbsentFromBroker,

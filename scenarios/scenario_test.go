@@ -259,7 +259,7 @@ func TestParseErrors(t *testing.T) {
 		{"wrong preset string", "broker: kafka\nguarantees: exactly-once\n",
 			[]string{`my.yaml:2: guarantees: unknown guarantee preset "exactly-once" (have at-least-once, at-most-once, effectively-once, ordered-effectively-once)`}},
 		{"wrong fault", "broker: kafka\nnemesis:\n  timeline:\n    - \"at 1s: explode relay-0\"\n",
-			[]string{`my.yaml:4: nemesis.timeline[0]: step "at 1s: explode relay-0": unknown fault "explode" (valid: kill, pause, restart, failpoint, partition, refuse, latency, bandwidth, reset-peer, limit-data, slow-close, isolate, split, failover, cut-replication, roll)`}},
+			[]string{`my.yaml:4: nemesis.timeline[0]: step "at 1s: explode relay-0": unknown fault "explode" (valid: kill, pause, restart, failpoint, partition, refuse, latency, bandwidth, reset-peer, limit-data, slow-close, isolate, split, failover, cut-replication, roll, wipe)`}},
 		{"wrong family", "broker: kafka\nnemesis:\n  random:\n    families: [network, disk]\n",
 			[]string{`my.yaml:4: nemesis.random.families[1]: unknown fault family "disk" (valid: failpoint, network, nodes, process)`}},
 		{"wrong failpoint", "broker: kafka\nnemesis:\n  failpoints:\n    relay-0: relay.after-publish\n",
@@ -765,6 +765,11 @@ func TestNodeSteps(t *testing.T) {
 		{0, "", "at 1s: roll broker for 30s", "roll restarts the nodes of a replicated broker one by one; set broker.nodes"},
 		{3, "", "at 1s: roll broker-1 for 30s", `roll acts on the whole broker, node by node: target broker, not "broker-1"`},
 		{3, "", "at 1s: roll rabbitmq for 30s", `target broker, not "rabbitmq"`},
+		{3, "", "at 1s: wipe broker:leader for 2s", ""},
+		{3, "", "at 1s: wipe kafka-0", ""},
+		{0, "", "at 1s: wipe broker for 2s", "wipe replaces one node of a replicated broker with an empty one that rejoins its cluster; set broker.nodes"},
+		{3, "", "at 1s: wipe broker for 2s", `wipe takes a broker node, not "broker"`},
+		{3, "sync", "at 1s: wipe postgres-0 for 2s", `wipe takes a broker node, not "postgres-0"`},
 	} {
 		s := Default()
 		s.Name, s.Broker.Kind, s.Broker.Nodes, s.Postgres.Standby = "nodes", "kafka", tc.nodes, tc.standby

@@ -352,7 +352,7 @@ func (s Scenario) checkStep(st nemesis.Step, workers []string) string {
 		return s.checkTerm(f.Term, matched)
 	case nemesis.Kill, nemesis.Pause, nemesis.Restart:
 		return s.checkTarget(f.Target, workers, true, true)
-	case nemesis.Isolate, nemesis.Split, nemesis.CutReplication:
+	case nemesis.Isolate, nemesis.Split, nemesis.CutReplication, nemesis.Wipe:
 		return s.checkNodesStep(f)
 	case nemesis.Roll:
 		if s.Broker.Nodes < 2 {
@@ -439,13 +439,16 @@ func (s Scenario) hasStandby() bool { return s.StandbyKind() != "" }
 
 // checkNodesStep checks a fault between the nodes of the replicated
 // broker: isolate one node (or the leader) or cut off its replication,
-// split the broker.
+// split the broker, or replace one node with an empty one (wipe).
 func (s Scenario) checkNodesStep(f nemesis.Fault) string {
 	if f.Kind == nemesis.Isolate && s.hasStandby() && (f.Target == "postgres-0" || f.Target == "postgres-1") {
 		return "" // the primary cut off from its standby
 	}
 	if f.Kind == nemesis.CutReplication && s.Broker.Kind != "kafka" {
 		return "cut-replication cuts Kafka's inter-broker listener; RabbitMQ's nodes replicate over the one link that also keeps them a cluster (isolate the node instead)"
+	}
+	if f.Kind == nemesis.Wipe && s.Broker.Nodes < 2 {
+		return "wipe replaces one node of a replicated broker with an empty one that rejoins its cluster; set broker.nodes (e.g. 3)"
 	}
 	if s.Broker.Nodes < 2 {
 		return fmt.Sprintf("%s acts between the nodes of a replicated broker; set broker.nodes (e.g. 3)", f.Kind)
@@ -461,8 +464,9 @@ func (s Scenario) checkNodesStep(f nemesis.Fault) string {
 	}
 	nodes := slices.DeleteFunc(s.serviceTargets(), func(t string) bool {
 		// A standby replicates over the port its clients use: only
-		// isolate cuts it off.
-		return t == "postgres" || f.Kind == nemesis.CutReplication && strings.HasPrefix(t, "postgres-")
+		// isolate cuts it off. A wipe replaces a broker node: a
+		// database node has no cluster to rejoin empty.
+		return t == "postgres" || (f.Kind == nemesis.CutReplication || f.Kind == nemesis.Wipe) && strings.HasPrefix(t, "postgres-")
 	})
 	if slices.Contains(nodes, f.Target) {
 		return ""
