@@ -94,6 +94,9 @@ var lostAt = map[string]checker.Stage{
 	// Replication factor 1: the partition's only broker came back with
 	// an empty disk and leads it from offset 0.
 	"bad-rf1-empty-disk": checker.AbsentFromBroker,
+	// A classic queue's node came back with an empty disk: the queue,
+	// the witness with it, was deleted when its peers forgot the node.
+	"bad-classic-empty-disk": checker.AbsentFromBroker,
 	// Non-persistent in classic queues (the witness one too): the
 	// restart dropped them after the broker confirmed them.
 	"bad-transient": checker.AbsentFromBroker,

@@ -271,7 +271,10 @@ type Broker struct {
 	// `quorum` (the default: replicated, every message fsynced before
 	// the confirm, a delivery limit) or `classic` (a message published
 	// non-persistent lives in memory only, and a restart drops it; no
-	// delivery limit, so no poison events). RabbitMQ only.
+	// delivery limit, so no poison events). With broker.nodes above 1,
+	// classic is a known-bad setting: a classic queue lives on the one
+	// node it was declared on, and that node's disk is all there is.
+	// RabbitMQ only.
 	QueueType string `yaml:"queue_type,omitempty" enum:"queue type"`
 	// ReplicationFactor is the replicas of the Kafka topic, overriding
 	// the default of one per node up to 3. 1 is a known-bad setting: the
@@ -624,11 +627,13 @@ func (s Scenario) StandbyKind() string {
 
 // KnownBad reports whether any component is a deliberately broken variant,
 // or a setting is (an asynchronous standby; a Kafka topic with one
-// replica, a min ISR of 1, or unclean leader election).
+// replica, a min ISR of 1, or unclean leader election; classic queues on
+// a replicated RabbitMQ, where each lives on one node of several).
 func (s Scenario) KnownBad() bool {
 	correctRelay := s.Variants.Relay == relay.Polling || s.Variants.Relay == relay.Debezium
 	b := s.Broker
-	badSetting := s.Postgres.Standby == "async" || b.ReplicationFactor == 1 || b.MinInsyncReplicas == 1 || b.UncleanLeaderElection
+	badSetting := s.Postgres.Standby == "async" || b.ReplicationFactor == 1 || b.MinInsyncReplicas == 1 || b.UncleanLeaderElection ||
+		b.QueueType == "classic" && b.Nodes > 1
 	return s.Variants.Producer != producer.Outbox || !correctRelay || s.Variants.Consumer != consumer.Inbox || badSetting
 }
 
