@@ -3,6 +3,8 @@ package local
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -591,7 +593,13 @@ func (n *RabbitMQNode) eval(ctx context.Context, expr string) (string, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = max(1, int(time.Until(dl).Seconds()))
 	}
-	argv, err := n.runNS(n.cluster.erlCall, "-sname", n.node, "-c", n.cookie, "-r", "-timeout", strconv.Itoa(timeout), "-e")
+	// A name of its own for each call: erl_call's -r draws from few
+	// names, and two calls at once to a node under one name (the leader
+	// sampler's and a fault's) have the second refused ("failed to
+	// connect to node").
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	argv, err := n.runNS(n.cluster.erlCall, "-sname", n.node, "-c", n.cookie, "-h", "dc_"+hex.EncodeToString(id[:]), "-timeout", strconv.Itoa(timeout), "-e")
 	if err != nil {
 		return "", err
 	}
