@@ -110,9 +110,12 @@ var lostAt = map[string]checker.Stage{
 // pipeline, the target of that fault: events must be published and
 // applied in the seconds wholly inside its window. For a node killed
 // until its heal has started it again, that is the clients failing over
-// to the other nodes.
+// to the other nodes; for a rolling restart, the clients moving between
+// nodes as each goes.
 var servedDuring = map[string]string{
-	"rabbitmq-kill-node0": "rabbitmq-0",
+	"rabbitmq-kill-node0":      "rabbitmq-0",
+	"kafka-rolling-restart":    "kafka",
+	"rabbitmq-rolling-restart": "rabbitmq",
 }
 
 // checkServedDuring fails t unless r's throughput shows publishes and
@@ -144,7 +147,7 @@ func checkServedDuring(t *testing.T, r *checker.Result, target string) {
 				}
 			}
 		}
-		t.Logf("%s ok per second while %s was down (%s): %v", f, target, time.Duration(window.EndNS-window.StartNS).Round(time.Millisecond), per)
+		t.Logf("%s ok per second during the fault on %s (%s): %v", f, target, time.Duration(window.EndNS-window.StartNS).Round(time.Millisecond), per)
 		if sum == 0 {
 			t.Errorf("no %s ok in the %d whole seconds of the fault on %s: the clients did not fail over", f, last-first+1, target)
 		}
