@@ -50,6 +50,7 @@ func TestKafkaNodes(t *testing.T) {
 	t.Run("restart-node", func(t *testing.T) { k.restartNode(t, ctx) })
 	t.Run("isolate-follower-heal", func(t *testing.T) { k.isolateFollower(t, ctx) })
 	t.Run("inter-broker-cut-of-leader", func(t *testing.T) { k.cutLeader(t, ctx) })
+	t.Run("replication-cut-of-leader", func(t *testing.T) { k.cutReplication(t, ctx) })
 	t.Run("wipe-leader-rejoins-empty-keeps-acknowledged", func(t *testing.T) { k.wipeLeader(t, ctx) })
 	t.Run("wipe-only-replica-loses-its-records", func(t *testing.T) { k.wipeOnlyReplica(t, ctx) })
 	t.Logf("after the faults the three JVMs hold %.0f MiB", javaRSSMiB(c.PIDs()))
@@ -650,6 +651,72 @@ func (k *kafkaNodes) wipeOnlyReplica(t *testing.T, ctx context.Context) {
 	if _, err := adm.DeleteTopic(ctx, offline); err != nil {
 		t.Errorf("delete %s: %v", offline, err)
 	}
+}
+
+// cutReplication cuts the leader's replication listener alone
+// (cut-replication): the leader still reaches the controller quorum, so
+// it is not fenced and keeps leading while its followers leave its ISR;
+// clients still reach it through its link; with min ISR 2 it then
+// refuses acks=all writes rather than acknowledge them alone. Healed,
+// the followers catch up and every acknowledged record is there.
+func (k *kafkaNodes) cutReplication(t *testing.T, ctx context.Context) {
+	const topic = "cut-replication"
+	k.createTopic(t, ctx, topic)
+	acked := produce(t, ctx, k.client(t), topic, "before", 20)
+	old := k.leader(t, ctx, topic)
+	var rest []string
+	for _, n := range k.nodes {
+		if n != old {
+			rest = append(rest, n.Name())
+		}
+	}
+	rp, err := k.c.ReplicationPorter(cluster.Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	fault, err := k.c.Network().PartitionPort(ctx, rp.ReplicationPort(), []string{old.Name()}, rest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	healed := false
+	defer func() {
+		if !healed {
+			_, _ = fault.Heal(context.Background())
+		}
+	}()
+	// A write the leader holds until its followers leave the ISR, then
+	// refuses (NOT_ENOUGH_REPLICAS): what the ISR is, the cut does.
+	held := k.clientWith(t, []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.RecordDeliveryTimeout(6 * time.Second)})
+	pctx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	r := held.ProduceSync(pctx, &kgo.Record{Topic: topic, Value: []byte("held-by-the-cut")})
+	cancel()
+	if err := r.FirstErr(); err == nil {
+		t.Errorf("%s acknowledged an acks=all write (min ISR 2) with its replication cut", old.Name())
+	} else {
+		t.Logf("acks=all write during the cut: %v", err)
+	}
+	p := k.waitPartition(t, ctx, kadm.NewClient(k.client(t)), topic, "ISR the leader alone", func(p kadm.PartitionDetail) bool {
+		return len(p.ISR) == 1
+	})
+	t.Logf("%s cut from its followers' replication: ISR %v after %v", old.Name(), p.ISR, time.Since(start).Round(100*time.Millisecond))
+	if p.Leader != old.ID() || p.ISR[0] != old.ID() {
+		t.Errorf("leader %d, ISR %v during the cut; want %s leading alone (not fenced: the controller quorum is not cut)", p.Leader, p.ISR, old.Name())
+	}
+	if ids, err := local.KafkaBrokers(ctx, k.links[old.ID()]); err != nil || len(ids) != 3 {
+		t.Errorf("%s through its link during the cut: brokers %v, %v; want all three live", old.Name(), ids, err)
+	}
+	ev, err := fault.Heal(ctx)
+	healed = true
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Packets() == 0 {
+		t.Errorf("replication cut of %s dropped no packets: %v", old.Name(), ev)
+	}
+	acked = append(acked, produce(t, ctx, k.client(t), topic, "healed", 20)...)
+	k.waitWhole(t, ctx, topic)
+	k.readBack(t, ctx, topic, acked)
 }
 
 // stopStart stops the whole cluster (every node's controlled shutdown at
