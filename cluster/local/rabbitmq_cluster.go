@@ -766,21 +766,31 @@ func (n *RabbitMQNode) forget(ctx context.Context) (string, error) {
 }
 
 // grow adds a member on this node to every quorum queue that has none
-// there, and says how many.
+// there, and says how many. A queue whose member could not be added (its
+// leader busy electing) is tried again until ctx ends: grow passes over
+// the queues that have one already.
 func (n *RabbitMQNode) grow(ctx context.Context) (string, error) {
-	out, err := n.eval(ctx, `R = rabbit_quorum_queue:grow(`+erlAtom(n.node)+`, <<".*">>, <<".*">>, all), `+
-		`lists:flatten(io_lib:format("~b ~b", [length([x || {_, {ok, _}} <- R]), length(R)])).`)
-	if err != nil {
-		return "", fmt.Errorf("grow quorum queues: %w", err)
+	added := 0
+	for {
+		out, err := n.eval(ctx, `R = rabbit_quorum_queue:grow(`+erlAtom(n.node)+`, <<".*">>, <<".*">>, all), `+
+			`lists:flatten(io_lib:format("~b ~b", [length([x || {_, {ok, _}} <- R]), length(R)])).`)
+		if err != nil {
+			return "", fmt.Errorf("grow quorum queues: %w", err)
+		}
+		var ok, all int
+		if _, err := fmt.Sscanf(out, "%d %d", &ok, &all); err != nil {
+			return "", fmt.Errorf("grow quorum queues: unexpected answer %q", out)
+		}
+		added += ok
+		if ok == all {
+			return fmt.Sprintf("added back to %s", plural(added, "quorum queue")), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("grow quorum queues: %d without a member on %s: %w", all-ok, n.Name(), ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
-	var ok, all int
-	if _, err := fmt.Sscanf(out, "%d %d", &ok, &all); err != nil {
-		return "", fmt.Errorf("grow quorum queues: unexpected answer %q", out)
-	}
-	if ok < all {
-		return "", fmt.Errorf("grow quorum queues: a member added to %d of %d", ok, all)
-	}
-	return fmt.Sprintf("added back to %s", plural(all, "quorum queue")), nil
 }
 
 // erlAtom is s as a quoted Erlang atom.
