@@ -11,8 +11,8 @@ TESTFLAGS ?= -p 1 -timeout 25m
 
 # The images `make containers` builds from Debian packages (images/): the
 # tests run the containers runtime on these, not on pulled official ones.
-IMAGES := DELIVERYCHECK_IMAGE_POSTGRES=localhost/deliverycheck/postgres:15 \
-	DELIVERYCHECK_IMAGE_RABBITMQ=localhost/deliverycheck/rabbitmq:3.10 \
+IMAGES := DELIVERYCHECK_IMAGE_POSTGRES=localhost/deliverycheck/postgres:17 \
+	DELIVERYCHECK_IMAGE_RABBITMQ=localhost/deliverycheck/rabbitmq:4.0 \
 	DELIVERYCHECK_IMAGE_KAFKA=localhost/deliverycheck/kafka:4.1.1
 
 .PHONY: all build deps containers compile node-example test vet demo bench fuzz matrix clean

@@ -29,20 +29,21 @@ rm -rf var/cache/apt/* var/lib/apt/lists/* var/cache/debconf/*-old var/lib/dpkg/
 # Docs (copyright files kept), man and info pages, translations.
 find usr/share/doc -mindepth 1 ! -name copyright ! -type d -delete
 find usr/share/doc -mindepth 1 -type d -empty -delete
-rm -rf usr/share/man/* usr/share/info/* usr/share/locale/* usr/share/lintian usr/share/postgresql/15/man
+rm -rf usr/share/man/* usr/share/info/* usr/share/locale/* usr/share/lintian usr/share/postgresql/*/man
 
 # The instances Debian's postinst scripts set up: PostgreSQL's "main"
 # cluster (the image's entrypoint runs initdb into PGDATA instead), the
 # snakeoil TLS key every container would share, and RabbitMQ's Erlang
 # cookie (every container makes its own on first start, or takes
 # RABBITMQ_ERLANG_COOKIE).
-rm -rf var/lib/postgresql/15 etc/postgresql/15/main var/log/postgresql/*
+rm -rf var/lib/postgresql/[0-9]* etc/postgresql/[0-9]*/main var/log/postgresql/*
 rm -f etc/ssl/private/ssl-cert-snakeoil.key etc/ssl/certs/ssl-cert-snakeoil.pem
 rm -f var/lib/rabbitmq/.erlang.cookie
 
-# PostgreSQL's LLVM JIT provider and LLVM itself.
-rm -rf usr/lib/postgresql/15/lib/llvmjit.so usr/lib/postgresql/15/lib/llvmjit_types.bc usr/lib/postgresql/15/lib/bitcode
-rm -f usr/lib/x86_64-linux-gnu/libLLVM-14.so* usr/lib/x86_64-linux-gnu/libz3.so*
+# PostgreSQL's LLVM JIT provider and LLVM itself (whichever majors the
+# suite ships: bookworm PostgreSQL 15 and LLVM 14, trixie 17 and 19).
+rm -rf usr/lib/postgresql/*/lib/llvmjit.so usr/lib/postgresql/*/lib/llvmjit_types.bc usr/lib/postgresql/*/lib/bitcode
+rm -f usr/lib/x86_64-linux-gnu/libLLVM*.so* usr/lib/x86_64-linux-gnu/libz3.so*
 
 # Logs of the installation, and files the container engine provides.
 find var/log -type f -delete
