@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +31,9 @@ type childReport struct {
 	Containers []string `json:"containers"`
 	// Netns are the network namespaces of replicated services' nodes.
 	Netns []string `json:"netns"`
+	// Networks are the engine networks of nodes on the containers
+	// runtime.
+	Networks []string `json:"networks"`
 }
 
 // TestCleanupChild is the child's body; it does nothing in a normal run.
@@ -66,6 +70,21 @@ func TestCleanupChild(t *testing.T) {
 		for _, n := range c.Nodes(s.Name()) {
 			if d, ok := n.(interface{ Dir() string }); ok {
 				rep.Dirs = append(rep.Dirs, d.Dir())
+			}
+			// A containers-runtime node: its server's container, then
+			// its holder's and the holder's networks.
+			if d, ok := n.(containerNode); ok {
+				rep.Containers = append(rep.Containers, d.ContainerID(), d.HolderID())
+				nets, err := containerNetworks(ctx, d.HolderID())
+				if err != nil {
+					fmt.Println("ERROR", err)
+					os.Exit(1)
+				}
+				for _, nw := range nets {
+					if !slices.Contains(rep.Networks, nw) {
+						rep.Networks = append(rep.Networks, nw)
+					}
+				}
 			}
 		}
 	}
@@ -175,7 +194,7 @@ func waitGone(t *testing.T, ctx context.Context, rep childReport, shmBefore map[
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	var eng containers.Engine
-	if len(rep.Containers) > 0 {
+	if len(rep.Containers) > 0 || len(rep.Networks) > 0 {
 		var err error
 		if eng, err = containers.Detect(ctx); err != nil {
 			t.Fatal(err)
@@ -186,6 +205,11 @@ func waitGone(t *testing.T, ctx context.Context, rep childReport, shmBefore map[
 		for _, id := range rep.Containers {
 			if ok, err := containers.Exists(ctx, eng, id); err != nil || ok {
 				left = append(left, fmt.Sprintf("container %.12s (%v)", id, err))
+			}
+		}
+		for _, nw := range rep.Networks {
+			if ok, err := networkExists(ctx, nw); err != nil || ok {
+				left = append(left, fmt.Sprintf("engine network %s (%v)", nw, err))
 			}
 		}
 		for _, pid := range rep.PIDs {

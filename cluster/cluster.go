@@ -25,13 +25,20 @@ import (
 // Both runtimes have every optional ability today; an external runtime
 // (servers someone else runs) would have fewer.
 var (
-	_ fullService = (*local.Postgres)(nil)
-	_ fullService = (*local.PostgresCluster)(nil)
-	_ fullService = (*local.PostgresNode)(nil)
-	_ Failoverer  = (*local.PostgresCluster)(nil)
-	_ fullService = (*local.Kafka)(nil)
-	_ fullService = (*local.RabbitMQ)(nil)
-	_ fullService = (*containers.Service)(nil)
+	_ fullService       = (*local.Postgres)(nil)
+	_ fullService       = (*local.PostgresCluster)(nil)
+	_ fullService       = (*local.PostgresNode)(nil)
+	_ Failoverer        = (*local.PostgresCluster)(nil)
+	_ fullService       = (*local.Kafka)(nil)
+	_ fullService       = (*local.RabbitMQ)(nil)
+	_ fullService       = (*containers.Service)(nil)
+	_ fullService       = (*containers.KafkaNode)(nil)
+	_ Service           = (*containers.KafkaCluster)(nil)
+	_ Versioner         = (*containers.KafkaCluster)(nil)
+	_ ReplicationPorter = (*containers.KafkaCluster)(nil)
+	_ fullService       = (*containers.RabbitMQNode)(nil)
+	_ Service           = (*containers.RabbitMQCluster)(nil)
+	_ Versioner         = (*containers.RabbitMQCluster)(nil)
 	// Replicated services: each node has every ability, the cluster as
 	// a whole none of the faults (a fault targets a node).
 	_ fullService = (*local.KafkaNode)(nil)
@@ -53,6 +60,8 @@ var (
 var (
 	_ HealthChecker = (*local.KafkaCluster)(nil)
 	_ HealthChecker = (*local.RabbitMQCluster)(nil)
+	_ HealthChecker = (*containers.KafkaCluster)(nil)
+	_ HealthChecker = (*containers.RabbitMQCluster)(nil)
 )
 
 type fullService interface {
@@ -97,7 +106,11 @@ type Config struct {
 	// Each node of a replicated service is a service of its own, named
 	// <service>-<i> ("kafka-0"), behind its own proxy link of that name,
 	// in its own network namespace (cluster/netns), so a fault can kill,
-	// pause or cut off one node. Local runtime only, as root.
+	// pause or cut off one node. As root; on the local runtime, or on the
+	// containers runtime for Kafka and RabbitMQ (each node a container in
+	// a holder's namespace on a network of the run: containers.Nodes).
+	// "auto" picks the local runtime for what the containers one cannot
+	// run.
 	Nodes map[string]int
 	// Standby adds a streaming standby to PostgreSQL: "async", or "sync"
 	// (the primary's synchronous_standby_names names it and
@@ -147,6 +160,9 @@ type Cluster struct {
 	nodes map[string][]Service
 	net   *netns.Network
 	guard *guard.Guard
+	// ctrNodes, on the containers runtime, is the run's network and the
+	// nodes' holder containers; net is its namespaces.
+	ctrNodes *containers.Nodes
 	// kafkaRepl is what the replicated Kafka was asked for.
 	kafkaRepl KafkaReplication
 }
@@ -163,7 +179,11 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	var eng *containers.Engine // found while resolving "auto"
 	if cfg.Runtime == Auto {
-		cfg.Runtime, _, eng = resolveAuto(ctx, images(cfg, names))
+		if containersCannot(cfg) != "" {
+			cfg.Runtime = Local
+		} else {
+			cfg.Runtime, _, eng = resolveAuto(ctx, images(cfg, names))
+		}
 	}
 	if cfg.Runtime != Local && cfg.Runtime != Containers {
 		return nil, fmt.Errorf("cluster: unknown runtime %q (want %s, %s or %s)", cfg.Runtime, Local, Containers, Auto)
@@ -195,14 +215,19 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			err = errors.Join(err, c.Close())
 		}
 	}()
-	if len(replicated) > 0 {
-		if err := c.startNetwork(ctx, cfg, replicated); err != nil {
-			return nil, err
-		}
-	}
 	if cfg.Runtime == Containers {
 		if c.ctr, err = containers.New(ctx, containers.Options{Engine: eng, Keep: cfg.Keep, TempRoot: cfg.TempRoot, Logger: cfg.Logger}); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
+	if len(replicated) > 0 {
+		if c.ctr != nil {
+			err = c.startContainerNodes(ctx, cfg, replicated)
+		} else {
+			err = c.startNetwork(ctx, cfg, replicated)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	opts := local.Options{Keep: cfg.Keep, TempRoot: cfg.TempRoot, Logger: cfg.Logger}
@@ -292,6 +317,22 @@ func (c *Cluster) provision(name string, opts local.Options, cfg Config) error {
 	return l.SetUpstream(s.Endpoint())
 }
 
+// containersCannot says what of cfg the containers runtime cannot run
+// (a PostgreSQL standby; nodes of a service other than Kafka and
+// RabbitMQ), "" if nothing:
+// "auto" then means the local runtime.
+func containersCannot(cfg Config) string {
+	for n, count := range cfg.Nodes {
+		if count > 1 && n != Kafka && n != RabbitMQ {
+			return fmt.Sprintf("%d nodes of %s: the %s runtime replicates kafka and rabbitmq only (use the local runtime)", count, n, Containers)
+		}
+	}
+	if cfg.Standby != "" {
+		return fmt.Sprintf("a postgres standby: the %s runtime runs a single postgres (use the local runtime)", Containers)
+	}
+	return ""
+}
+
 // checkNodes refuses, before anything starts, a replicated service the
 // cluster cannot run, naming what is missing, and returns the replicated
 // services' node names.
@@ -310,7 +351,9 @@ func checkNodes(cfg Config, names []string) ([]string, error) {
 			return nil, fmt.Errorf("cluster: %d nodes of %s, which the cluster does not run", count, n)
 		case n == Postgres:
 			return nil, fmt.Errorf("cluster: postgres runs one primary; a standby is its own setting, not nodes")
-		case cfg.Runtime != Local:
+		case cfg.Runtime == Containers && containersCannot(Config{Nodes: map[string]int{n: count}}) != "":
+			return nil, fmt.Errorf("cluster: %s", containersCannot(Config{Nodes: map[string]int{n: count}}))
+		case cfg.Runtime != Local && cfg.Runtime != Containers:
 			return nil, fmt.Errorf("cluster: %d nodes of %s: the %s runtime runs single nodes only (use the local runtime)", count, n, cfg.Runtime)
 		}
 		for i := range count {
@@ -362,6 +405,27 @@ func (c *Cluster) startNetwork(ctx context.Context, cfg Config, nodes []string) 
 // cuts.
 var _ ReplicationPorter = (*local.KafkaCluster)(nil)
 
+// startContainerNodes makes the run's network on the containers runtime:
+// a holder container per node, whose namespaces partitions are made in
+// (containers.Nodes).
+func (c *Cluster) startContainerNodes(ctx context.Context, cfg Config, nodes []string) error {
+	var ni []containers.NodeImage
+	for _, node := range nodes {
+		svc := node[:strings.LastIndexByte(node, '-')]
+		img := cfg.Images[svc]
+		if img == "" {
+			img = containers.DefaultImage(svc)
+		}
+		ni = append(ni, containers.NodeImage{Node: node, Image: img})
+	}
+	var err error
+	if c.ctrNodes, err = c.ctr.NewNodes(ctx, ni); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	c.net = c.ctrNodes.Network()
+	return nil
+}
+
 // provisionReplicated creates a replicated service of n nodes (not
 // started) and one link per node.
 func (c *Cluster) provisionReplicated(name string, n int, opts local.Options, cfg Config) error {
@@ -381,8 +445,21 @@ func (c *Cluster) provisionReplicated(name string, n int, opts local.Options, cf
 		ro.Advertise = append(ro.Advertise, l.Addr())
 	}
 	var nodes []Service
-	switch name {
-	case Kafka:
+	switch {
+	case name == Kafka && c.ctr != nil:
+		r := cfg.KafkaReplication
+		k, err := c.ctr.NewKafkaCluster(c.ctrNodes, cfg.Images[name], local.KafkaClusterOptions{
+			ReplicatedOptions: ro,
+			ReplicationFactor: r.Factor, MinInsyncReplicas: r.MinInsync, UncleanLeaderElection: r.Unclean,
+		})
+		if err != nil {
+			return err
+		}
+		for _, node := range k.Nodes() {
+			nodes = append(nodes, node)
+		}
+		c.services[name], c.urls[name] = k, func(addr string) string { return addr }
+	case name == Kafka:
 		r := cfg.KafkaReplication
 		k, err := local.NewKafkaCluster(local.KafkaClusterOptions{
 			ReplicatedOptions: ro, Version: cfg.KafkaVersion,
@@ -395,7 +472,16 @@ func (c *Cluster) provisionReplicated(name string, n int, opts local.Options, cf
 			nodes = append(nodes, node)
 		}
 		c.services[name], c.urls[name] = k, func(addr string) string { return addr }
-	case RabbitMQ:
+	case name == RabbitMQ && c.ctr != nil:
+		r, err := c.ctr.NewRabbitMQCluster(c.ctrNodes, cfg.Images[name], ro.Nodes)
+		if err != nil {
+			return err
+		}
+		for _, node := range r.Nodes() {
+			nodes = append(nodes, node)
+		}
+		c.services[name], c.urls[name] = r, r.URL
+	case name == RabbitMQ:
 		r, err := local.NewRabbitMQCluster(local.RabbitMQClusterOptions{ReplicatedOptions: ro})
 		if err != nil {
 			return err
@@ -573,6 +659,12 @@ func (c *Cluster) Close() error {
 		}()
 	}
 	wg.Wait()
+	// The nodes' holders and network after the nodes, before the
+	// runtime's guard goes.
+	if c.ctrNodes != nil {
+		errs = append(errs, c.ctrNodes.Close())
+		c.ctrNodes, c.net = nil, nil
+	}
 	if c.ctr != nil {
 		errs = append(errs, c.ctr.Close())
 		c.ctr = nil

@@ -262,10 +262,11 @@ type Broker struct {
 	// 3, Kafka is a KRaft cluster of three combined broker+controller
 	// nodes (replication factor 3, min.insync.replicas 2) and RabbitMQ a
 	// three-node cluster whose quorum queues have a member on each. Each
-	// node is its own process in its own network namespace, behind its
-	// own proxy link, so faults can target one: kafka-0, rabbitmq-2
-	// (local runtime, as root; anything else is refused before the run
-	// starts, saying what is missing).
+	// node is its own process in its own network namespace (on the
+	// containers runtime its own container, in a namespace the harness
+	// enters from the host), behind its own proxy link, so faults can
+	// target one: kafka-0, rabbitmq-2 (as root; anything else is refused
+	// before the run starts, saying what is missing).
 	Nodes int `yaml:"nodes,omitempty" range:">=1,zero=default"`
 	// QueueType is the RabbitMQ queue type of the subscriptions' queues:
 	// `quorum` (the default: replicated, every message fsynced before

@@ -26,4 +26,9 @@
 //   - The network containers join is settled once, before services start
 //     in parallel, instead of lazily by each create (three racing creates
 //     failed the first run on a fresh engine): see network.go.
+//   - Replicated services' nodes are pairs of containers on a network of
+//     the run, a holder owning the namespace and the server joining it, so
+//     partitions are iptables rules the harness puts in the holders'
+//     namespaces from the host (netns.Attach) and survive a node's kill:
+//     see nodes.go.
 package containers

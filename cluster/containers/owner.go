@@ -6,12 +6,14 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 
 	"github.com/deliverycheck/deliverycheck/process/guard"
@@ -69,14 +71,27 @@ func ownerGone(label string) bool {
 	return startTime(pid) != parts[2]
 }
 
-// sweep removes containers whose harness died without cleaning up (kill
-// -9 of the harness, a machine that lost power mid-run): the second line
-// of defence after the guard.
+// sweep removes containers and networks whose harness died without
+// cleaning up (kill -9 of the harness, a machine that lost power mid-run):
+// the second line of defence after the guard. Nodes' servers go before
+// their holders (the engine refuses a holder whose namespace another
+// container joined), networks after both.
 func sweep(ctx context.Context, cli *client.Client, log *slog.Logger) error {
 	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelOwner))})
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
 	}
+	slices.SortStableFunc(list, func(a, b container.Summary) int {
+		_, ha := a.Labels[LabelHolder]
+		_, hb := b.Labels[LabelHolder]
+		switch {
+		case ha == hb:
+			return 0
+		case hb:
+			return -1
+		}
+		return 1
+	})
 	for _, c := range list {
 		if !ownerGone(c.Labels[LabelOwner]) {
 			continue
@@ -84,6 +99,19 @@ func sweep(ctx context.Context, cli *client.Client, log *slog.Logger) error {
 		log.Info("removing a container left by a dead run", "id", c.ID[:12], "names", c.Names, "owner", c.Labels[LabelOwner])
 		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !client.IsErrNotFound(err) {
 			return fmt.Errorf("remove stale container %s: %w", c.ID[:12], err)
+		}
+	}
+	nets, err := cli.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("label", LabelOwner))})
+	if err != nil {
+		return fmt.Errorf("list networks: %w", err)
+	}
+	for _, nw := range nets {
+		if !ownerGone(nw.Labels[LabelOwner]) {
+			continue
+		}
+		log.Info("removing a network left by a dead run", "network", nw.Name, "owner", nw.Labels[LabelOwner])
+		if err := cli.NetworkRemove(ctx, nw.ID); err != nil && !client.IsErrNotFound(err) {
+			return fmt.Errorf("remove stale network %s: %w", nw.Name, err)
 		}
 	}
 	return nil

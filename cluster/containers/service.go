@@ -1,11 +1,11 @@
 package containers
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -40,6 +40,10 @@ type spec struct {
 	stopTimeout time.Duration
 	// startTimeout bounds Start when ctx has no deadline.
 	startTimeout time.Duration
+	// holder, for a node of a replicated service, is the container whose
+	// network namespace the node's joins (nodes.go): the node has no
+	// host port, and clients reach it at the holder's address.
+	holder *holder
 }
 
 // Service is one server in a container. It implements cluster.Service
@@ -60,12 +64,16 @@ type Service struct {
 func (r *Runtime) newService(s spec) (*Service, error) {
 	// The host port is pinned for the container's life, across restarts;
 	// freeport keeps it below the ephemeral range, where no outgoing
-	// connection can take it while the container is down.
-	ports, err := freeport.Take(1)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.name, err)
+	// connection can take it while the container is down. A node has
+	// none: the host reaches it at its address on the run's network.
+	var port int
+	if s.holder == nil {
+		ports, err := freeport.Take(1)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+		port = ports[0]
 	}
-	port := ports[0]
 	dir, err := os.MkdirTemp(r.tmp, "deliverycheck-"+s.name+"-")
 	if err != nil {
 		return nil, fmt.Errorf("%s: temp dir: %w", s.name, err)
@@ -90,8 +98,14 @@ func (s *Service) Dir() string { return s.dir }
 func (s *Service) Image() string { return s.image }
 
 // Endpoint implements cluster.Service: the pinned host port, the same
-// across restarts.
-func (s *Service) Endpoint() string { return "127.0.0.1:" + strconv.Itoa(s.hostPort) }
+// across restarts; for a node, its address on the run's network (its
+// holder's, which outlives every restart of the node).
+func (s *Service) Endpoint() string {
+	if s.holder != nil {
+		return net.JoinHostPort(s.holder.addr.String(), s.port.Port())
+	}
+	return "127.0.0.1:" + strconv.Itoa(s.hostPort)
+}
 
 // Version implements cluster.Versioner.
 func (s *Service) Version() string {
@@ -157,21 +171,34 @@ func (s *Service) create(ctx context.Context) error {
 	opts := []testcontainers.ContainerCustomizer{
 		testcontainers.WithName(name),
 		testcontainers.WithLabels(map[string]string{LabelRun: s.rt.run, LabelOwner: s.rt.own}),
-		testcontainers.WithExposedPorts(string(s.port)),
-		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
-			if hc.PortBindings == nil {
-				hc.PortBindings = nat.PortMap{}
-			}
-			// Every other exposed port keeps a random host port; the
-			// one clients use is pinned, so a restart keeps it.
-			hc.PortBindings[s.port] = []nat.PortBinding{pin}
-		}),
+	}
+	if h := s.holder; h != nil {
+		// The holder's namespace (address, hosts file, fault rules),
+		// and the node's name as its host name.
+		opts = append(opts,
+			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+				hc.NetworkMode = container.NetworkMode("container:" + h.id)
+			}),
+			testcontainers.WithConfigModifier(func(c *container.Config) { c.Hostname = s.name }))
+	} else {
+		opts = append(opts,
+			testcontainers.WithExposedPorts(string(s.port)),
+			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+				if hc.PortBindings == nil {
+					hc.PortBindings = nat.PortMap{}
+				}
+				// Every other exposed port keeps a random host port; the
+				// one clients use is pinned, so a restart keeps it.
+				hc.PortBindings[s.port] = []nat.PortBinding{pin}
+			}))
+	}
+	opts = append(opts,
 		// Readiness is our own probe (waitReady), after the container
 		// has started; the modules' log waits are replaced.
 		testcontainers.WithWaitStrategy(wait.ForNop(func(context.Context, wait.StrategyTarget) error { return nil })),
 		testcontainers.WithLogger(slogAdapter{s.log}),
 		providerOption,
-	}
+	)
 	c, err := s.run(ctx, s.image, opts...)
 	if c != nil {
 		id := c.GetContainerID()
@@ -420,29 +447,54 @@ func (a slogAdapter) Printf(format string, v ...any) { a.l.Debug(fmt.Sprintf(for
 
 // exec runs cmd in the container and returns its exit code.
 func (s *Service) exec(ctx context.Context, id string, cmd []string) (int, error) {
-	ex, err := s.rt.cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
+	_, code, err := s.execOutput(ctx, id, cmd)
 	if err != nil {
 		return 0, fmt.Errorf("exec in %s: %w", s.name, err)
 	}
-	att, err := s.rt.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	return code, nil
+}
+
+// ExitStatus says how the container's main process last ended, as the
+// local runtime's ExitStatus spells it for a child process: "" while it
+// runs (or before it ever ran), "signal: killed" after a SIGKILL (exit
+// code 137, the engine's 128+9), else "exit status N".
+func (s *Service) ExitStatus() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := s.state(ctx)
+	if err != nil || st.Running || st.Status == "created" {
+		return ""
+	}
+	if st.ExitCode == 128+int(syscall.SIGKILL) {
+		return "signal: killed"
+	}
+	return "exit status " + strconv.Itoa(st.ExitCode)
+}
+
+// Paused reports whether the engine has the container frozen.
+func (s *Service) Paused(ctx context.Context) (bool, error) {
+	st, err := s.state(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("exec in %s: %w", s.name, err)
+		return false, err
 	}
-	var out bytes.Buffer
-	_, _ = stdcopy.StdCopy(&out, &out, att.Reader)
-	att.Close()
-	for {
-		in, err := s.rt.cli.ContainerExecInspect(ctx, ex.ID)
-		if err != nil {
-			return 0, fmt.Errorf("exec in %s: %w", s.name, err)
-		}
-		if !in.Running {
-			return in.ExitCode, nil
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+	return st.Paused, nil
+}
+
+// PID is the host pid of the container's main process (the server: the
+// images exec it as PID 1), 0 when it does not run.
+func (s *Service) PID(ctx context.Context) (int, error) {
+	st, err := s.state(ctx)
+	if err != nil || !st.Running {
+		return 0, err
 	}
+	return st.Pid, nil
+}
+
+// HolderID is, for a node of a replicated service, the engine's id of
+// the holder container whose namespace it joins (nodes.go); "" otherwise.
+func (s *Service) HolderID() string {
+	if s.holder == nil {
+		return ""
+	}
+	return s.holder.id
 }

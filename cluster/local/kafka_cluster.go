@@ -176,35 +176,41 @@ func (o KafkaClusterOptions) configs() ([]kafkaConfig, error) {
 	if err := o.check("kafka"); err != nil {
 		return nil, err
 	}
-	n := len(o.Nodes)
-	internal := min(3, n)
-	rf := o.ReplicationFactor
-	if rf <= 0 {
-		rf = internal
+	if _, _, _, err := o.replication(); err != nil {
+		return nil, err
 	}
-	if rf > n {
-		return nil, fmt.Errorf("kafka: replication factor %d on %d nodes", rf, n)
-	}
-	minISR := o.MinInsyncReplicas
-	if minISR <= 0 {
-		minISR = kafkaClusterMinISR
-	}
-	minISR = min(minISR, rf)
-	var voters []string
-	for i, name := range o.Nodes {
+	var listen []string
+	for _, name := range o.Nodes {
 		if !o.Network.Addr(name).IsValid() {
 			return nil, fmt.Errorf("kafka: node %s is not in network %s", name, o.Network.Name())
 		}
+		listen = append(listen, o.Network.Addr(name).String())
+	}
+	return o.nodeConfigs(listen)
+}
+
+// nodeConfigs are the nodes' configs, all but their log dirs, with node i
+// listening on listen[i] (an address in its own namespace).
+func (o KafkaClusterOptions) nodeConfigs(listen []string) ([]kafkaConfig, error) {
+	n := len(o.Nodes)
+	if len(o.Advertise) != n || len(listen) != n {
+		return nil, fmt.Errorf("kafka: %d nodes, %d advertised and %d listen addresses (want one each)", n, len(o.Advertise), len(listen))
+	}
+	rf, minISR, internal, err := o.replication()
+	if err != nil {
+		return nil, err
+	}
+	var voters []string
+	for i, name := range o.Nodes {
 		voters = append(voters, fmt.Sprintf("%d@%s:%d", i, name, kafkaControllerPort))
 	}
 	var out []kafkaConfig
 	for i, name := range o.Nodes {
-		addr := o.Network.Addr(name).String()
 		out = append(out, kafkaConfig{
 			comment:    fmt.Sprintf("Node %s of a %d-node KRaft cluster: broker and controller in one process.", name, n),
 			nodeID:     i,
 			voters:     strings.Join(voters, ","),
-			listeners:  fmt.Sprintf("PLAINTEXT://%[1]s:%[2]d,BROKER://%[1]s:%[3]d,CONTROLLER://%[1]s:%[4]d", addr, kafkaClientPort, kafkaBrokerPort, kafkaControllerPort),
+			listeners:  fmt.Sprintf("PLAINTEXT://%[1]s:%[2]d,BROKER://%[1]s:%[3]d,CONTROLLER://%[1]s:%[4]d", listen[i], kafkaClientPort, kafkaBrokerPort, kafkaControllerPort),
 			advertised: fmt.Sprintf("PLAINTEXT://%s,BROKER://%s:%d", o.Advertise[i], name, kafkaBrokerPort),
 			replicas:   rf, minISR: minISR,
 			internalReplicas: internal, internalMinISR: min(2, internal),
@@ -215,6 +221,59 @@ func (o KafkaClusterOptions) configs() ([]kafkaConfig, error) {
 	}
 	return out, nil
 }
+
+// replication is the topics' replication factor and min ISR, and the
+// internal topics' replication factor, the options' or the defaults.
+func (o KafkaClusterOptions) replication() (rf, minISR, internal int, err error) {
+	n := len(o.Nodes)
+	internal = min(3, n)
+	rf = o.ReplicationFactor
+	if rf <= 0 {
+		rf = internal
+	}
+	if rf > n {
+		return 0, 0, 0, fmt.Errorf("kafka: replication factor %d on %d nodes", rf, n)
+	}
+	minISR = o.MinInsyncReplicas
+	if minISR <= 0 {
+		minISR = kafkaClusterMinISR
+	}
+	return rf, min(minISR, rf), internal, nil
+}
+
+// KafkaClusterProperties is the server.properties text of every node of
+// a replicated Kafka that another runtime runs (cluster/containers), so
+// both runtimes' clusters have the same settings, ports and node names:
+// node i of o.Nodes (o.Network is not used) listens on listen[i] in its
+// own namespace, advertises o.Advertise[i] to clients, and keeps its log
+// in data. KafkaClientPort is the port its link forwards to.
+func KafkaClusterProperties(o KafkaClusterOptions, listen []string, data string) ([]string, error) {
+	if len(o.Nodes) < 2 {
+		return nil, fmt.Errorf("kafka: replicated: %d nodes (want 2 or more)", len(o.Nodes))
+	}
+	cfgs, err := o.nodeConfigs(listen)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, c := range cfgs {
+		c.data = data
+		out = append(out, c.properties())
+	}
+	return out, nil
+}
+
+// KafkaClientPort is the client listener's port on every node of a
+// replicated Kafka, the one its link forwards to; KafkaBrokerPort the
+// inter-broker listener's.
+const (
+	KafkaClientPort = kafkaClientPort
+	KafkaBrokerPort = kafkaBrokerPort
+)
+
+// KafkaClusterHeapMB is the default maximum heap of a replicated Kafka's
+// JVMs, in MiB.
+const KafkaClusterHeapMB = kafkaClusterHeapMB
 
 // Name implements cluster.Service.
 func (c *KafkaCluster) Name() string { return "kafka" }
@@ -562,11 +621,22 @@ func (n *KafkaNode) Rejoin(ctx context.Context) (string, error) {
 		n.name, n.c.clusterID, n.id, kafkaDirectoryID(n.data)), nil
 }
 
-// QuorumLeader asks the node which controller leads the KRaft quorum
-// (DescribeQuorum on __cluster_metadata; kadm has no call for it): a
-// node id, or -1 while an election runs.
+// QuorumLeader asks the node which controller leads the KRaft quorum:
+// a node id, or -1 while an election runs.
 func (n *KafkaNode) QuorumLeader(ctx context.Context) (int32, error) {
-	cl, err := n.directClient()
+	id, err := KafkaQuorumLeader(ctx, n.Endpoint())
+	if err != nil {
+		return -1, fmt.Errorf("%s: %w", n.name, err)
+	}
+	return id, nil
+}
+
+// KafkaQuorumLeader asks the broker at addr alone (DescribeQuorum on
+// __cluster_metadata, which it forwards to the active controller; kadm
+// has no call for it) which controller leads the KRaft quorum: a node
+// id, or -1 while an election runs.
+func KafkaQuorumLeader(ctx context.Context, addr string) (int32, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DialTimeout(time.Second))
 	if err != nil {
 		return -1, err
 	}
@@ -578,21 +648,21 @@ func (n *KafkaNode) QuorumLeader(ctx context.Context) (int32, error) {
 	}}
 	r, err := cl.SeedBrokers()[0].Request(ctx, req)
 	if err != nil {
-		return -1, fmt.Errorf("%s: describe quorum: %w", n.name, err)
+		return -1, fmt.Errorf("describe quorum: %w", err)
 	}
 	resp := r.(*kmsg.DescribeQuorumResponse)
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return -1, fmt.Errorf("%s: describe quorum: %w", n.name, err)
+		return -1, fmt.Errorf("describe quorum: %w", err)
 	}
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
 			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				return -1, fmt.Errorf("%s: describe quorum: %w", n.name, err)
+				return -1, fmt.Errorf("describe quorum: %w", err)
 			}
 			return p.LeaderID, nil
 		}
 	}
-	return -1, fmt.Errorf("%s: describe quorum: no partition in the answer", n.name)
+	return -1, errors.New("describe quorum: no partition in the answer")
 }
 
 // brokers are the live (registered, unfenced) brokers' ids in the node's
@@ -627,7 +697,6 @@ func KafkaBrokers(ctx context.Context, addr string) ([]int32, error) {
 // directClient is a client of the node's own listener, not its link.
 // Requests go to its seed broker (SeedBrokers()[0].Request), never to an
 // advertised address: those are the links, which may be down or faulted.
-// A broker forwards DescribeQuorum to the active controller itself.
 func (n *KafkaNode) directClient() (*kgo.Client, error) {
 	return kgo.NewClient(kgo.SeedBrokers(n.Endpoint()), kgo.DialTimeout(time.Second))
 }

@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -48,7 +50,14 @@ func (c *KafkaCluster) CheckHealth(ctx context.Context) error {
 // list nodes live brokers and no partition whose in-sync replicas are
 // fewer than its replicas.
 func (n *KafkaNode) checkInSync(ctx context.Context, nodes int) error {
-	cl, err := n.directClient()
+	return KafkaNodeInSync(ctx, n.Endpoint(), nodes)
+}
+
+// KafkaNodeInSync is a node's half of CheckHealth for any runtime's
+// node: the broker at addr, asked alone, lists nodes live brokers and no
+// partition whose in-sync replicas are fewer than its replicas.
+func KafkaNodeInSync(ctx context.Context, addr string, nodes int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DialTimeout(time.Second))
 	if err != nil {
 		return err
 	}

@@ -216,6 +216,21 @@ func rabbitMQClusterConfig(nodes []string) string {
 	return b.String()
 }
 
+// RabbitMQClusterConfig is every node's rabbitmq.conf in a cluster of
+// nodes (see rabbitMQClusterConfig), for another runtime's nodes; with
+// RabbitMQClusterAdvanced, both runtimes' clusters are configured alike.
+func RabbitMQClusterConfig(nodes []string) string { return rabbitMQClusterConfig(nodes) }
+
+// RabbitMQClusterAdvanced is every node's advanced.config in a cluster
+// of n nodes.
+func RabbitMQClusterAdvanced(n int) string { return rabbitMQClusterAdvanced(n) }
+
+// RabbitMQNodeProbe is the readiness check of a cluster node (see
+// probeNode) with its own queue name.
+func RabbitMQNodeProbe(node string) func(ctx context.Context, url string) (string, error) {
+	return probeNode("deliverycheck.ready." + node)
+}
+
 // rabbitMQClusterAdvanced is every node's advanced.config: quorum queues
 // get a member on every node (the default is 3; a queue may still ask for
 // fewer with x-quorum-initial-group-size). rabbitmq.conf has no key for it.
@@ -383,9 +398,70 @@ func (c *RabbitMQCluster) Node(name string) *RabbitMQNode {
 // WaitWhole waits until [RabbitMQCluster.CheckWhole] passes or ctx ends,
 // e.g. after a heal, and then returns its last error.
 func (c *RabbitMQCluster) WaitWhole(ctx context.Context) error {
+	return RabbitMQWaitWhole(ctx, viewers(c.nodes))
+}
+
+// CheckWhole reports whether the cluster is whole: every node runs,
+// answers, and sees every node running in its cluster (Mnesia's running
+// nodes: after a partition each side leaves the other out until one
+// side restarts, which autoheal does). Otherwise the error says each
+// node's view. A node's record of partitions is not part of the check:
+// RabbitMQ keeps it until the node restarts, also once the partition
+// was healed (seen with 3.10.8: one node still listed a peer for minutes
+// after every node ran in one cluster again).
+func (c *RabbitMQCluster) CheckWhole(ctx context.Context) error {
+	return RabbitMQCheckWhole(ctx, viewers(c.nodes))
+}
+
+// RabbitMQViewer is a node of a RabbitMQ cluster that can be asked for
+// its view of the cluster and of a quorum queue (both runtimes' nodes:
+// the questions, and what their answers mean, are in one place here).
+type RabbitMQViewer interface {
+	Name() string
+	ClusterView(ctx context.Context) (running, partitions []string, err error)
+	QueueLeader(ctx context.Context, vhost, name string) (leader string, members []string, err error)
+}
+
+func viewers(nodes []*RabbitMQNode) []RabbitMQViewer {
+	out := make([]RabbitMQViewer, len(nodes))
+	for i, n := range nodes {
+		out[i] = n
+	}
+	return out
+}
+
+// RabbitMQCheckWhole is [RabbitMQCluster.CheckWhole] over any nodes.
+func RabbitMQCheckWhole(ctx context.Context, nodes []RabbitMQViewer) error {
+	var names []string
+	for _, n := range nodes {
+		names = append(names, n.Name())
+	}
+	slices.Sort(names)
+	views := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, viewTimeout)
+			defer cancel()
+			running, partitions, err := n.ClusterView(ctx)
+			if err == nil && !slices.Equal(running, names) {
+				err = fmt.Errorf("running nodes %v (partitioned from %v)", running, partitions)
+			}
+			if err != nil {
+				views[i] = fmt.Errorf("%s: %w", n.Name(), err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(views...)
+}
+
+// RabbitMQWaitWhole waits until RabbitMQCheckWhole passes or ctx ends,
+// and then returns its last error.
+func RabbitMQWaitWhole(ctx context.Context, nodes []RabbitMQViewer) error {
 	delay := 50 * time.Millisecond
 	for {
-		err := c.CheckWhole(ctx)
+		err := RabbitMQCheckWhole(ctx, nodes)
 		if err == nil {
 			return nil
 		}
@@ -398,44 +474,6 @@ func (c *RabbitMQCluster) WaitWhole(ctx context.Context) error {
 	}
 }
 
-// CheckWhole reports whether the cluster is whole: every node runs,
-// answers, and sees every node running in its cluster (Mnesia's running
-// nodes: after a partition each side leaves the other out until one
-// side restarts, which autoheal does). Otherwise the error says each
-// node's view. A node's record of partitions is not part of the check:
-// RabbitMQ keeps it until the node restarts, also once the partition
-// was healed (seen with 3.10.8: one node still listed a peer for minutes
-// after every node ran in one cluster again).
-func (c *RabbitMQCluster) CheckWhole(ctx context.Context) error {
-	views := make([]error, len(c.nodes))
-	var wg sync.WaitGroup
-	for i, n := range c.nodes {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, viewTimeout)
-			defer cancel()
-			running, partitions, err := n.ClusterView(ctx)
-			if err == nil && !slices.Equal(running, c.names()) {
-				err = fmt.Errorf("running nodes %v (partitioned from %v)", running, partitions)
-			}
-			if err != nil {
-				views[i] = fmt.Errorf("%s: %w", n.Name(), err)
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(views...)
-}
-
-// names are the nodes' names, sorted.
-func (c *RabbitMQCluster) names() []string {
-	var out []string
-	for _, n := range c.nodes {
-		out = append(out, n.Name())
-	}
-	slices.Sort(out)
-	return out
-}
-
 // QueueLeader returns the node that leads quorum queue name in vhost, and
 // the queue's members, as a majority of the nodes sees it: every node is
 // asked at once, and a leader counts only when more than half the nodes
@@ -443,14 +481,19 @@ func (c *RabbitMQCluster) names() []string {
 // The error says each node's view when no leader has a majority, e.g.
 // during an election: poll until it returns one.
 func (c *RabbitMQCluster) QueueLeader(ctx context.Context, vhost, name string) (leader string, members []string, err error) {
+	return RabbitMQQueueLeader(ctx, viewers(c.nodes), vhost, name)
+}
+
+// RabbitMQQueueLeader is [RabbitMQCluster.QueueLeader] over any nodes.
+func RabbitMQQueueLeader(ctx context.Context, nodes []RabbitMQViewer, vhost, name string) (leader string, members []string, err error) {
 	type view struct {
 		leader  string
 		members []string
 		err     error
 	}
-	views := make([]view, len(c.nodes))
+	views := make([]view, len(nodes))
 	var wg sync.WaitGroup
-	for i, n := range c.nodes {
+	for i, n := range nodes {
 		wg.Go(func() {
 			// A paused node would hold the answer up to ctx's end.
 			ctx, cancel := context.WithTimeout(ctx, viewTimeout)
@@ -464,14 +507,14 @@ func (c *RabbitMQCluster) QueueLeader(ctx context.Context, vhost, name string) (
 	var errs []error
 	for i, v := range views {
 		if v.err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", c.nodes[i].Name(), v.err))
+			errs = append(errs, fmt.Errorf("%s: %w", nodes[i].Name(), v.err))
 			continue
 		}
 		votes[v.leader]++
-		if votes[v.leader] > len(c.nodes)/2 {
+		if votes[v.leader] > len(nodes)/2 {
 			return v.leader, v.members, nil
 		}
-		errs = append(errs, fmt.Errorf("%s: leader %s", c.nodes[i].Name(), v.leader))
+		errs = append(errs, fmt.Errorf("%s: leader %s", nodes[i].Name(), v.leader))
 	}
 	return "", nil, fmt.Errorf("rabbitmq: queue %q in %q: no leader a majority of nodes agrees on: %w", name, vhost, errors.Join(errs...))
 }
@@ -517,7 +560,17 @@ func (n *RabbitMQNode) Endpoint() string {
 // namespace, so a partition does not stop the question, only the node's
 // answer to it.
 func (n *RabbitMQNode) ClusterView(ctx context.Context) (running, partitions []string, err error) {
-	out, err := n.eval(ctx, `lists:flatten([`+
+	return RabbitMQClusterView(ctx, n.eval)
+}
+
+// RabbitMQEval evaluates an Erlang expression ending in '.' whose value
+// is a flat ASCII string on a node, and returns that string.
+type RabbitMQEval func(ctx context.Context, expr string) (string, error)
+
+// RabbitMQClusterView is a node's view of its cluster, asked through eval
+// (see [RabbitMQNode.ClusterView]).
+func RabbitMQClusterView(ctx context.Context, eval RabbitMQEval) (running, partitions []string, err error) {
+	out, err := eval(ctx, `lists:flatten([`+
 		`lists:join(",", [atom_to_list(N) || N <- lists:sort(rabbit_mnesia:cluster_nodes(running))]), "|", `+
 		`lists:join(",", [atom_to_list(N) || N <- lists:sort(rabbit_node_monitor:partitions())])]).`)
 	if err != nil {
@@ -538,7 +591,14 @@ func (n *RabbitMQNode) ClusterView(ctx context.Context) (running, partitions []s
 // leader. For a classic queue, which lives on one node, that node is its
 // leader and only member (also while it is down: the record stays).
 func (n *RabbitMQNode) QueueLeader(ctx context.Context, vhost, name string) (leader string, members []string, err error) {
-	out, err := n.eval(ctx, `{ok, Q} = rabbit_amqqueue:lookup(rabbit_misc:r(`+erlBinary(vhost)+`, queue, `+erlBinary(name)+`)), `+
+	return RabbitMQNodeQueueLeader(ctx, n.eval, vhost, name)
+}
+
+// RabbitMQNodeQueueLeader is a node's view of queue name in vhost (a
+// quorum queue's leader and members, a classic queue's node), asked
+// through eval (see [RabbitMQNode.QueueLeader]).
+func RabbitMQNodeQueueLeader(ctx context.Context, eval RabbitMQEval, vhost, name string) (leader string, members []string, err error) {
+	out, err := eval(ctx, `{ok, Q} = rabbit_amqqueue:lookup(rabbit_misc:r(`+erlBinary(vhost)+`, queue, `+erlBinary(name)+`)), `+
 		`{Leader, Members} = case amqqueue:get_pid(Q) of `+
 		`P when is_pid(P) -> {node(P), [node(P)]}; `+
 		`{_, L} -> #{nodes := M} = amqqueue:get_type_state(Q), {L, M} end, `+
@@ -615,6 +675,9 @@ func (n *RabbitMQNode) eval(ctx context.Context, expr string) (string, error) {
 	}
 	return erlCallResult(out)
 }
+
+// RabbitMQErlCallResult is erlCallResult, for another runtime's erl_call.
+func RabbitMQErlCallResult(out string) (string, error) { return erlCallResult(out) }
 
 // erlCallResult is the string erl_call -e printed as its result, or an
 // error with what it printed instead. erl_call prints {ok, Value}, Value

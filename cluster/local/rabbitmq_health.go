@@ -18,12 +18,33 @@ import (
 // or a follower (a member still recovering its log is neither).
 // Otherwise the error says what each node sees.
 func (c *RabbitMQCluster) CheckHealth(ctx context.Context) error {
-	if err := c.CheckWhole(ctx); err != nil {
+	nodes := make([]RabbitMQHealthViewer, len(c.nodes))
+	for i, n := range c.nodes {
+		nodes[i] = n
+	}
+	return RabbitMQCheckHealth(ctx, nodes)
+}
+
+// RabbitMQHealthViewer is a node that can also list its quorum queue
+// members that do not run.
+type RabbitMQHealthViewer interface {
+	RabbitMQViewer
+	QuorumMembersDown(ctx context.Context) ([]string, error)
+}
+
+// RabbitMQCheckHealth is [RabbitMQCluster.CheckHealth] over any
+// runtime's nodes.
+func RabbitMQCheckHealth(ctx context.Context, nodes []RabbitMQHealthViewer) error {
+	viewers := make([]RabbitMQViewer, len(nodes))
+	for i, n := range nodes {
+		viewers[i] = n
+	}
+	if err := RabbitMQCheckWhole(ctx, viewers); err != nil {
 		return err
 	}
-	errs := make([]error, len(c.nodes))
+	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
-	for i, n := range c.nodes {
+	for i, n := range nodes {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, viewTimeout)
 			defer cancel()
@@ -47,7 +68,13 @@ func (c *RabbitMQCluster) CheckHealth(ctx context.Context) error {
 // take a moment to start after the node does, and longer to recover a
 // long log.
 func (n *RabbitMQNode) QuorumMembersDown(ctx context.Context) ([]string, error) {
-	out, err := n.eval(ctx, `{_, States} = rabbit_quorum_queue:all_replica_states(), `+
+	return RabbitMQQuorumMembersDown(ctx, n.eval)
+}
+
+// RabbitMQQuorumMembersDown is QuorumMembersDown of any runtime's node,
+// asked through eval.
+func RabbitMQQuorumMembersDown(ctx context.Context, eval RabbitMQEval) ([]string, error) {
+	out, err := eval(ctx, `{_, States} = rabbit_quorum_queue:all_replica_states(), `+
 		`lists:flatten(lists:join(",", [binary_to_list(element(4, amqqueue:get_name(Q))) ++ "=" ++ atom_to_list(S) || `+
 		`Q <- rabbit_amqqueue:list_local_quorum_queues(), `+
 		`S <- [maps:get(element(1, amqqueue:get_pid(Q)), States, noproc)], `+

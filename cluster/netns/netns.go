@@ -104,6 +104,10 @@ type Network struct {
 	claim    net.Listener // holds the subnet against parallel runs
 	madeEtc  []string     // /etc/netns/<ns> dirs made
 	closeErr error
+	// attached: the namespaces are others' (see attach.go), with the
+	// nodes' addresses in addrs.
+	attached bool
+	addrs    map[string]netip.Addr
 
 	mu        sync.Mutex
 	closed    bool
@@ -265,6 +269,9 @@ func (n *Network) Close() error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
+	if n.attached {
+		return n.detach(ctx)
+	}
 	var errs []error
 	inodes := map[uint64]string{}
 	var batch strings.Builder
@@ -330,6 +337,9 @@ func (n *Network) HostLink() string { return n.id + "h" }
 // Addr is node's address, reachable from the host and every other node;
 // the zero Addr for a name that is not a node.
 func (n *Network) Addr(node string) netip.Addr {
+	if n.attached {
+		return n.addrs[node]
+	}
 	i, ok := n.index[node]
 	if !ok {
 		return netip.Addr{}
@@ -353,7 +363,10 @@ func (n *Network) Namespace(node string) string {
 // namespaces are every namespace the network makes: the bridge's, then
 // the nodes'.
 func (n *Network) namespaces() []string {
-	out := []string{n.id}
+	var out []string
+	if !n.attached {
+		out = append(out, n.id)
+	}
 	for _, name := range n.nodes {
 		out = append(out, n.Namespace(name))
 	}

@@ -37,6 +37,7 @@ ids=""
 dirs=""
 nets=""
 links=""
+engnets=""
 while IFS= read -r line; do
   case "$line" in
     "group "*) groups="$groups ${line#group }" ;;
@@ -46,6 +47,8 @@ while IFS= read -r line; do
       keep=""; for s in $stops; do [ "${s%%:*}" = "${line#ungroup }" ] || keep="$keep $s"; done; stops=$keep ;;
     "container "*) ids="$ids ${line#container }" ;;
     "uncontainer "*) keep=""; for i in $ids; do [ "$i" = "${line#uncontainer }" ] || keep="$keep $i"; done; ids=$keep ;;
+    "network "*) engnets="$engnets ${line#network }" ;;
+    "unnetwork "*) keep=""; for i in $engnets; do [ "$i" = "${line#unnetwork }" ] || keep="$keep $i"; done; engnets=$keep ;;
     "netns "*) nets="$nets ${line#netns }" ;;
     "unnetns "*) keep=""; for x in $nets; do [ "$x" = "${line#unnetns }" ] || keep="$keep $x"; done; nets=$keep ;;
     "iflink "*) links="$links ${line#iflink }" ;;
@@ -72,13 +75,21 @@ if [ -n "$groups" ]; then
   sleep 0.5
   for g in $groups; do kill -KILL "-$g" 2>/dev/null; done
 fi
-for i in $ids; do
+engine() {
   if [ -n "$SOCK" ]; then
-    curl -s -o /dev/null --max-time 30 --unix-socket "$SOCK" -X DELETE "http://engine/containers/$i?force=true&v=true"
+    curl -s -o /dev/null --max-time 30 --unix-socket "$SOCK" -X DELETE "http://engine/$1"
   elif [ -n "$BASE" ]; then
-    curl -s -o /dev/null --max-time 30 -X DELETE "$BASE/containers/$i?force=true&v=true"
+    curl -s -o /dev/null --max-time 30 -X DELETE "$BASE/$1"
   fi
+}
+# Newest first, then once more: a container whose namespace others joined
+# (a node's holder, cluster/containers) is refused while they exist.
+rev=""; for i in $ids; do rev="$i $rev"; done
+for pass in 1 2; do
+  for i in $rev; do engine "containers/$i?force=true&v=true"; done
 done
+# Networks after the containers on them.
+for i in $engnets; do engine "networks/$i"; done
 # After the groups: a namespace lives on while a process is in it.
 for x in $links; do ip link delete dev "$x" 2>/dev/null; done
 for x in $nets; do
@@ -174,6 +185,13 @@ func (g *Guard) TrackContainer(id string) error { return g.send("container", id)
 
 // UntrackContainer tells the guard container id is gone.
 func (g *Guard) UntrackContainer(id string) error { return g.send("uncontainer", id) }
+
+// TrackNetwork asks the guard to remove the engine's network id (after
+// every container) if the harness dies.
+func (g *Guard) TrackNetwork(id string) error { return g.send("network", id) }
+
+// UntrackNetwork tells the guard network id is gone.
+func (g *Guard) UntrackNetwork(id string) error { return g.send("unnetwork", id) }
 
 // TrackDir asks the guard to remove dir if the harness dies.
 func (g *Guard) TrackDir(dir string) error { return g.send("dir", dir) }

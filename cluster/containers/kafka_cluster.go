@@ -1,0 +1,283 @@
+package containers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/docker/go-connections/nat"
+	"github.com/testcontainers/testcontainers-go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/deliverycheck/deliverycheck/cluster/local"
+)
+
+// kafkaDataDir is where a node's log lives in its container (the
+// official image's and ours: writable by the broker's user).
+const kafkaDataDir = "/var/lib/kafka/data"
+
+// KafkaCluster is a KRaft cluster of combined broker+controller nodes in
+// containers, each in its holder's namespace on the run's network (see
+// nodes.go), with the local runtime's settings: the same server.properties
+// (local.KafkaClusterProperties: listeners, ports, node names, replication
+// factor 3 and min ISR 2 unless asked otherwise, session and lag times),
+// given to the image as its mounted config file. It is a cluster.Service
+// (Start waits until every node lists every node and the quorum has a
+// leader); its nodes are services of their own, which a fault can target
+// one by one.
+type KafkaCluster struct {
+	nodes []*KafkaNode
+}
+
+// KafkaNode is one node of a [KafkaCluster], named by its node name
+// ("kafka-1", broker and controller id 1). Kill, pause and restart act on
+// its container alone; its data lives in the container, so a node
+// started again rejoins with the log it had.
+type KafkaNode struct {
+	*Service
+	c         *KafkaCluster
+	id        int32
+	advertise string
+}
+
+// NewKafkaCluster creates (not starts) a cluster of the nodes of o
+// (o.Nodes, o.Advertise and the replication settings; o.Network and the
+// local options are not used) from image ("" for the default), each in
+// its holder's namespace in nodes.
+func (r *Runtime) NewKafkaCluster(nodes *Nodes, image string, o local.KafkaClusterOptions) (*KafkaCluster, error) {
+	if image == "" {
+		image = DefaultImage("kafka")
+	}
+	var listen []string
+	for _, name := range o.Nodes {
+		a := nodes.Addr(name)
+		if !a.IsValid() {
+			return nil, fmt.Errorf("kafka: node %s is not in the run's network", name)
+		}
+		listen = append(listen, a.String())
+	}
+	props, err := local.KafkaClusterProperties(o, listen, kafkaDataDir)
+	if err != nil {
+		return nil, err
+	}
+	heap := o.HeapMB
+	if heap <= 0 {
+		heap = local.KafkaClusterHeapMB
+	}
+	// One cluster id, every node's storage formatted with it.
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	clusterID := base64.RawURLEncoding.EncodeToString(b[:])
+	env := map[string]string{
+		"CLUSTER_ID":      clusterID,
+		"KAFKA_HEAP_OPTS": fmt.Sprintf("-Xmx%dm -Xms%dm", heap, max(heap/2, 64)),
+	}
+	c := &KafkaCluster{}
+	for i, name := range o.Nodes {
+		h, err := nodes.holder(name)
+		if err != nil {
+			return nil, errors.Join(err, c.Close())
+		}
+		n := &KafkaNode{c: c, id: int32(i), advertise: o.Advertise[i]}
+		s, err := r.newService(spec{
+			name: name, image: image, port: tcpPort(local.KafkaClientPort),
+			holder: h,
+			run: func(ctx context.Context, img string, opts ...testcontainers.ContainerCustomizer) (testcontainers.Container, error) {
+				conf := filepath.Join(n.Dir(), "server.properties")
+				if err := os.WriteFile(conf, []byte(props[i]), 0o644); err != nil {
+					return nil, err
+				}
+				opts = append([]testcontainers.ContainerCustomizer{
+					testcontainers.WithEnv(env),
+					// The image's contract: a mounted server.properties is
+					// the config (the official image's too).
+					testcontainers.WithFiles(testcontainers.ContainerFile{
+						HostFilePath: conf, ContainerFilePath: "/mnt/shared/config/server.properties", FileMode: 0o644,
+					}),
+				}, opts...)
+				return testcontainers.Run(ctx, img, opts...)
+			},
+			ready: func(ctx context.Context, ep string) (string, error) {
+				// Registered with the controller and unfenced: caught up
+				// with the metadata log.
+				ids, err := local.KafkaBrokers(ctx, ep)
+				if err != nil {
+					return "", err
+				}
+				if !slices.Contains(ids, n.id) {
+					return "", fmt.Errorf("%s not among the live brokers %v yet", name, ids)
+				}
+				return kafkaVersion(image), nil
+			},
+			stopTimeout:  30 * time.Second,
+			startTimeout: 3 * time.Minute,
+		})
+		if err != nil {
+			return nil, errors.Join(err, c.Close())
+		}
+		n.Service = s
+		c.nodes = append(c.nodes, n)
+	}
+	return c, nil
+}
+
+// Name implements cluster.Service.
+func (c *KafkaCluster) Name() string { return "kafka" }
+
+// Nodes are the cluster's nodes, in order: node i has broker id i.
+func (c *KafkaCluster) Nodes() []*KafkaNode { return c.nodes }
+
+// Endpoint implements cluster.Service: node 0's client listener.
+func (c *KafkaCluster) Endpoint() string { return c.nodes[0].Endpoint() }
+
+// Version implements cluster.Versioner.
+func (c *KafkaCluster) Version() string {
+	for _, n := range c.nodes {
+		if v := n.Version(); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// Start implements cluster.Service: every node that does not run is
+// started, concurrently (a KRaft quorum cannot form one node at a time);
+// it returns once every node lists all the others as live brokers and
+// the controller quorum has a leader.
+func (c *KafkaCluster) Start(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+	}
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	for _, n := range c.nodes {
+		if st, err := n.state(ctx); err == nil && st.Running {
+			continue // e.g. the others of a node that was killed
+		}
+		g.Go(func() error { return n.Start(gctx) })
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("start kafka: %w", err)
+	}
+	if err := c.waitReady(ctx); err != nil {
+		return fmt.Errorf("start kafka: %w", err)
+	}
+	c.nodes[0].log.Info("cluster ready", "nodes", len(c.nodes), "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// waitReady polls until every node's metadata lists every node and the
+// quorum has a leader, or ctx ends.
+func (c *KafkaCluster) waitReady(ctx context.Context) error {
+	ready := func(ctx context.Context) error {
+		for _, n := range c.nodes {
+			ids, err := local.KafkaBrokers(ctx, n.Endpoint())
+			if err != nil {
+				return fmt.Errorf("%s: metadata: %w", n.name, err)
+			}
+			if len(ids) != len(c.nodes) {
+				return fmt.Errorf("%s: lists brokers %v, want %d", n.name, ids, len(c.nodes))
+			}
+		}
+		leader, err := c.nodes[0].QuorumLeader(ctx)
+		if err == nil && leader < 0 {
+			err = errors.New("controller quorum has no leader")
+		}
+		return err
+	}
+	var last error
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		last = ready(pctx)
+		cancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster not ready: %w (last probe: %v)", ctx.Err(), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// CheckHealth implements cluster.HealthChecker as the local runtime's
+// cluster does: every node, asked alone, lists every node and no
+// under-replicated partition, and the quorum has a leader.
+func (c *KafkaCluster) CheckHealth(ctx context.Context) error {
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Go(func() {
+			if err := local.KafkaNodeInSync(ctx, n.Endpoint(), len(c.nodes)); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", n.name, err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	leader, err := c.nodes[0].QuorumLeader(ctx)
+	if err == nil && leader < 0 {
+		err = errors.New("kafka: controller quorum has no leader")
+	}
+	return err
+}
+
+// ReplicationPort implements cluster.ReplicationPorter: the inter-broker
+// listener's port, the same on every node as on the local runtime.
+func (c *KafkaCluster) ReplicationPort() int { return local.KafkaBrokerPort }
+
+// Stop implements cluster.Service: every node stopped at once, so every
+// broker's controlled shutdown is granted by a quorum still there (see
+// the local runtime's KafkaCluster.Stop).
+func (c *KafkaCluster) Stop(ctx context.Context) error {
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Go(func() { errs[i] = n.Stop(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Close implements cluster.Service: every node's container removed.
+func (c *KafkaCluster) Close() error {
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Go(func() { errs[i] = n.Close() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// ID is the node's broker and controller id.
+func (n *KafkaNode) ID() int32 { return n.id }
+
+// Advertised is the host:port the node hands out to clients: its link's.
+func (n *KafkaNode) Advertised() string { return n.advertise }
+
+// QuorumLeader asks the node which controller leads the KRaft quorum: a
+// node id, or -1 while an election runs.
+func (n *KafkaNode) QuorumLeader(ctx context.Context) (int32, error) {
+	id, err := local.KafkaQuorumLeader(ctx, n.Endpoint())
+	if err != nil {
+		return -1, fmt.Errorf("%s: %w", n.name, err)
+	}
+	return id, nil
+}
+
+// tcpPort is a container TCP port as the engine spells it.
+func tcpPort(port int) nat.Port { return nat.Port(strconv.Itoa(port) + "/tcp") }
