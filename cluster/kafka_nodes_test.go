@@ -765,10 +765,22 @@ func (k *kafkaNodes) stopStart(t *testing.T, ctx context.Context) {
 		t.Fatal(err)
 	}
 	stopped := time.Since(start)
+	// Every node shuts down cleanly, except at most one: the last,
+	// when its controlled shutdown was not granted before the quorum
+	// went with the others (KafkaCluster.Stop kills it, losing nothing).
+	killed := 0
 	for _, n := range k.nodes {
-		if got := n.ExitStatus(); got != "exit status 0" && got != "exit status 143" {
+		switch got := n.ExitStatus(); got {
+		case "exit status 0", "exit status 143":
+		case "signal: killed":
+			killed++
+			t.Logf("%s: killed, its controlled shutdown not granted before the others had gone", n.Name())
+		default:
 			t.Errorf("%s stopped with %q, want a clean exit", n.Name(), got)
 		}
+	}
+	if killed > 1 {
+		t.Errorf("%d nodes killed by the cluster's stop, want at most the last one", killed)
 	}
 	start = time.Now()
 	if err := s.Start(ctx); err != nil {

@@ -377,18 +377,60 @@ func (c *KafkaCluster) ready(ctx context.Context) error {
 	return nil
 }
 
+// errNoQuorumLeft ends the stop of a cluster's last node whose
+// controlled shutdown can no longer be granted (see KafkaCluster.Stop).
+var errNoQuorumLeft = errors.New("the other nodes have stopped: no controller quorum is left to grant its controlled shutdown")
+
+// lastNodeGrace is how long a cluster's last running node may still take
+// to stop by itself once every other node has exited.
+const lastNodeGrace = 5 * time.Second
+
 // Stop implements cluster.Service: every node is sent SIGTERM at once.
 // Together, not one by one: a node's broker shuts down before its
-// controller, so all brokers' controlled shutdowns are granted by a
-// quorum that is still there, whereas the last node stopped alone would
-// wait for a quorum that is gone until its stop timed out.
+// controller, so the brokers' controlled shutdowns are granted by a
+// quorum that is still there. But a node whose grant has not come when
+// the other two have exited (a race the concurrent stop usually, not
+// always, wins) waits for a quorum that is gone: five minutes in Kafka
+// 4.1. That node is killed lastNodeGrace after the others exited, and it
+// is no error: its log is in the page cache, so the next start recovers
+// every record it had, which is what a whole-cluster stop promises.
 func (c *KafkaCluster) Stop(ctx context.Context) error {
 	errs := make([]error, len(c.nodes))
-	var wg sync.WaitGroup
-	for i, n := range c.nodes {
-		wg.Go(func() { errs[i] = n.Stop(ctx) })
+	ctxs := make([]context.Context, len(c.nodes))
+	cancels := make([]context.CancelCauseFunc, len(c.nodes))
+	for i := range c.nodes {
+		ctxs[i], cancels[i] = context.WithCancelCause(ctx)
+		defer cancels[i](nil)
 	}
-	wg.Wait()
+	done := make(chan int, len(c.nodes))
+	for i, n := range c.nodes {
+		go func() { errs[i] = n.Stop(ctxs[i]); done <- i }()
+	}
+	stopped := make([]bool, len(c.nodes))
+	var grace <-chan time.Time
+	for left, graced := len(c.nodes), false; left > 0; {
+		select {
+		case i := <-done:
+			stopped[i] = true
+			left--
+		case <-grace:
+			grace = nil
+			for j, ok := range stopped {
+				if !ok {
+					cancels[j](errNoQuorumLeft)
+				}
+			}
+		}
+		if left == 1 && !graced {
+			grace, graced = time.After(lastNodeGrace), true
+		}
+	}
+	for i, n := range c.nodes {
+		if errs[i] != nil && context.Cause(ctxs[i]) == errNoQuorumLeft && !n.alive() {
+			c.own.log.Warn("killed the last node of a cluster stop", "node", n.Name(), "why", errNoQuorumLeft)
+			errs[i] = nil
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -518,6 +560,12 @@ func (n *KafkaNode) Stop(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", n.name, err)
 	}
 	return nil
+}
+
+// alive reports whether the node's server runs.
+func (n *KafkaNode) alive() bool {
+	_, err := n.running()
+	return err == nil
 }
 
 // Restart implements cluster.Restarter: a controlled shutdown, then a
