@@ -7,7 +7,7 @@ NPM     ?= npm
 BIN     := bin/deliverycheck
 # Server-backed packages share one machine's two cores: never run them in
 # parallel (each starts its own PostgreSQL, Kafka and RabbitMQ).
-TESTFLAGS ?= -p 1 -timeout 25m
+TESTFLAGS ?= -p 1 -timeout 45m
 
 # The images `make containers` builds from Debian packages (images/): the
 # tests run the containers runtime on these, not on pulled official ones.

@@ -30,7 +30,9 @@ function configFromEnv(env = process.env) {
     brokers: env.DELIVERYCHECK_KAFKA_BROKERS,
     topic: env.DELIVERYCHECK_KAFKA_TOPIC,
     group: env.DELIVERYCHECK_KAFKA_GROUP,
-    amqpURL: env.DELIVERYCHECK_AMQP_URL,
+    // Every node's URL when the broker is a cluster (comma-separated),
+    // the single URL of an older harness otherwise.
+    amqpURLs: (env.DELIVERYCHECK_AMQP_URLS || env.DELIVERYCHECK_AMQP_URL || '').split(',').filter(Boolean),
     queue: env.DELIVERYCHECK_AMQP_QUEUE,
   };
   if (!cfg.dsn || !cfg.subscription) throw new Error('set DELIVERYCHECK_POSTGRES_DSN and DELIVERYCHECK_SUBSCRIPTION');
@@ -39,7 +41,7 @@ function configFromEnv(env = process.env) {
       throw new Error('kafka: set DELIVERYCHECK_KAFKA_BROKERS, _KAFKA_TOPIC and _KAFKA_GROUP');
     }
   } else if (cfg.broker === 'rabbitmq') {
-    if (!cfg.amqpURL || !cfg.queue) throw new Error('rabbitmq: set DELIVERYCHECK_AMQP_URL and DELIVERYCHECK_AMQP_QUEUE');
+    if (cfg.amqpURLs.length === 0 || !cfg.queue) throw new Error('rabbitmq: set DELIVERYCHECK_AMQP_URLS (or _AMQP_URL) and DELIVERYCHECK_AMQP_QUEUE');
   } else {
     throw new Error(`DELIVERYCHECK_BROKER=${JSON.stringify(cfg.broker)}: want kafka or rabbitmq`);
   }

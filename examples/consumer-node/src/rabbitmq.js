@@ -1,6 +1,21 @@
 'use strict';
 const amqp = require('amqplib');
 
+// connectFirst connects to the first of a cluster's node URLs that
+// answers, so a consumer restarted after its node died reaches another.
+async function connectFirst(urls, log) {
+  let last;
+  for (const url of urls) {
+    try {
+      return await amqp.connect(url, { timeout: 5000 });
+    } catch (err) {
+      last = err;
+      log.error(`rabbitmq ${new URL(url).host}: ${err.message}`);
+    }
+  }
+  throw last;
+}
+
 // consumeRabbitMQ handles the queue's deliveries one at a time, with
 // manual acks (noAck: false). Anything unacked when the process dies (or
 // its connection drops) goes back to the queue, so on any broker error it
@@ -8,7 +23,7 @@ const amqp = require('amqplib');
 // its channel, and acking an old tag on a new channel could ack another
 // message.
 async function consumeRabbitMQ({ cfg, log, pool, dc, settle, applyEvent, parseEvent, onStop }) {
-  const conn = await amqp.connect(cfg.amqpURL, { timeout: 5000 });
+  const conn = await connectFirst(cfg.amqpURLs, log);
   const fail = (what) => (err) => {
     log.error(`rabbitmq ${what}${err ? `: ${err.message}` : ''}`);
     process.exit(1);
