@@ -55,9 +55,10 @@ type Env struct {
 	// declare on connecting, would. It returns what it did, for the
 	// evidence ("" for nothing). Nil: nothing is declared again.
 	Rejoined func(ctx context.Context, node string) (string, error)
-	// HealTimeout bounds the final heal of a schedule (which runs on a
-	// fresh context, because the schedule's own may be cancelled),
-	// overriding the default 2m: starting a killed Kafka takes a while.
+	// HealTimeout bounds each heal, and the final heal of a schedule
+	// (which runs on a fresh context, because the schedule's own may be
+	// cancelled), overriding the default 2m: starting a killed Kafka
+	// takes a while.
 	HealTimeout time.Duration
 
 	mu     sync.Mutex
@@ -265,7 +266,13 @@ func (e *Env) heal(ctx context.Context, a *activeFault) error {
 		}
 		defer unlock()
 	}
-	if err := a.undo(ctx); err != nil {
+	// One heal may not hold the run for longer than the final heal may
+	// take (a base backup that hangs on a connection the fault's window
+	// left half-open blocked a run for 20 minutes): cut short, the heal
+	// fails, and the final heal tries again on a fresh context.
+	uctx, cancel := context.WithTimeout(ctx, e.healTimeout())
+	defer cancel()
+	if err := a.undo(uctx); err != nil {
 		// A heal cut short by its context is not news: the schedule's
 		// final heal, on a fresh context, tries again and records that.
 		if ctx.Err() == nil {
