@@ -118,6 +118,33 @@ var servedDuring = map[string]string{
 	"rabbitmq-rolling-restart": "rabbitmq",
 }
 
+// measured names the scenarios whose first fault waits for a lead-in:
+// their first fault window must have a normal commit and apply rate to
+// be measured against (checker.Availability), not "no-baseline".
+var measured = map[string]bool{
+	"bad-leader-ack": true, "kafka-replicated-kill-leader": true,
+	"bad-min-isr-unclean": true, "kafka-replicated-cut-replication": true,
+	"bad-rf1-empty-disk": true, "kafka-replicated-empty-disk": true,
+	"bad-async-standby": true, "postgres-sync-failover": true,
+}
+
+// checkBaseline fails t unless r's first fault window has a normal
+// rate of commits and of applies.
+func checkBaseline(t *testing.T, r *checker.Result) {
+	t.Helper()
+	if len(r.Availability.Windows) == 0 {
+		t.Fatal("no fault window in the availability figures")
+	}
+	w := r.Availability.Windows[0]
+	for name, rc := range map[string]checker.RateChange{"commits": w.Commits, "applies": w.Applies} {
+		if rc.NormalPerS == nil {
+			t.Errorf("%s around %s: %s, want a normal rate from the lead-in", name, r.Faults[w.Fault].Target, rc.Recovery)
+		} else {
+			t.Logf("%s around %s: normal %.1f/s, %s", name, r.Faults[w.Fault].Target, *rc.NormalPerS, rc.Recovery)
+		}
+	}
+}
+
 // checkServedDuring fails t unless r's throughput shows publishes and
 // applies in the seconds wholly inside the window of the fault on target.
 func checkServedDuring(t *testing.T, r *checker.Result, target string) {
@@ -226,6 +253,9 @@ func TestDetectionMatrix(t *testing.T) {
 			}
 			if target, ok := servedDuring[s.Name]; ok {
 				checkServedDuring(t, r, target)
+			}
+			if measured[s.Name] {
+				checkBaseline(t, r)
 			}
 			if n := len(s.Nemesis.Timeline); n > 0 && r.Counts.Faults == 0 {
 				t.Errorf("%d timeline faults, none in the history", n)
