@@ -198,14 +198,6 @@ func testRabbitMQCluster(t *testing.T, rt string) {
 	})
 
 	t.Run("pause-resume", func(t *testing.T) {
-		if rt == cluster.Containers {
-			// Left for the next session: after a node frozen past the
-			// net tick, 4.0.5's autoheal ran into a partial partition and
-			// left the cluster split for more than 150 s in 1 of 3 runs
-			// (3.10.8 on the local runtime has the same weakness, rarer).
-			// Kill, partition and stop-start run here.
-			t.Skip("RabbitMQ 4.0.5's autoheal after a freeze does not always converge (see the comment)")
-		}
 		q := "dc.pause"
 		declareQuorum(t, dialT(t, ctx, urls[0]), q)
 		leader, _ := waitLeader(t, ctx, rc, q, "")
@@ -240,7 +232,7 @@ func testRabbitMQCluster(t *testing.T, rt string) {
 		}
 		resumed = true
 		t.Logf("leader %s paused, new leader %s", leader, newLeader)
-		waitWhole(t, ctx, rc)
+		waitWholeMending(t, ctx, c, rc, leader)
 		// On a new connection: autoheal may have restarted the rabbit
 		// application of the publisher's node, closing its clients
 		// (4.0.5 picked the majority's side as the loser once).
@@ -251,17 +243,6 @@ func testRabbitMQCluster(t *testing.T, rt string) {
 	})
 
 	t.Run("partition-leader", func(t *testing.T) {
-		if rt == cluster.Local {
-			// RabbitMQ 3.10.8's autoheal after the leader's partition
-			// left the cluster split (the cut-off node not answering
-			// erl_call) past 150 s in 1 of about 4 full runs, and the
-			// subtests after it then failed on the broken cluster (CI of
-			// b5048de). Until the heal is made to converge (or the node
-			// restarted as an operator would), the partition of a
-			// RabbitMQ leader runs on the containers runtime (4.0.5) and
-			// in the runner's replicated scenarios.
-			t.Skip("RabbitMQ 3.10.8's autoheal after a leader's partition does not always converge (see the comment)")
-		}
 		q := "dc.partition"
 		declareQuorum(t, dialT(t, ctx, urls[0]), q)
 		leader, _ := waitLeader(t, ctx, rc, q, "")
@@ -299,7 +280,7 @@ func testRabbitMQCluster(t *testing.T, rt string) {
 			t.Errorf("partition dropped nothing: %s", ev)
 		}
 		t.Logf("leader %s cut off (%s), new leader %s", leader, ev, newLeader)
-		waitWhole(t, ctx, rc)
+		waitWholeMending(t, ctx, c, rc, leader)
 		// The node that was cut off serves again, and loses nothing.
 		p2 := newPublisher(t, dialT(t, ctx, urls[l]), q)
 		p2.publish(t, ctx, "healed", 5)
@@ -444,6 +425,58 @@ func waitWhole(t *testing.T, ctx context.Context, rc rabbitCluster) {
 		t.Fatal(err)
 	}
 	t.Logf("cluster whole after %v", time.Since(start).Round(time.Millisecond))
+}
+
+// autohealGrace is how long the cluster is given to mend itself after a
+// node that was frozen or cut off is back, before the test restarts that
+// node as an operator would. Autoheal usually needs under 20 s; RabbitMQ
+// 3.10.8 (local) and 4.0.5 (containers) sometimes never finish it (about
+// 1 run in 4: the cut-off node no longer answers erl_call and the
+// others keep it out), which is RabbitMQ's weakness, not the fault's,
+// and would otherwise fail every subtest after this one.
+const autohealGrace = 60 * time.Second
+
+// waitWholeMending waits for the cluster to be whole again after the
+// fault on node ended: first on its own, for autohealGrace, then after
+// restarting node (a clean stop, or kill -9 when that hangs). What a
+// quorum queue confirmed must survive either way, which the callers
+// check after.
+func waitWholeMending(t *testing.T, ctx context.Context, c *cluster.Cluster, rc rabbitCluster, node string) {
+	t.Helper()
+	start := time.Now()
+	gctx, cancel := context.WithTimeout(ctx, autohealGrace)
+	err := rc.WaitWhole(gctx)
+	cancel()
+	if err == nil {
+		t.Logf("cluster whole after %v", time.Since(start).Round(time.Millisecond))
+		return
+	}
+	t.Logf("cluster not whole %v after the fault on %s ended (%v): restarting %s, as an operator would", autohealGrace, node, err, node)
+	var svc cluster.Service
+	for _, n := range c.Nodes(cluster.RabbitMQ) {
+		if n.Name() == node {
+			svc = n
+		}
+	}
+	if svc == nil {
+		t.Fatalf("no RabbitMQ node %s", node)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	serr := svc.Stop(sctx)
+	scancel()
+	if serr != nil {
+		k, err := c.Killer(node)
+		if err != nil {
+			t.Fatal(errors.Join(serr, err))
+		}
+		if err := k.Kill(ctx); err != nil {
+			t.Fatalf("kill %s after its stop failed (%v): %v", node, serr, err)
+		}
+	}
+	if err := svc.Start(ctx); err != nil {
+		t.Fatalf("restart %s: %v", node, err)
+	}
+	waitWhole(t, ctx, rc)
 }
 
 // publisher publishes persistent messages to a queue on a confirm-mode
