@@ -398,25 +398,17 @@ func (c *PostgresCluster) baseBackup(ctx context.Context, i int) error {
 	if err := pg.removeStaleSegment(); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(pg.data); err != nil {
-		return fmt.Errorf("base backup: %w", err)
-	}
-	slot := slotName(pg.name)
-	if err := exec1(ctx, from, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", slot); err != nil {
-		return fmt.Errorf("base backup: drop old slot %s on %s: %w", slot, from.name, err)
-	}
-	argv, err := pg.node.command([]string{filepath.Join(pg.bin, "pg_basebackup"),
-		"-h", from.name, "-p", strconv.Itoa(PostgresPort), "-U", "postgres",
-		"-D", pg.data, "-X", "stream", "--checkpoint=fast", "--no-sync",
-		"--create-slot", "--slot=" + slot}, pg.cred)
-	if err != nil {
-		return fmt.Errorf("base backup: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C", "LC_ALL=C"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("base backup of %s: %w\n%s", from.name, err, out)
+	var errs []error
+	for attempt := 1; ; attempt++ {
+		err := c.baseBackupOnce(ctx, pg, from)
+		if err == nil {
+			break
+		}
+		errs = append(errs, fmt.Errorf("attempt %d: %w", attempt, err))
+		if attempt == baseBackupAttempts || ctx.Err() != nil {
+			return errors.Join(errs...)
+		}
+		c.log.Warn("base backup failed, trying again", "node", pg.name, "from", from.name, "attempt", attempt, "err", err)
 	}
 	// The primary's synchronous_standby_names stays the primary's: a
 	// promoted standby must accept writes with no standby of its own.
@@ -439,6 +431,51 @@ func (c *PostgresCluster) baseBackup(ctx context.Context, i int) error {
 		}
 	}
 	c.log.Debug("base backup made", "node", pg.name, "from", from.name, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// A base backup of a test database takes well under a second, but one
+// was seen to hang for over 20 minutes (a failover's heal, the new
+// primary just promoted while its standby link was cut): each attempt
+// gets baseBackupAttemptTimeout, and a hung or failed one is tried again
+// from scratch, baseBackupAttempts times in all.
+const (
+	baseBackupAttempts       = 3
+	baseBackupAttemptTimeout = 30 * time.Second
+)
+
+// baseBackupOnce is one attempt of [PostgresCluster.baseBackup]: pg's
+// data dir emptied, its slot on from made afresh, pg_basebackup run.
+func (c *PostgresCluster) baseBackupOnce(ctx context.Context, pg, from *Postgres) error {
+	ctx, cancel := context.WithTimeout(ctx, baseBackupAttemptTimeout)
+	defer cancel()
+	if err := os.RemoveAll(pg.data); err != nil {
+		return fmt.Errorf("base backup: %w", err)
+	}
+	slot := slotName(pg.name)
+	if err := exec1(ctx, from, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", slot); err != nil {
+		return fmt.Errorf("base backup: drop old slot %s on %s: %w", slot, from.name, err)
+	}
+	argv, err := pg.node.command([]string{filepath.Join(pg.bin, "pg_basebackup"),
+		"-h", from.name, "-p", strconv.Itoa(PostgresPort), "-U", "postgres",
+		"-D", pg.data, "-X", "stream", "--checkpoint=fast", "--no-sync", "--verbose",
+		"--create-slot", "--slot=" + slot}, pg.cred)
+	if err != nil {
+		return fmt.Errorf("base backup: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C", "LC_ALL=C"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// On a hang, the whole group goes (pg_basebackup forks its WAL
+	// streamer), and what it had said so far is in the error.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	if out, err := cmd.CombinedOutput(); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (no end after %v)", err, baseBackupAttemptTimeout)
+		}
+		return fmt.Errorf("base backup of %s: %w\n%s", from.name, err, out)
+	}
 	return nil
 }
 
