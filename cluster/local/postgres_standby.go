@@ -434,11 +434,10 @@ func (c *PostgresCluster) baseBackup(ctx context.Context, i int) error {
 	return nil
 }
 
-// A base backup of a test database takes well under a second, but one
-// was seen to hang for over 20 minutes (a failover's heal, the new
-// primary just promoted while its standby link was cut): each attempt
-// gets baseBackupAttemptTimeout, and a hung or failed one is tried again
-// from scratch, baseBackupAttempts times in all.
+// A base backup of a test database takes well under a second. Each
+// attempt still gets baseBackupAttemptTimeout, and a hung or failed one
+// is tried again from scratch, baseBackupAttempts times in all: a heal
+// must end (nemesis.HealTimeout), and a stuck one should not fail it.
 const (
 	baseBackupAttempts       = 3
 	baseBackupAttemptTimeout = 30 * time.Second
@@ -466,8 +465,13 @@ func (c *PostgresCluster) baseBackupOnce(ctx context.Context, pg, from *Postgres
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C", "LC_ALL=C"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// On a hang, the whole group goes (pg_basebackup forks its WAL
-	// streamer), and what it had said so far is in the error.
+	// When ctx ends, the whole group goes. pg_basebackup forks a child
+	// that streams the WAL, which shares its output pipe and only stops
+	// when its parent tells it to: killing the parent alone (os/exec's
+	// default) left the child streaming for ever and holding the pipe,
+	// so CombinedOutput never returned. That hung a failover's heal for
+	// 12 and 22 minutes when a run's end cut the heal short mid-backup
+	// (bad-async-standby). WaitDelay bounds the wait for the pipe anyway.
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	if out, err := cmd.CombinedOutput(); err != nil {
