@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"sort"
@@ -169,10 +168,11 @@ func (p *Postgres) initdb(ctx context.Context) error {
 	if p.inited {
 		return nil
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(p.bin, "initdb"),
+	// initdb runs postgres in bootstrap mode as its child.
+	cmd := process.Command(ctx, filepath.Join(p.bin, "initdb"),
 		"-D", p.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C", "LC_ALL=C"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: p.cred}
+	cmd.SysProcAttr.Credential = p.cred
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("initdb: %w\n%s", err, out)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/cluster/netns"
 	"github.com/deliverycheck/deliverycheck/internal/logtail"
+	"github.com/deliverycheck/deliverycheck/process"
 )
 
 // PostgresPort is the port every node of a [PostgresCluster] listens on,
@@ -462,18 +462,14 @@ func (c *PostgresCluster) baseBackupOnce(ctx context.Context, pg, from *Postgres
 	if err != nil {
 		return fmt.Errorf("base backup: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	// When ctx ends, the whole group goes (process.Command): pg_basebackup
+	// forks a child that streams the WAL, shares its output pipe and
+	// stops only when its parent tells it to. Killing the parent alone
+	// left the child streaming for ever and holding the pipe, which hung
+	// a failover's heal for 12 and 22 minutes when a run's end cut the
+	// heal short mid-backup (bad-async-standby).
+	cmd := process.Command(ctx, argv[0], argv[1:]...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C", "LC_ALL=C"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// When ctx ends, the whole group goes. pg_basebackup forks a child
-	// that streams the WAL, which shares its output pipe and only stops
-	// when its parent tells it to: killing the parent alone (os/exec's
-	// default) left the child streaming for ever and holding the pipe,
-	// so CombinedOutput never returned. That hung a failover's heal for
-	// 12 and 22 minutes when a run's end cut the heal short mid-backup
-	// (bad-async-standby). WaitDelay bounds the wait for the pipe anyway.
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
 	if out, err := cmd.CombinedOutput(); err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (no end after %v)", err, baseBackupAttemptTimeout)

@@ -15,12 +15,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
+	"github.com/deliverycheck/deliverycheck/process"
 )
 
 // The ports every node of a cluster uses. Each node has a network
@@ -663,9 +663,8 @@ func (n *RabbitMQNode) eval(ctx context.Context, expr string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd := process.Command(ctx, argv[0], argv[1:]...)
 	cmd.Stdin = strings.NewReader(expr + "\n") // erl_call reads forms ending in ".\n"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	b, err := cmd.Output()
