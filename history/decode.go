@@ -107,7 +107,7 @@ func (e *InvalidOpError) Error() string { return "history: invalid op: " + e.Pro
 // CheckOp refuses what json.Unmarshal accepts but the checker would
 // misjudge: an op without a type (its zero Type would otherwise be read
 // as some outcome), and an identity field (event, source, key, consumer,
-// process) holding U+FFFD, which is what invalid UTF-8 bytes and lone
+// process, topic, txn) holding U+FFFD, which is what invalid UTF-8 bytes and lone
 // surrogate escapes such as "\ud800" decode to: two different ids would
 // become one event and a false duplicate. Refusing them as bad input is
 // sound; comparing them as decoded is not.
@@ -125,6 +125,7 @@ func checkOp(op *Op, mayHaveFFFD bool) error {
 	for _, f := range [...]struct{ name, s string }{
 		{"event", op.Value.Event}, {"source", op.Value.Source}, {"key", op.Value.Key},
 		{"consumer", op.Value.Consumer}, {"process", op.Process},
+		{"topic", op.Value.Topic}, {"txn", op.Value.Txn},
 	} {
 		if strings.ContainsRune(f.s, utf8.RuneError) {
 			return &InvalidOpError{Problem: fmt.Sprintf("its %s %q is not valid UTF-8 text: invalid bytes, or a lone surrogate escape such as \\ud800, read as U+FFFD, so two different ids could read as one; write identities as valid UTF-8", f.name, f.s)}
@@ -421,6 +422,22 @@ func (d *decoder) value(v *Value) error {
 			v.CommitTime, err = d.int()
 		case "subscriptions":
 			v.Subscriptions, err = d.strings()
+		case "topic":
+			v.Topic, err = d.str(true)
+		case "txn":
+			v.Txn, err = d.str(false)
+		case "transactional_id":
+			v.TransactionalID, err = d.str(true)
+		case "input_partition":
+			v.InputPartition, err = d.int()
+		case "input_offset":
+			v.InputOffset, err = d.int()
+		case "last_stable_offset":
+			v.LastStableOffset, err = d.int()
+		case "high_watermark":
+			v.HighWatermark, err = d.int()
+		case "topics":
+			v.Topics, err = d.strings()
 		default:
 			err = errSlow
 		}

@@ -60,6 +60,24 @@ func (op Op) AppendJSON(dst []byte) []byte {
 		}
 		dst = append(dst, ']')
 	}
+	dst = appendStrField(dst, n, "topic", v.Topic)
+	dst = appendStrField(dst, n, "txn", v.Txn)
+	dst = appendStrField(dst, n, "transactional_id", v.TransactionalID)
+	dst = appendIntField(dst, n, "input_partition", v.InputPartition)
+	dst = appendIntField(dst, n, "input_offset", v.InputOffset)
+	dst = appendIntField(dst, n, "last_stable_offset", v.LastStableOffset)
+	dst = appendIntField(dst, n, "high_watermark", v.HighWatermark)
+	if len(v.Topics) > 0 {
+		dst = appendKey(dst, n, "topics")
+		dst = append(dst, '[')
+		for i, s := range v.Topics {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendString(dst, s)
+		}
+		dst = append(dst, ']')
+	}
 	return append(dst, "}}"...)
 }
 

@@ -98,6 +98,34 @@ const (
 	// answer changes; a fail (value.target the service, value.error
 	// why) says no leader could be named.
 	Leader F = "leader"
+
+	// The transactional stage (docs/history.md, "Transactional stage"): a
+	// consume-transform-produce processor between the events topic and
+	// its output topics, and the read_committed readers downstream.
+
+	// Stage is the harness's lone ok, at setup, declaring a transactional
+	// stage: value.consumer its consumer group (also the subscription of
+	// a database effect it writes, if any), value.target its input topic,
+	// value.topics its output topics.
+	Stage F = "stage"
+	// Txn is one Kafka transaction of the processor, value.txn naming it:
+	// invoke when it begins, ok once it committed, fail once it aborted
+	// (value.reason [ReasonAbort] when aborted on purpose), info when the
+	// commit's outcome is not known.
+	Txn F = "txn"
+	// TxnInput is the processor's ok for one input record read into
+	// transaction value.txn: value.topic, partition and offset its
+	// position in the input topic, value.event (and source) its event.
+	TxnInput F = "txn-input"
+	// TxnOutput is the processor's ok for one output record transaction
+	// value.txn produced (the broker acknowledged it; it becomes visible
+	// only if the transaction commits): value.topic, partition and offset
+	// its position, value.event, input_partition and input_offset its input.
+	TxnOutput F = "txn-output"
+	// OutputRead is a read_committed reader's ok for one record of an
+	// output topic it read during the run (the process names the reader),
+	// with the fields of a [TxnOutput].
+	OutputRead F = "output-read"
 )
 
 // Reasons with a meaning of their own, in value.reason.
@@ -110,6 +138,9 @@ const (
 	// nothing to show that nothing was pending (a relay the harness
 	// cannot see into): what is not applied then is unseen, not lost.
 	ReasonQuiet = "quiet"
+	// ReasonAbort marks a txn fail the processor aborted on purpose, as
+	// opposed to one the broker aborted (fenced, timed out).
+	ReasonAbort = "abort"
 )
 
 // Final-read tables, the value.table of a [FinalRead] row.
@@ -135,6 +166,18 @@ const (
 	// a lost event: confirmed but absent from the broker's log, or in the
 	// broker but never delivered.
 	TableBroker = "broker"
+	// TableOutput is a record of an output topic of the transactional
+	// stage, read after the drain with read_committed from offset 0 to
+	// each partition's last stable offset: topic, partition, offset,
+	// event, source, input_partition, input_offset. A row without an
+	// event closes the read of one topic (topic named): ok when all of it
+	// was read, fail or info when it could not be (error says why).
+	TableOutput = "output"
+	// TablePartition is one partition's offsets after the drain, for
+	// each partition of the stage's output topics: topic, partition,
+	// last_stable_offset, high_watermark. A last stable offset below the
+	// high watermark means a transaction is still open there.
+	TablePartition = "partition"
 )
 
 // Op is one line of a history.
@@ -182,6 +225,27 @@ type Value struct {
 	CommitTime int64 `json:"commit_time,omitempty"`
 	// Subscriptions lists the subscriptions of the run, on a Setup op.
 	Subscriptions []string `json:"subscriptions,omitempty"`
+
+	// Topic is the Kafka topic of the record an op is about (a
+	// transactional stage's input or output record, a delivery from an
+	// output topic, a final-read output or partition row).
+	Topic string `json:"topic,omitempty"`
+	// Txn names one transaction of a transactional stage, unique in the
+	// run (e.g. the transactional id, the producer epoch and a sequence
+	// number: "processor-0:3:17").
+	Txn string `json:"txn,omitempty"`
+	// TransactionalID is the producer's transactional.id, on a txn op.
+	TransactionalID string `json:"transactional_id,omitempty"`
+	// InputPartition and InputOffset are the position, in the stage's
+	// input topic, of the input an output record was made from.
+	InputPartition int64 `json:"input_partition,omitempty"`
+	InputOffset    int64 `json:"input_offset,omitempty"`
+	// LastStableOffset and HighWatermark are a partition's offsets, on a
+	// final-read partition row.
+	LastStableOffset int64 `json:"last_stable_offset,omitempty"`
+	HighWatermark    int64 `json:"high_watermark,omitempty"`
+	// Topics lists a transactional stage's output topics, on a Stage op.
+	Topics []string `json:"topics,omitempty"`
 }
 
 // History is a sequence of ops ordered by Time, Index numbering them from 0.
