@@ -148,6 +148,7 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 	}
 	v.group(r, a.opts)
 	v.examples(r, a.opts, replay)
+	a.judgeStage(v, r, replay)
 	r.Series = buildSeries(a.shards, v)
 	r.Availability = availability(a.shards, faults)
 	r.Nodes = nodes(s0.nodeOps, faults, end)
@@ -183,7 +184,7 @@ func (v *view) verdict(r *Result, unseen int64) Validity {
 	established := final == "complete" && (drain == "complete" || drain == DrainQuiet)
 	for _, an := range r.Anomalies {
 		if an.Fatal {
-			r.Reasons = append(r.Reasons, fmt.Sprintf("%d %s in %s", an.Count, an.Kind, an.Subscription))
+			r.Reasons = append(r.Reasons, fmt.Sprintf("%d %s in %s", an.Count, an.Kind, an.Where()))
 		}
 	}
 	unknown := func(reason string) {
@@ -204,6 +205,9 @@ func (v *view) verdict(r *Result, unseen int64) Validity {
 	}
 	if c.Committed == 0 {
 		unknown("nothing was exercised: no commit took effect")
+	}
+	for _, why := range v.stageReasons {
+		unknown(why)
 	}
 	var randomDone, randomTook int
 	for _, f := range r.Faults {

@@ -30,7 +30,8 @@ const (
 // kinds (Jepsen's allowed error types). The zero value promises the most:
 // no loss, no duplicate effects; order and gaps are not promised unless
 // set. unexpected, dlq-unaccounted, wrongly-dead-lettered,
-// poison-applied and inbox-mismatch are always fatal.
+// poison-applied, inbox-mismatch and the transactional stage's kinds but
+// output-order are always fatal; output-order is fatal where order is.
 type Guarantees struct {
 	Loss             Allowance `json:"loss" yaml:"loss"`                           // lost: default none
 	DuplicateEffects Allowance `json:"duplicate-effects" yaml:"duplicate-effects"` // duplicate-effect: default none
@@ -111,8 +112,13 @@ func (g Guarantees) Fatal(k Kind) bool {
 		return g.Order != Unordered
 	case Gap:
 		return g.Gaps != Allowed
-	case Unexpected, DLQUnaccounted, WronglyDeadLettered, PoisonApplied, InboxMismatch:
+	case Unexpected, DLQUnaccounted, WronglyDeadLettered, PoisonApplied, InboxMismatch,
+		OutputDuplicate, OutputLost, AbortedVisible, TornTransaction, TransactionLeftOpen:
 		return true
+	case OutputOrder:
+		// Per-key order downstream rests on the stage keeping the
+		// order of each input partition.
+		return g.Order != Unordered
 	}
 	return false
 }

@@ -56,6 +56,34 @@ const (
 	// written in one transaction, so either breaks its atomicity. Always
 	// fatal.
 	InboxMismatch Kind = "inbox-mismatch"
+
+	// The kinds of a transactional stage (transactions.go), each judged
+	// per input record of the stage's input topic from what
+	// read_committed readers saw, and shown per output topic.
+
+	// OutputDuplicate: an input has more than one record in an output
+	// topic, as the final read_committed read of the topic found it.
+	OutputDuplicate Kind = "output-duplicate"
+	// OutputLost: an input of the input topic has a record in none of
+	// the output topics (one that has a record in some but not all is a
+	// TornTransaction).
+	OutputLost Kind = "output-lost"
+	// AbortedVisible: a record that an aborted transaction wrote was read
+	// by a reader that should read committed records only (a reader
+	// during the run, a subscription's delivery, the final read).
+	AbortedVisible Kind = "aborted-visible"
+	// TornTransaction: an input has a record in one output topic and
+	// none in another: its transaction was not atomic.
+	TornTransaction Kind = "torn-transaction"
+	// OutputOrder: in one partition of an output topic, the records of
+	// one input partition are not in their inputs' order (judged on each
+	// input's first record). Fatal where order is promised.
+	OutputOrder Kind = "output-order"
+	// TransactionLeftOpen: after the drain, a partition of an output
+	// topic has its last stable offset below its high watermark: a
+	// transaction is still open there, and read_committed readers are
+	// stuck behind it.
+	TransactionLeftOpen Kind = "transaction-left-open"
 )
 
 // Kinds shown in results that are not anomalies.
@@ -79,7 +107,8 @@ const (
 // AnomalyKinds lists the anomaly kinds in the order results show them.
 // Each call returns a new slice, so no caller can reorder another's.
 func AnomalyKinds() []Kind {
-	return []Kind{Lost, DuplicateEffect, Unexpected, OrderRegression, Gap, DLQUnaccounted, WronglyDeadLettered, PoisonApplied, InboxMismatch}
+	return []Kind{Lost, DuplicateEffect, Unexpected, OrderRegression, Gap, DLQUnaccounted, WronglyDeadLettered, PoisonApplied, InboxMismatch,
+		OutputDuplicate, OutputLost, AbortedVisible, TornTransaction, OutputOrder, TransactionLeftOpen}
 }
 
 // ShownKinds lists the non-anomaly kinds in the order results show them.
@@ -280,6 +309,10 @@ type Result struct {
 	// (and of each server as a whole): down, faults aimed at it, leader.
 	Nodes  []Node `json:"nodes"`
 	Series Series `json:"series"`
+	// Stage is the transactional stage, when the history has one
+	// (transactions.go): what its transactions did, what each output
+	// topic held, and the database boundary.
+	Stage *StageResult `json:"stage,omitempty"`
 }
 
 // Fault is one fault window of the history: a fault invoke and the op that
@@ -374,10 +407,14 @@ type SubscriptionStats struct {
 	InboxMismatch   int64  `json:"inbox_mismatch"`
 }
 
-// Anomaly is every finding of one kind in one subscription.
+// Anomaly is every finding of one kind in one subscription (or, for a
+// transactional stage, in one output topic).
 type Anomaly struct {
 	Kind         Kind   `json:"kind"`
 	Subscription string `json:"subscription,omitempty"`
+	// Topic is the output topic of a transactional stage's finding
+	// (torn-transaction has none: it is between topics).
+	Topic string `json:"topic,omitempty"`
 	Fatal        bool   `json:"fatal"`
 	Count        int    `json:"count"`
 	// Events lists up to Options.MaxEvents event ids, in order of first
@@ -392,6 +429,18 @@ type Anomaly struct {
 	Stages []StageCount `json:"stages,omitempty"`
 	// Examples details the first Options.MaxExamples findings.
 	Examples []Example `json:"examples,omitempty"`
+}
+
+// Where names where a's findings are: its subscription, its output
+// topic, or "the transactional stage".
+func (a *Anomaly) Where() string {
+	switch {
+	case a.Subscription != "":
+		return a.Subscription
+	case a.Topic != "":
+		return a.Topic
+	}
+	return "the transactional stage"
 }
 
 // BoundaryCount is how many findings stopped at one boundary.

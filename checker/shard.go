@@ -62,6 +62,7 @@ type shard struct {
 	faults            []Fault
 	openFaults        map[faultKey]int // invoked, not yet completed: index in faults
 	nodeOps           []nodeOp         // crash, restart and leader ops of servers (nodes.go)
+	stage             *stageState      // the transactional stage, nil if none (transactions.go)
 }
 
 // subscription is what one subscription did with the events of a shard.
@@ -162,7 +163,7 @@ func bracket(op *history.Op) bool {
 // runLevel reports whether ops of f describe the run, not one event.
 func runLevel(f history.F) bool {
 	switch f {
-	case history.Setup, history.Lineage, history.Drain, history.Fault, history.Crash, history.Restart, history.Leader:
+	case history.Setup, history.Lineage, history.Drain, history.Fault, history.Crash, history.Restart, history.Leader, history.Stage:
 		return true
 	}
 	return false
@@ -192,7 +193,7 @@ func (s *shard) observe(ops []history.Op, base int64) {
 		switch {
 		case bracket(op):
 			owner = s.id
-		case runLevel(op.F):
+		case runLevel(op.F), stageOwned(op):
 			// Counted once, by shard 0, even when they name the
 			// event in flight (a worker's crash at a failpoint does).
 			owner = 0
@@ -202,6 +203,9 @@ func (s *shard) observe(ops []history.Op, base int64) {
 		}
 		if owner == s.id {
 			s.op(op, base+int64(i))
+		}
+		if s.id == 0 && s.stage != nil && stageReads(op) {
+			s.stage.also(op)
 		}
 	}
 }
@@ -335,6 +339,13 @@ func (s *shard) op(op *history.Op, pos int64) {
 	case history.Leader:
 		s.nodeOp(op)
 		return
+	case history.Stage:
+		s.stageState().declare(v)
+		return
+	}
+	if stageOwned(op) {
+		s.stageState().op(op)
+		return
 	}
 	if v.Event == "" {
 		if op.F == history.FinalRead && v.Table == history.TableBroker {
@@ -376,6 +387,9 @@ func (s *shard) finalRead(op *history.Op) {
 	}
 	if s.fr.bracket(op.Type) {
 		s.ledger = s.ledger[:0]
+		if s.stage != nil {
+			s.stage.newAttempt()
+		}
 	}
 }
 
