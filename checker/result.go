@@ -415,8 +415,8 @@ type Anomaly struct {
 	// Topic is the output topic of a transactional stage's finding
 	// (torn-transaction has none: it is between topics).
 	Topic string `json:"topic,omitempty"`
-	Fatal        bool   `json:"fatal"`
-	Count        int    `json:"count"`
+	Fatal bool   `json:"fatal"`
+	Count int    `json:"count"`
 	// Events lists up to Options.MaxEvents event ids, in order of first
 	// appearance in the history.
 	Events []string `json:"events"`

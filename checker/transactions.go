@@ -538,7 +538,7 @@ func (a *analyzer) judgeStage(v *view, r *Result, replay func(restart func(), fn
 	type input struct {
 		in            inPos
 		event, source string
-		inTopic       bool // the input topic holds it
+		inTopic       bool    // the input topic holds it
 		first         []int32 // per output slot: its first row, -1 none
 		second        []int32 // per output slot: a second row at another position, -1 none
 		n             []int32 // per output slot: rows at distinct positions
