@@ -148,7 +148,7 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 	}
 	v.group(r, a.opts)
 	v.examples(r, a.opts, replay)
-	a.judgeStage(v, r, replay)
+	a.judgeTxnStage(v, r, replay)
 	r.Series = buildSeries(a.shards, v)
 	r.Availability = availability(a.shards, faults)
 	r.Nodes = nodes(s0.nodeOps, faults, end)
@@ -206,7 +206,7 @@ func (v *view) verdict(r *Result, unseen int64) Validity {
 	if c.Committed == 0 {
 		unknown("nothing was exercised: no commit took effect")
 	}
-	for _, why := range v.stageReasons {
+	for _, why := range v.txnReasons {
 		unknown(why)
 	}
 	var randomDone, randomTook int

@@ -34,9 +34,9 @@ type view struct {
 	// key: subscription*nk + key.
 	maxApplied []int64
 	nk         int
-	// stageReasons say why the transactional stage's facts are not
+	// txnReasons say why the transactional stage's facts are not
 	// established (transactions.go).
-	stageReasons []string
+	txnReasons []string
 }
 
 func (v *view) se(s *gsub, i int) subEvent {

@@ -309,10 +309,10 @@ type Result struct {
 	// (and of each server as a whole): down, faults aimed at it, leader.
 	Nodes  []Node `json:"nodes"`
 	Series Series `json:"series"`
-	// Stage is the transactional stage, when the history has one
+	// TxnStage is the transactional stage, when the history has one
 	// (transactions.go): what its transactions did, what each output
 	// topic held, and the database boundary.
-	Stage *StageResult `json:"stage,omitempty"`
+	TxnStage *TxnStage `json:"transactional_stage,omitempty"`
 }
 
 // Fault is one fault window of the history: a fault invoke and the op that

@@ -62,7 +62,7 @@ type shard struct {
 	faults            []Fault
 	openFaults        map[faultKey]int // invoked, not yet completed: index in faults
 	nodeOps           []nodeOp         // crash, restart and leader ops of servers (nodes.go)
-	stage             *stageState      // the transactional stage, nil if none (transactions.go)
+	txnStage          *txnState        // the transactional stage, nil if none (transactions.go)
 }
 
 // subscription is what one subscription did with the events of a shard.
@@ -163,7 +163,7 @@ func bracket(op *history.Op) bool {
 // runLevel reports whether ops of f describe the run, not one event.
 func runLevel(f history.F) bool {
 	switch f {
-	case history.Setup, history.Lineage, history.Drain, history.Fault, history.Crash, history.Restart, history.Leader, history.Stage:
+	case history.Setup, history.Lineage, history.Drain, history.Fault, history.Crash, history.Restart, history.Leader, history.TxnStage:
 		return true
 	}
 	return false
@@ -193,7 +193,7 @@ func (s *shard) observe(ops []history.Op, base int64) {
 		switch {
 		case bracket(op):
 			owner = s.id
-		case runLevel(op.F), stageOwned(op):
+		case runLevel(op.F), txnOwned(op):
 			// Counted once, by shard 0, even when they name the
 			// event in flight (a worker's crash at a failpoint does).
 			owner = 0
@@ -204,8 +204,8 @@ func (s *shard) observe(ops []history.Op, base int64) {
 		if owner == s.id {
 			s.op(op, base+int64(i))
 		}
-		if s.id == 0 && s.stage != nil && stageReads(op) {
-			s.stage.also(op)
+		if s.id == 0 && s.txnStage != nil && txnReads(op) {
+			s.txnStage.also(op)
 		}
 	}
 }
@@ -339,12 +339,12 @@ func (s *shard) op(op *history.Op, pos int64) {
 	case history.Leader:
 		s.nodeOp(op)
 		return
-	case history.Stage:
-		s.stageState().declare(v)
+	case history.TxnStage:
+		s.txnState().declare(v)
 		return
 	}
-	if stageOwned(op) {
-		s.stageState().op(op)
+	if txnOwned(op) {
+		s.txnState().op(op)
 		return
 	}
 	if v.Event == "" {
@@ -387,8 +387,8 @@ func (s *shard) finalRead(op *history.Op) {
 	}
 	if s.fr.bracket(op.Type) {
 		s.ledger = s.ledger[:0]
-		if s.stage != nil {
-			s.stage.newAttempt()
+		if s.txnStage != nil {
+			s.txnStage.newAttempt()
 		}
 	}
 }

@@ -5,9 +5,9 @@ package checker
 // output topics, writing one record per input to each output topic and
 // committing its input offsets in the same Kafka transaction, and the
 // read_committed readers downstream. Shard 0 keeps the stage's state
-// (stageState), fed by shard.op for the stage's own ops and by
+// (txnState), fed by shard.op for the stage's own ops and by
 // shard.observe for the ops that read its topics; finish judges it
-// (judgeStage) into Result.Stage, the stage's anomalies, and the reasons
+// (judgeTxnStage) into Result.Stage, the stage's anomalies, and the reasons
 // its facts are not established.
 //
 // Exactly-once is per input record: an input is a record of the input
@@ -29,8 +29,8 @@ import (
 	"github.com/deliverycheck/deliverycheck/history"
 )
 
-// StageResult is what a history says about its transactional stage.
-type StageResult struct {
+// TxnStage is what a history says about its transactional stage.
+type TxnStage struct {
 	// Consumer is the processor's consumer group; Input its input topic;
 	// Outputs its output topics, as the stage op declared them (and any
 	// other topic its transactions wrote to, after them).
@@ -227,8 +227,8 @@ type partRow struct {
 	lso, hwm  int64
 }
 
-// stageState is what shard 0 gathers about a transactional stage.
-type stageState struct {
+// txnState is what shard 0 gathers about a transactional stage.
+type txnState struct {
 	declared bool
 	consumer string
 	input    string
@@ -253,20 +253,20 @@ type stageState struct {
 	parts  []partRow
 }
 
-// stageState returns the shard's stage, starting one if it has none: an
+// txnState returns the shard's stage, starting one if it has none: an
 // op of the stage without a stage op still makes a stage, whose facts
 // are then not established.
-func (s *shard) stageState() *stageState {
-	if s.stage == nil {
-		s.stage = &stageState{topicIdx: map[string]int32{}, txnByKey: map[string]int32{}, perProc: map[string]int{},
+func (s *shard) txnState() *txnState {
+	if s.txnStage == nil {
+		s.txnStage = &txnState{topicIdx: map[string]int32{}, txnByKey: map[string]int32{}, perProc: map[string]int{},
 			written: map[recPos]written{}, seen: map[recPos]sighting{}, closed: map[int32]string{}}
 	}
-	return s.stage
+	return s.txnStage
 }
 
-// stageOwned reports whether op is the stage's alone: shard 0 keeps it,
+// txnOwned reports whether op is the stage's alone: shard 0 keeps it,
 // and no event's state sees it.
-func stageOwned(op *history.Op) bool {
+func txnOwned(op *history.Op) bool {
 	switch op.F {
 	case history.Txn, history.TxnInput, history.TxnOutput, history.OutputRead:
 		return true
@@ -276,10 +276,10 @@ func stageOwned(op *history.Op) bool {
 	return false
 }
 
-// stageReads reports whether op, which an event's shard also folds, tells
+// txnReads reports whether op, which an event's shard also folds, tells
 // the stage something: a delivery from a topic (a read of an output
 // topic), or a broker row (an input).
-func stageReads(op *history.Op) bool {
+func txnReads(op *history.Op) bool {
 	switch op.F {
 	case history.Deliver:
 		return op.Value.Topic != "" && op.Type == history.OK
@@ -289,7 +289,7 @@ func stageReads(op *history.Op) bool {
 	return false
 }
 
-func (st *stageState) topic(name string) int32 {
+func (st *txnState) topic(name string) int32 {
 	i, ok := st.topicIdx[name]
 	if !ok {
 		i = int32(len(st.topics))
@@ -301,7 +301,7 @@ func (st *stageState) topic(name string) int32 {
 }
 
 // declare folds a stage op.
-func (st *stageState) declare(v *history.Value) {
+func (st *txnState) declare(v *history.Value) {
 	st.declared = true
 	st.consumer, st.input = cmp.Or(v.Consumer, st.consumer), cmp.Or(v.Target, st.input)
 	for _, t := range v.Topics {
@@ -320,7 +320,7 @@ func (st *stageState) declare(v *history.Value) {
 
 // reorder moves topic i to index j (j < i), shifting the others: only
 // while no record names topics by index yet, at setup.
-func (st *stageState) reorder(i, j int32) {
+func (st *txnState) reorder(i, j int32) {
 	name := st.topics[i]
 	st.topics = slices.Insert(slices.Delete(st.topics, int(i), int(i)+1), int(j), name)
 	out := st.isOutput[i]
@@ -331,7 +331,7 @@ func (st *stageState) reorder(i, j int32) {
 }
 
 // txn returns the transaction op names, starting one if it has none.
-func (st *stageState) txn(op *history.Op, begin bool) int32 {
+func (st *txnState) txn(op *history.Op, begin bool) int32 {
 	key := op.Value.Txn
 	if key == "" {
 		key = "\x00" + op.Process
@@ -351,8 +351,8 @@ func (st *stageState) txn(op *history.Op, begin bool) int32 {
 	return i
 }
 
-// op folds an op of the stage (stageOwned).
-func (st *stageState) op(op *history.Op) {
+// op folds an op of the stage (txnOwned).
+func (st *txnState) op(op *history.Op) {
 	v := &op.Value
 	switch op.F {
 	case history.Txn:
@@ -399,8 +399,8 @@ func (st *stageState) op(op *history.Op) {
 	}
 }
 
-// also folds an op an event's shard folds too (stageReads).
-func (st *stageState) also(op *history.Op) {
+// also folds an op an event's shard folds too (txnReads).
+func (st *txnState) also(op *history.Op) {
 	v := &op.Value
 	if op.F == history.Deliver {
 		st.sight(v, "subscription "+cmp.Or(v.Consumer, defaultSubscription), false)
@@ -411,7 +411,7 @@ func (st *stageState) also(op *history.Op) {
 
 // sight keeps the first read of a record during the run. A delivery
 // names no input; an output-read does.
-func (st *stageState) sight(v *history.Value, reader string, hasIn bool) {
+func (st *txnState) sight(v *history.Value, reader string, hasIn bool) {
 	at := recPos{st.topic(v.Topic), v.Partition, v.Offset}
 	if _, ok := st.seen[at]; !ok {
 		st.seen[at] = sighting{in: inPos{v.InputPartition, v.InputOffset}, hasIn: hasIn, event: v.Event, reader: reader}
@@ -419,13 +419,13 @@ func (st *stageState) sight(v *history.Value, reader string, hasIn bool) {
 }
 
 // newAttempt forgets the final read's rows: a new attempt started.
-func (st *stageState) newAttempt() {
+func (st *txnState) newAttempt() {
 	st.inputs, st.rows, st.parts = st.inputs[:0], st.rows[:0], st.parts[:0]
 	clear(st.closed)
 }
 
-// stageFinding is one finding of the stage before grouping.
-type stageFinding struct {
+// txnFinding is one finding of the stage before grouping.
+type txnFinding struct {
 	kind   Kind
 	topic  string // "" for torn-transaction
 	order  recPos // sorts the findings of one anomaly
@@ -433,11 +433,11 @@ type stageFinding struct {
 	source string
 	detail string
 	label  string // what Anomaly.Events lists: the event, or the partition
-	match  stageMatch
+	match  txnMatch
 }
 
-// stageMatch says which ops show a finding, for its example.
-type stageMatch struct {
+// txnMatch says which ops show a finding, for its example.
+type txnMatch struct {
 	in      inPos
 	hasIn   bool
 	txns    []string // txn keys
@@ -445,13 +445,13 @@ type stageMatch struct {
 	hasPart bool
 }
 
-// judgeStage judges the transactional stage into r: its StageResult, its
+// judgeTxnStage judges the transactional stage into r: its TxnStage, its
 // anomalies (appended to r.Anomalies, after the subscriptions' in
-// AnomalyKinds order), and in v.stageReasons why its facts are not
+// AnomalyKinds order), and in v.txnReasons why its facts are not
 // established. replay reads the history again for the examples' ops.
-func (a *analyzer) judgeStage(v *view, r *Result, replay func(restart func(), fn func([]history.Op) error) error) {
+func (a *analyzer) judgeTxnStage(v *view, r *Result, replay func(restart func(), fn func([]history.Op) error) error) {
 	s0 := a.shards[0]
-	st := s0.stage
+	st := s0.txnStage
 	if st == nil {
 		return
 	}
@@ -459,9 +459,9 @@ func (a *analyzer) judgeStage(v *view, r *Result, replay func(restart func(), fn
 		// Only the rows of the final-read attempt that completed count.
 		st.newAttempt()
 	}
-	res := &StageResult{Consumer: st.consumer, Input: st.input, Declared: st.declared, Outputs: []string{}, Topics: []TopicStats{}}
+	res := &TxnStage{Consumer: st.consumer, Input: st.input, Declared: st.declared, Outputs: []string{}, Topics: []TopicStats{}}
 	reason := func(format string, args ...any) {
-		v.stageReasons = append(v.stageReasons, "transactional stage: "+fmt.Sprintf(format, args...))
+		v.txnReasons = append(v.txnReasons, "transactional stage: "+fmt.Sprintf(format, args...))
 	}
 	if !st.declared {
 		reason("transactions were recorded but no stage op declares the stage, so its output topics are not known")
@@ -567,7 +567,7 @@ func (a *analyzer) judgeStage(v *view, r *Result, replay func(restart func(), fn
 		reason("the input topic was not read whole after the drain (broker read %s), so output-lost is not judged", s0.fr.broker)
 	}
 
-	var fs []stageFinding
+	var fs []txnFinding
 	// The final read of the output topics: what read_committed readers
 	// see once every transaction is done.
 	rowSeen := map[recPos]bool{}
@@ -615,9 +615,9 @@ func (a *analyzer) judgeStage(v *view, r *Result, replay func(restart func(), fn
 	var firsts []first // each input's first record in each output topic, for order
 	for i := range ins {
 		in := &ins[i]
-		match := stageMatch{in: in.in, hasIn: true, txns: txnsOf(in.in)}
+		match := txnMatch{in: in.in, hasIn: true, txns: txnsOf(in.in)}
 		add := func(kind Kind, topic, detail string) {
-			fs = append(fs, stageFinding{kind: kind, topic: topic, order: recPos{partition: in.in.partition, offset: in.in.offset},
+			fs = append(fs, txnFinding{kind: kind, topic: topic, order: recPos{partition: in.in.partition, offset: in.in.offset},
 				event: in.event, source: in.source, detail: detail, label: in.event, match: match})
 		}
 		var visible, missing []string
@@ -671,8 +671,8 @@ func (a *analyzer) judgeStage(v *view, r *Result, replay func(restart func(), fn
 				in := &ins[f.i]
 				name := st.topics[f.at.topic]
 				stats[slot[f.at.topic]].OutOfOrder++
-				fs = append(fs, stageFinding{kind: OutputOrder, topic: name, order: recPos{partition: f.in.partition, offset: f.in.offset},
-					event: in.event, source: in.source, label: in.event, match: stageMatch{in: f.in, hasIn: true, txns: txnsOf(f.in)},
+				fs = append(fs, txnFinding{kind: OutputOrder, topic: name, order: recPos{partition: f.in.partition, offset: f.in.offset},
+					event: in.event, source: in.source, label: in.event, match: txnMatch{in: f.in, hasIn: true, txns: txnsOf(f.in)},
 					detail: fmt.Sprintf("input %s written to %s at p%d@%d, after input %s at offset %d", f.in, name, f.at.partition, f.at.offset, top.in, top.at.offset)})
 			}
 			if k == j || f.in.offset > top.in.offset {
@@ -715,8 +715,8 @@ func (a *analyzer) judgeStage(v *view, r *Result, replay func(restart func(), fn
 		if t.reason != "" {
 			why += ": " + t.reason
 		}
-		fs = append(fs, stageFinding{kind: AbortedVisible, topic: name, order: lk.at, event: w.event, label: w.event,
-			match:  stageMatch{in: w.in, hasIn: true, txns: append(slices.Clone(txnsOf(w.in)), t.key)},
+		fs = append(fs, txnFinding{kind: AbortedVisible, topic: name, order: lk.at, event: w.event, label: w.event,
+			match:  txnMatch{in: w.in, hasIn: true, txns: append(slices.Clone(txnsOf(w.in)), t.key)},
 			detail: fmt.Sprintf("record p%d@%d of %s (input %s) read by %s, written by transaction %s (%s)", lk.at.partition, lk.at.offset, name, w.in, lk.reader, t.id, why)})
 	}
 	if st.declared && res.ConcurrentReads == 0 {
@@ -771,8 +771,8 @@ func (a *analyzer) judgeStage(v *view, r *Result, replay func(restart func(), fn
 			}
 			detail += "; undecided transactions that wrote past it: " + strings.Join(ids, ", ")
 		}
-		fs = append(fs, stageFinding{kind: TransactionLeftOpen, topic: name, order: recPos{partition: p.partition}, label: name + "/" + strconv.FormatInt(p.partition, 10),
-			detail: detail, match: stageMatch{part: recPos{topic: p.topic, partition: p.partition}, hasPart: true, txns: keys}})
+		fs = append(fs, txnFinding{kind: TransactionLeftOpen, topic: name, order: recPos{partition: p.partition}, label: name + "/" + strconv.FormatInt(p.partition, 10),
+			detail: detail, match: txnMatch{part: recPos{topic: p.topic, partition: p.partition}, hasPart: true, txns: keys}})
 	}
 	for k, t := range outs {
 		if stats[k].Partitions == 0 && st.declared {
@@ -780,7 +780,7 @@ func (a *analyzer) judgeStage(v *view, r *Result, replay func(restart func(), fn
 		}
 	}
 
-	established := len(v.stageReasons) == 0 && r.Facts.FinalRead == "complete" && (r.Facts.Drain == "complete" || r.Facts.Drain == DrainQuiet)
+	established := len(v.txnReasons) == 0 && r.Facts.FinalRead == "complete" && (r.Facts.Drain == "complete" || r.Facts.Drain == DrainQuiet)
 	var dup, missing bool
 	for _, f := range fs {
 		switch f.kind {
@@ -796,8 +796,8 @@ func (a *analyzer) judgeStage(v *view, r *Result, replay func(restart func(), fn
 	if res.Database != nil {
 		res.Boundary = res.Delivery.Words() + " on Kafka's topics; " + res.Database.Delivery.Words() + " on the database"
 	}
-	r.Stage = res
-	a.stageAnomalies(r, st, fs, replay)
+	r.TxnStage = res
+	a.txnAnomalies(r, st, fs, replay)
 }
 
 // readInfo is what the transactions did with one input: how many that
@@ -860,17 +860,17 @@ func (v *view) database(consumer string, final bool) *DatabaseStats {
 	return d
 }
 
-// stageAnomalies groups the stage's findings into r.Anomalies, by kind
+// txnAnomalies groups the stage's findings into r.Anomalies, by kind
 // (in AnomalyKinds order) then topic, each anomaly's findings in input
 // order, and fills the examples' ops from the history.
-func (a *analyzer) stageAnomalies(r *Result, st *stageState, fs []stageFinding, replay func(restart func(), fn func([]history.Op) error) error) {
-	slices.SortStableFunc(fs, func(x, y stageFinding) int {
+func (a *analyzer) txnAnomalies(r *Result, st *txnState, fs []txnFinding, replay func(restart func(), fn func([]history.Op) error) error) {
+	slices.SortStableFunc(fs, func(x, y txnFinding) int {
 		return cmp.Or(kindRank[x.kind]-kindRank[y.kind], strings.Compare(x.topic, y.topic), compareRec(x.order, y.order))
 	})
 	opts := a.opts
 	type slot struct {
 		ex *Example
-		m  stageMatch
+		m  txnMatch
 	}
 	var slots []slot
 	first := len(r.Anomalies)

@@ -21,11 +21,11 @@ const (
 
 var stOutputs = []string{stInvoices, stRevenue}
 
-// stageHist writes a transactional stage's history, one op per call,
+// txnHist writes a transactional stage's history, one op per call,
 // time advancing, keeping what a test needs to plant an anomaly: every
 // input, every output record (and whether its transaction committed),
 // and the next offset of every output partition.
-type stageHist struct {
+type txnHist struct {
 	b       builder
 	inputs  []stInput
 	records []stRecord
@@ -33,6 +33,8 @@ type stageHist struct {
 	outPart int64               // partitions per output topic
 	txn     int
 	db      bool // the processor applies each input's effect to the database
+	applied map[string]bool
+	ends    map[string]history.Type // how each transaction ended
 }
 
 type stInput struct {
@@ -48,17 +50,17 @@ type stRecord struct {
 	committed bool
 }
 
-func newStageHist(outPartitions int64) *stageHist {
-	s := &stageHist{next: map[[2]string]int64{}, outPart: outPartitions}
+func newTxnHist(outPartitions int64) *txnHist {
+	s := &txnHist{next: map[[2]string]int64{}, outPart: outPartitions}
 	s.b.op("harness", history.OK, history.Setup, history.Value{Subscriptions: []string{"billing"}})
 	s.b.op("harness", history.OK, history.Lineage, history.Value{Consumer: "billing"})
-	s.b.op("harness", history.OK, history.Stage, history.Value{Consumer: "processor", Target: stIn, Topics: stOutputs})
+	s.b.op("harness", history.OK, history.TxnStage, history.Value{Consumer: "processor", Target: stIn, Topics: stOutputs})
 	return s
 }
 
 // event commits event id and publishes it to input partition p, at
 // offset off of the input topic (twice for a republished event).
-func (s *stageHist) event(id string, p, off int64) stInput {
+func (s *txnHist) event(id string, p, off int64) stInput {
 	s.b.commit(id, id, 1, history.OK)
 	s.b.op("relay-0", history.OK, history.Publish, history.Value{Event: id, Partition: p, Offset: off})
 	in := stInput{event: id, in: inPos{p, off}}
@@ -66,10 +68,19 @@ func (s *stageHist) event(id string, p, off int64) stInput {
 	return in
 }
 
+// republish publishes event in again, to input partition p at offset
+// off: another input, owed its own records.
+func (s *txnHist) republish(in stInput, p, off int64) stInput {
+	s.b.op("relay-0", history.OK, history.Publish, history.Value{Event: in.event, Partition: p, Offset: off})
+	again := stInput{event: in.event, in: inPos{p, off}}
+	s.inputs = append(s.inputs, again)
+	return again
+}
+
 // transact runs one transaction over ins: ending ok (commit), fail
 // (abort on purpose) or info (the processor was killed at its commit;
 // committed says whether it had taken effect).
-func (s *stageHist) transact(end history.Type, committed bool, ins ...stInput) string {
+func (s *txnHist) transact(end history.Type, committed bool, ins ...stInput) string {
 	s.txn++
 	id := "processor-0:0:" + strconv.Itoa(s.txn)
 	tv := history.Value{Txn: id, TransactionalID: "processor-0"}
@@ -89,7 +100,11 @@ func (s *stageHist) transact(end history.Type, committed bool, ins ...stInput) s
 			s.records = append(s.records, rec)
 			s.b.op("processor-0", history.OK, history.TxnOutput, s.recValue(rec, id))
 		}
-		if s.db && committed {
+		if s.db && committed && !s.applied[in.event] {
+			if s.applied == nil {
+				s.applied = map[string]bool{}
+			}
+			s.applied[in.event] = true
 			// The database effect is written inside the loop, once per
 			// committed input here (the inbox fix).
 			s.b.op("processor-0", history.Invoke, history.Apply, history.Value{Event: in.event, Consumer: "processor", Key: in.event, Version: 1})
@@ -103,6 +118,10 @@ func (s *stageHist) transact(end history.Type, committed bool, ins ...stInput) s
 		tv.Error = "killed at commit"
 	}
 	s.b.op("processor-0", end, history.Txn, tv)
+	if s.ends == nil {
+		s.ends = map[string]history.Type{}
+	}
+	s.ends[id] = end
 	if end == history.Info {
 		s.b.op("nemesis", history.Info, history.Crash, history.Value{Target: "processor-0"})
 		s.b.op("nemesis", history.OK, history.Restart, history.Value{Target: "processor-0"})
@@ -115,14 +134,14 @@ func (s *stageHist) transact(end history.Type, committed bool, ins ...stInput) s
 	return id
 }
 
-func (s *stageHist) recValue(r stRecord, txn string) history.Value {
+func (s *txnHist) recValue(r stRecord, txn string) history.Value {
 	return history.Value{Txn: txn, Topic: r.topic, Event: r.in.event, Partition: r.at.partition, Offset: r.at.offset,
 		InputPartition: r.in.in.partition, InputOffset: r.in.in.offset}
 }
 
 // read is a read by reader-0 during the run of every committed record of
 // ins.
-func (s *stageHist) read(ins ...stInput) {
+func (s *txnHist) read(ins ...stInput) {
 	for _, r := range s.records {
 		if r.committed && slices.Contains(ins, r.in) {
 			v := s.recValue(r, "")
@@ -133,7 +152,7 @@ func (s *stageHist) read(ins ...stInput) {
 
 // consume delivers each committed invoice of ins to billing, which
 // applies its event once.
-func (s *stageHist) consume(ins ...stInput) {
+func (s *txnHist) consume(ins ...stInput) {
 	applied := map[string]bool{}
 	for _, r := range s.records {
 		if !r.committed || r.topic != stInvoices || !slices.Contains(ins, r.in) {
@@ -164,7 +183,7 @@ type stFinal struct {
 }
 
 // finish drains and writes the final read.
-func (s *stageHist) finish(f stFinal) history.History {
+func (s *txnHist) finish(f stFinal) history.History {
 	s.b.drain()
 	var rows, out []history.Value
 	events := map[string]bool{}
@@ -226,11 +245,11 @@ func (s *stageHist) finish(f stFinal) history.History {
 	return s.b.h
 }
 
-// cleanStage is a small correct stage: e1 and e2 on input partition 0,
+// cleanTxnStage is a small correct stage: e1 and e2 on input partition 0,
 // e3 on partition 1; e1's first transaction aborts and is retried; e3's
 // transaction is killed at its commit, which had taken effect.
-func cleanStage() *stageHist {
-	s := newStageHist(1)
+func cleanTxnStage() *txnHist {
+	s := newTxnHist(1)
 	e1, e2, e3 := s.event("e1", 0, 0), s.event("e2", 0, 1), s.event("e3", 1, 0)
 	s.transact(history.Fail, false, e1)
 	s.transact(history.OK, true, e1, e2)
@@ -241,8 +260,8 @@ func cleanStage() *stageHist {
 	return s
 }
 
-// stageFound lists the stage's findings as "where:label".
-func stageFound(r *Result) map[Kind][]string {
+// txnFound lists the stage's findings as "where:label".
+func txnFound(r *Result) map[Kind][]string {
 	got := map[Kind][]string{}
 	for _, an := range r.Anomalies {
 		for _, e := range an.Events {
@@ -270,13 +289,13 @@ func TestStageKinds(t *testing.T) {
 	}{
 		{
 			name:  "clean",
-			h:     func() history.History { return cleanStage().finish(stFinal{}) },
+			h:     func() history.History { return cleanTxnStage().finish(stFinal{}) },
 			valid: Valid,
 		},
 		{
 			name: "output-duplicate: e2 twice in invoices",
 			h: func() history.History {
-				return cleanStage().finish(stFinal{rows: func(rows []history.Value) []history.Value {
+				return cleanTxnStage().finish(stFinal{rows: func(rows []history.Value) []history.Value {
 					return append(rows, history.Value{Table: history.TableOutput, Topic: stInvoices, Event: "e2", Partition: 0, Offset: 99, InputPartition: 0, InputOffset: 1})
 				}})
 			},
@@ -285,7 +304,7 @@ func TestStageKinds(t *testing.T) {
 		{
 			name: "output-lost: e2 in no output topic",
 			h: func() history.History {
-				return cleanStage().finish(stFinal{rows: dropRows(func(v history.Value) bool { return v.Event != "e2" })})
+				return cleanTxnStage().finish(stFinal{rows: dropRows(func(v history.Value) bool { return v.Event != "e2" })})
 			},
 			valid: Invalid, want: map[Kind][]string{OutputLost: {stInvoices + ":e2", stRevenue + ":e2"}},
 			detail: "a transaction that read it committed, yet its records are not visible",
@@ -293,7 +312,7 @@ func TestStageKinds(t *testing.T) {
 		{
 			name: "aborted-visible: reader-0 reads e1's aborted invoice",
 			h: func() history.History {
-				s := cleanStage()
+				s := cleanTxnStage()
 				r := s.records[0] // e1's invoice in the aborted transaction
 				s.b.op("reader-0", history.OK, history.OutputRead, s.recValue(r, ""))
 				return s.finish(stFinal{})
@@ -303,14 +322,14 @@ func TestStageKinds(t *testing.T) {
 		{
 			name: "torn-transaction: e3 in invoices, not in revenue",
 			h: func() history.History {
-				return cleanStage().finish(stFinal{rows: dropRows(func(v history.Value) bool { return v.Event != "e3" || v.Topic != stRevenue })})
+				return cleanTxnStage().finish(stFinal{rows: dropRows(func(v history.Value) bool { return v.Event != "e3" || v.Topic != stRevenue })})
 			},
 			valid: Invalid, want: map[Kind][]string{TornTransaction: {"the transactional stage:e3"}}, detail: "has a record in run.invoices and none in run.revenue",
 		},
 		{
 			name: "output-order: e1 and e2 swapped in revenue",
 			h: func() history.History {
-				return cleanStage().finish(stFinal{rows: func(rows []history.Value) []history.Value {
+				return cleanTxnStage().finish(stFinal{rows: func(rows []history.Value) []history.Value {
 					var i, j int
 					for k, v := range rows {
 						if v.Topic == stRevenue && v.Event == "e1" {
@@ -329,7 +348,7 @@ func TestStageKinds(t *testing.T) {
 		{
 			name: "transaction-left-open: revenue's partition below its high watermark",
 			h: func() history.History {
-				s := cleanStage()
+				s := cleanTxnStage()
 				// A transaction begun after the drain's last commit and
 				// never completed, its record past the stable offset.
 				s.b.op("processor-0", history.Invoke, history.Txn, history.Value{Txn: "processor-0:0:9"})
@@ -351,7 +370,7 @@ func TestStageKinds(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := tt.h()
 			r := Check(h, Options{Guarantees: strict})
-			got := stageFound(r)
+			got := txnFound(r)
 			if r.Valid != tt.valid || len(got) != len(tt.want) {
 				t.Fatalf("valid %s (reasons %q), found %v, want %s with %v\n%s", r.Valid, r.Reasons, got, tt.valid, tt.want, dump(h))
 			}
@@ -375,11 +394,11 @@ func TestStageKinds(t *testing.T) {
 					}
 				}
 			}
-			if r.Stage == nil {
+			if r.TxnStage == nil {
 				t.Fatal("no stage in the result")
 			}
-			if tt.valid == Valid && (r.Stage.Delivery != ExactlyOnce || r.Stage.Transactions != (TxnCounts{Begun: 3, Committed: 1, Aborted: 1, Indeterminate: 1})) {
-				t.Errorf("stage %+v", r.Stage)
+			if tt.valid == Valid && (r.TxnStage.Delivery != ExactlyOnce || r.TxnStage.Transactions != (TxnCounts{Begun: 3, Committed: 1, Aborted: 1, Indeterminate: 1})) {
+				t.Errorf("stage %+v", r.TxnStage)
 			}
 		})
 	}
@@ -396,7 +415,7 @@ func TestStageUnknown(t *testing.T) {
 		{
 			name: "no transaction aborted",
 			h: func() history.History {
-				s := newStageHist(1)
+				s := newTxnHist(1)
 				e1 := s.event("e1", 0, 0)
 				s.transact(history.OK, true, e1)
 				s.read(e1)
@@ -408,7 +427,7 @@ func TestStageUnknown(t *testing.T) {
 		{
 			name: "no transaction committed",
 			h: func() history.History {
-				s := newStageHist(1)
+				s := newTxnHist(1)
 				e1 := s.event("e1", 0, 0)
 				s.transact(history.Fail, false, e1)
 				s.transact(history.Info, true, e1)
@@ -421,7 +440,7 @@ func TestStageUnknown(t *testing.T) {
 		{
 			name: "outputs written without transactions",
 			h: func() history.History {
-				h := cleanStage().finish(stFinal{})
+				h := cleanTxnStage().finish(stFinal{})
 				return slices.DeleteFunc(h, func(op history.Op) bool {
 					return op.F == history.Txn || op.F == history.TxnInput || op.F == history.TxnOutput
 				})
@@ -430,13 +449,13 @@ func TestStageUnknown(t *testing.T) {
 		},
 		{
 			name:   "the final read of revenue failed",
-			h:      func() history.History { return cleanStage().finish(stFinal{close: closeFails(stRevenue)}) },
+			h:      func() history.History { return cleanTxnStage().finish(stFinal{close: closeFails(stRevenue)}) },
 			reason: "the final read of output topic run.revenue is failed",
 		},
 		{
 			name: "the final read of revenue never closed",
 			h: func() history.History {
-				return cleanStage().finish(stFinal{close: func(topic string) history.Type {
+				return cleanTxnStage().finish(stFinal{close: func(topic string) history.Type {
 					if topic == stRevenue {
 						return 0
 					}
@@ -448,14 +467,14 @@ func TestStageUnknown(t *testing.T) {
 		{
 			name: "no offsets read",
 			h: func() history.History {
-				return cleanStage().finish(stFinal{partitions: func([]history.Value) []history.Value { return nil }})
+				return cleanTxnStage().finish(stFinal{partitions: func([]history.Value) []history.Value { return nil }})
 			},
 			reason: "the offsets of output topic run.invoices were not read",
 		},
 		{
 			name: "no reader during the run",
 			h: func() history.History {
-				s := newStageHist(1)
+				s := newTxnHist(1)
 				e1 := s.event("e1", 0, 0)
 				s.transact(history.Fail, false, e1)
 				s.transact(history.OK, true, e1)
@@ -466,8 +485,8 @@ func TestStageUnknown(t *testing.T) {
 		{
 			name: "transactions without a stage op",
 			h: func() history.History {
-				h := cleanStage().finish(stFinal{})
-				return slices.DeleteFunc(h, func(op history.Op) bool { return op.F == history.Stage })
+				h := cleanTxnStage().finish(stFinal{})
+				return slices.DeleteFunc(h, func(op history.Op) bool { return op.F == history.TxnStage })
 			},
 			reason: "no stage op declares the stage",
 		},
@@ -479,8 +498,8 @@ func TestStageUnknown(t *testing.T) {
 			if r.Valid != Unknown || !slices.ContainsFunc(r.Reasons, func(s string) bool { return strings.Contains(s, tt.reason) }) {
 				t.Fatalf("valid %s, reasons %q, want unknown saying %q; anomalies %+v\n%s", r.Valid, r.Reasons, tt.reason, r.Anomalies, dump(h))
 			}
-			if r.Stage.Delivery == ExactlyOnce {
-				t.Errorf("delivery %s with the facts not established", r.Stage.Delivery)
+			if r.TxnStage.Delivery == ExactlyOnce {
+				t.Errorf("delivery %s with the facts not established", r.TxnStage.Delivery)
 			}
 		})
 	}
@@ -510,12 +529,12 @@ func TestStageDatabaseBoundary(t *testing.T) {
 		{"inbox in the same database transaction", 1, Valid, ExactlyOnce, "exactly once on Kafka's topics; exactly once on the database"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			h := cleanStage().finish(stFinal{dbEffects: tt.effects})
+			h := cleanTxnStage().finish(stFinal{dbEffects: tt.effects})
 			r := Check(h, Options{Guarantees: Guarantees{}})
 			if r.Valid != tt.valid {
 				t.Fatalf("valid %s, reasons %q", r.Valid, r.Reasons)
 			}
-			st := r.Stage
+			st := r.TxnStage
 			if st.Delivery != ExactlyOnce || st.Database == nil || st.Database.Delivery != tt.db || st.Boundary != tt.boundary {
 				t.Fatalf("stage %+v database %+v", st, st.Database)
 			}
@@ -532,7 +551,7 @@ func TestStageDatabaseBoundary(t *testing.T) {
 // A history without a stage has none in its result.
 func TestNoStage(t *testing.T) {
 	h := new(builder).commit("e0", "k0", 1, history.OK).publish("e0").consume("e0", "inv").drain().finalRead(effect("e0", "inv")).h
-	if r := Check(h, Options{}); r.Stage != nil || r.Valid != Valid {
-		t.Fatalf("stage %+v, valid %s %q", r.Stage, r.Valid, r.Reasons)
+	if r := Check(h, Options{}); r.TxnStage != nil || r.Valid != Valid {
+		t.Fatalf("stage %+v, valid %s %q", r.TxnStage, r.Valid, r.Reasons)
 	}
 }

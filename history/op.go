@@ -103,11 +103,11 @@ const (
 	// consume-transform-produce processor between the events topic and
 	// its output topics, and the read_committed readers downstream.
 
-	// Stage is the harness's lone ok, at setup, declaring a transactional
-	// stage: value.consumer its consumer group (also the subscription of
+	// TxnStage is the harness's lone ok, at setup, declaring a
+	// transactional stage: value.consumer its consumer group (also the subscription of
 	// a database effect it writes, if any), value.target its input topic,
 	// value.topics its output topics.
-	Stage F = "stage"
+	TxnStage F = "txn-stage"
 	// Txn is one Kafka transaction of the processor, value.txn naming it:
 	// invoke when it begins, ok once it committed, fail once it aborted
 	// (value.reason [ReasonAbort] when aborted on purpose), info when the

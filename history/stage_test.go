@@ -10,7 +10,7 @@ import (
 // encoder as encoding/json reads and writes them.
 func TestStageFieldsRoundTrip(t *testing.T) {
 	for _, op := range []Op{
-		{Process: "harness", Type: OK, F: Stage, Value: Value{Consumer: "processor", Target: "run.events", Topics: []string{"run.invoices", "run.revenue"}}},
+		{Process: "harness", Type: OK, F: TxnStage, Value: Value{Consumer: "processor", Target: "run.events", Topics: []string{"run.invoices", "run.revenue"}}},
 		{Time: 5, Process: "processor-0", Type: Invoke, F: Txn, Value: Value{Txn: "processor-0:1:3", TransactionalID: "processor-0"}},
 		{Time: 6, Process: "processor-0", Type: OK, F: TxnInput, Value: Value{Txn: "processor-0:1:3", Topic: "run.events", Event: "e1", Partition: 2, Offset: 41}},
 		{Time: 7, Process: "processor-0", Type: OK, F: TxnOutput, Value: Value{Txn: "processor-0:1:3", Topic: "run.invoices", Event: "e1", Partition: 1, Offset: 7, InputPartition: 2, InputOffset: 41}},
