@@ -104,11 +104,17 @@ const (
 	Unseen Kind = "unseen"
 )
 
-// AnomalyKinds lists the anomaly kinds in the order results show them.
-// Each call returns a new slice, so no caller can reorder another's.
+// AnomalyKinds lists the anomaly kinds of subscriptions in the order
+// results show them. Each call returns a new slice, so no caller can
+// reorder another's.
 func AnomalyKinds() []Kind {
-	return []Kind{Lost, DuplicateEffect, Unexpected, OrderRegression, Gap, DLQUnaccounted, WronglyDeadLettered, PoisonApplied, InboxMismatch,
-		OutputDuplicate, OutputLost, AbortedVisible, TornTransaction, OutputOrder, TransactionLeftOpen}
+	return []Kind{Lost, DuplicateEffect, Unexpected, OrderRegression, Gap, DLQUnaccounted, WronglyDeadLettered, PoisonApplied, InboxMismatch}
+}
+
+// TxnStageKinds lists the anomaly kinds of a transactional stage in the
+// order results show them, after those of [AnomalyKinds].
+func TxnStageKinds() []Kind {
+	return []Kind{OutputDuplicate, OutputLost, AbortedVisible, TornTransaction, OutputOrder, TransactionLeftOpen}
 }
 
 // ShownKinds lists the non-anomaly kinds in the order results show them.
@@ -294,7 +300,9 @@ type Result struct {
 	Counts        Counts              `json:"counts"`
 	Subscriptions []SubscriptionStats `json:"subscriptions"`
 	// Anomalies has one entry per kind and subscription found, fatal or not,
-	// in the order of [AnomalyKinds] then subscription name.
+	// in the order of [AnomalyKinds] then subscription name; then one per
+	// kind and output topic of a transactional stage, in the order of
+	// [TxnStageKinds] then topic.
 	Anomalies []Anomaly `json:"anomalies"`
 	// Shown has the non-anomaly kinds, in the order of [ShownKinds].
 	Shown []Anomaly `json:"shown"`

@@ -219,7 +219,7 @@ var txnPlants = map[Kind]txnPlant{
 
 func TestPropertyStagePlantedAnomalyIsFoundAlone(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		kind := rapid.SampledFrom(txnKinds()).Draw(t, "kind")
+		kind := rapid.SampledFrom(TxnStageKinds()).Draw(t, "kind")
 		s := genTxnStage(t)
 		h, want, ok := txnPlants[kind](t, s)
 		if !ok {
@@ -238,7 +238,7 @@ func TestPropertyStagePlantedAnomalyIsFoundAlone(t *testing.T) {
 // number of shards.
 func TestPropertyStageDeterministic(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		kind := rapid.SampledFrom(txnKinds()).Draw(t, "kind")
+		kind := rapid.SampledFrom(TxnStageKinds()).Draw(t, "kind")
 		s := genTxnStage(t)
 		h, _, ok := txnPlants[kind](t, s)
 		if !ok {
@@ -257,8 +257,4 @@ func TestPropertyStageDeterministic(t *testing.T) {
 			}
 		}
 	})
-}
-
-func txnKinds() []Kind {
-	return []Kind{OutputDuplicate, OutputLost, AbortedVisible, TornTransaction, OutputOrder, TransactionLeftOpen}
 }
