@@ -83,6 +83,7 @@ type view struct {
 	Shown         []shownRow
 	Plots         []plotView
 	Timeline      *timelineView // nil when the history names no server node
+	TxnStage      *txnStageView // nil when the history has no transactional stage
 	Faults        []faultRow
 	MoreFaults    int // fault windows beyond the table (all are in results.json)
 	// Availability has a row per fault window that took effect (at
@@ -141,6 +142,9 @@ type exampleView struct {
 	Stage, StageMeaning string
 	Chain               []chainStep // commit → publish → deliver → apply → ack, summarised
 	Steps               []stepView
+	// Topics is a transactional stage's input across its output topics:
+	// each record, who wrote it, who read it.
+	Topics []topicLine
 }
 
 // chainStep is one boundary of an event's lineage with how often it was
@@ -322,6 +326,7 @@ func newView(run Record, res *checker.Result) view {
 	}
 	v.Plots = plots(run, res)
 	v.Timeline = nodeTimeline(res)
+	v.TxnStage = newTxnStageView(res.TxnStage)
 	v.Availability = newAvailRows(res)
 	if len(v.Availability) > 0 {
 		a := res.Availability
@@ -349,7 +354,7 @@ const maxFaultRows = 100
 const maxEventsShown = 20
 
 func newAnomalyView(i int, a checker.Anomaly) anomalyView {
-	av := anomalyView{ID: "anomaly-" + strconv.Itoa(i), Kind: string(a.Kind), Subscription: a.Subscription, Fatal: a.Fatal, Count: a.Count}
+	av := anomalyView{ID: "anomaly-" + strconv.Itoa(i), Kind: string(a.Kind), Subscription: a.Where(), Fatal: a.Fatal, Count: a.Count}
 	var bs []string
 	for _, b := range a.Boundaries {
 		bs = append(bs, fmt.Sprintf("%d after %s", b.Count, b.Boundary))
@@ -386,13 +391,24 @@ func newExampleView(ex checker.Example, sub string) exampleView {
 		switch {
 		case op.Value.Tag != 0:
 			st.Where = "tag " + strconv.FormatInt(op.Value.Tag, 10)
-		case op.Value.Offset != 0 || op.Value.Partition != 0 || op.F == history.Deliver && op.Value.Tag == 0:
-			st.Where = fmt.Sprintf("p%d@%d", op.Value.Partition, op.Value.Offset)
+		case op.Value.Table == history.TablePartition:
+			st.Where = fmt.Sprintf("%s p%d", op.Value.Topic, op.Value.Partition)
+		case op.Value.Offset != 0 || op.Value.Partition != 0 || op.F == history.Deliver && op.Value.Tag == 0 || op.Value.Topic != "" && op.Value.Event != "":
+			st.Where = strings.TrimSpace(fmt.Sprintf("%s p%d@%d", op.Value.Topic, op.Value.Partition, op.Value.Offset))
 		}
 		if op.Value.Attempt != 0 {
 			st.Attempt = strconv.FormatInt(op.Value.Attempt, 10)
 		}
 		var notes []string
+		if op.Value.Txn != "" {
+			notes = append(notes, "txn "+op.Value.Txn)
+		}
+		switch {
+		case op.F == history.TxnOutput || op.F == history.OutputRead || op.Value.Table == history.TableOutput && op.Value.Event != "":
+			notes = append(notes, fmt.Sprintf("input p%d@%d", op.Value.InputPartition, op.Value.InputOffset))
+		case op.Value.Table == history.TablePartition:
+			notes = append(notes, fmt.Sprintf("last stable offset %d, high watermark %d", op.Value.LastStableOffset, op.Value.HighWatermark))
+		}
 		for _, n := range []string{op.Value.Error, op.Value.Reason, op.Value.Detail} {
 			if n != "" {
 				notes = append(notes, n)
@@ -450,6 +466,7 @@ func newExampleView(ex checker.Example, sub string) exampleView {
 		}
 		e.Chain = append(e.Chain, chainStep{Stage: string(f), Summary: strings.Join(parts, ", "), Class: class})
 	}
+	e.Topics = topicLines(ex.Ops)
 	return e
 }
 

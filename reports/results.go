@@ -119,22 +119,29 @@ func Checks(run Record, res *checker.Result) []Check {
 				c.Count = a.Count
 				c.Events = a.Events[:min(len(a.Events), 10)]
 			}
-			switch {
-			case c.Count > 0 && c.Promised:
-				c.Status = Broken
-			case c.Count > 0:
-				c.Status = Allowed
-			case !established:
-				c.Status = NotEstablished
-			case c.Promised:
-				c.Status = Held
-			default:
-				c.Status = Allowed
-			}
+			c.Status = c.status(established)
 			out = append(out, c)
 		}
 	}
+	if res != nil && res.TxnStage != nil {
+		out = append(out, txnStageChecks(res, established)...)
+	}
 	return out
+}
+
+// status is what c's findings and the facts say of its guarantee.
+func (c Check) status(established bool) Status {
+	switch {
+	case c.Count > 0 && c.Promised:
+		return Broken
+	case c.Count > 0:
+		return Allowed
+	case !established:
+		return NotEstablished
+	case c.Promised:
+		return Held
+	}
+	return Allowed
 }
 
 // Judge is the run's verdict: the checker's result with the run's own

@@ -75,6 +75,9 @@ func summary(run Record, res *checker.Result, checks []Check) string {
 		}
 	}
 	fmt.Fprintf(&b, " (%s).", scale)
+	if st := res.TxnStage; st != nil && st.Boundary != "" {
+		fmt.Fprintf(&b, " Transactional stage: %s.", st.Boundary)
+	}
 	return b.String()
 }
 
