@@ -142,8 +142,8 @@ type exampleView struct {
 	Stage, StageMeaning string
 	Chain               []chainStep // commit → publish → deliver → apply → ack, summarised
 	Steps               []stepView
-	// Topics is a transactional stage's input across its output topics:
-	// each record, who wrote it, who read it.
+	// Topics is, for an anomaly of a transactional stage, its input
+	// across the output topics: each record, who wrote it, who read it.
 	Topics []topicLine
 }
 
@@ -363,14 +363,20 @@ func newAnomalyView(i int, a checker.Anomaly) anomalyView {
 	av.Stages = a.StageSummary()
 	av.Events = a.Events[:min(len(a.Events), maxEventsShown)]
 	av.MoreEvents = a.Count - len(av.Events)
+	stage := slices.Contains(checker.TxnStageKinds(), a.Kind)
 	for _, ex := range a.Examples {
-		av.Examples = append(av.Examples, newExampleView(ex, a.Subscription))
+		ev := newExampleView(ex, a.Subscription)
+		if stage {
+			ev.Topics = topicLines(ex.Ops)
+		}
+		av.Examples = append(av.Examples, ev)
 	}
 	return av
 }
 
 // stageOrder is the pipeline order of the lineage chain.
-var stageOrder = []history.F{history.Commit, history.Publish, history.Deliver, history.Apply, history.SkipStale, history.Ack, history.DLQ, history.FinalRead}
+var stageOrder = []history.F{history.Commit, history.Publish, history.TxnInput, history.TxnOutput, history.Txn, history.OutputRead,
+	history.Deliver, history.Apply, history.SkipStale, history.Ack, history.DLQ, history.FinalRead}
 
 func newExampleView(ex checker.Example, sub string) exampleView {
 	e := exampleView{Event: ex.Event, Source: ex.Source, Key: ex.Key, Version: ex.Version, Boundary: string(ex.Boundary), Stage: string(ex.Stage), Detail: ex.Detail}
@@ -466,7 +472,6 @@ func newExampleView(ex checker.Example, sub string) exampleView {
 		}
 		e.Chain = append(e.Chain, chainStep{Stage: string(f), Summary: strings.Join(parts, ", "), Class: class})
 	}
-	e.Topics = topicLines(ex.Ops)
 	return e
 }
 
