@@ -176,7 +176,9 @@ func compareIn(x, y inPos) int {
 // recPos is a record's position in a topic (by its index in the stage's
 // topics).
 type recPos struct {
-	topic     int32
+	// All int64, so the struct is plain memory and hashes fast as a map
+	// key.
+	topic     int64
 	partition int64
 	offset    int64
 }
@@ -222,7 +224,7 @@ type inputRow struct {
 
 // partRow is a final-read partition row.
 type partRow struct {
-	topic     int32
+	topic     int64
 	partition int64
 	lso, hwm  int64
 }
@@ -233,23 +235,20 @@ type txnState struct {
 	consumer string
 	input    string
 	nDecl    int // the declared output topics are topics[:nDecl]
-	topicIdx map[string]int32
+	topicIdx map[string]int64
 	topics   []string
 	isOutput []bool // by topic: declared, or written to by a transaction
 	txns     []txnRec
 	txnByKey map[string]int32 // the latest transaction of each key
 	perProc  map[string]int   // transactions begun without a txn, per process
-	reads    []struct {
-		in  inPos
-		txn int32
-	}
-	written map[recPos]written
-	seen    map[recPos]sighting
+	reads    []txnReadRec     // txn-input ops
+	written  map[recPos]written
+	seen     map[recPos]sighting
 	// The current final-read attempt: inputs (broker rows), output rows,
 	// how each topic's read closed, partition rows.
 	inputs []inputRow
 	rows   []outRow
-	closed map[int32]string
+	closed map[int64]string
 	parts  []partRow
 }
 
@@ -258,8 +257,8 @@ type txnState struct {
 // are then not established.
 func (s *shard) txnState() *txnState {
 	if s.txnStage == nil {
-		s.txnStage = &txnState{topicIdx: map[string]int32{}, txnByKey: map[string]int32{}, perProc: map[string]int{},
-			written: map[recPos]written{}, seen: map[recPos]sighting{}, closed: map[int32]string{}}
+		s.txnStage = &txnState{topicIdx: map[string]int64{}, txnByKey: map[string]int32{}, perProc: map[string]int{},
+			written: map[recPos]written{}, seen: map[recPos]sighting{}, closed: map[int64]string{}}
 	}
 	return s.txnStage
 }
@@ -289,10 +288,10 @@ func txnReads(op *history.Op) bool {
 	return false
 }
 
-func (st *txnState) topic(name string) int32 {
+func (st *txnState) topic(name string) int64 {
 	i, ok := st.topicIdx[name]
 	if !ok {
-		i = int32(len(st.topics))
+		i = int64(len(st.topics))
 		st.topicIdx[name] = i
 		st.topics = append(st.topics, name)
 		st.isOutput = append(st.isOutput, false)
@@ -312,7 +311,7 @@ func (st *txnState) declare(v *history.Value) {
 		st.isOutput[i] = true
 		// Keep the declared topics first, in declaration order.
 		if int(i) != st.nDecl {
-			st.reorder(i, int32(st.nDecl))
+			st.reorder(i, int64(st.nDecl))
 		}
 		st.nDecl++
 	}
@@ -320,13 +319,13 @@ func (st *txnState) declare(v *history.Value) {
 
 // reorder moves topic i to index j (j < i), shifting the others: only
 // while no record names topics by index yet, at setup.
-func (st *txnState) reorder(i, j int32) {
+func (st *txnState) reorder(i, j int64) {
 	name := st.topics[i]
 	st.topics = slices.Insert(slices.Delete(st.topics, int(i), int(i)+1), int(j), name)
 	out := st.isOutput[i]
 	st.isOutput = slices.Insert(slices.Delete(st.isOutput, int(i), int(i)+1), int(j), out)
 	for k, n := range st.topics {
-		st.topicIdx[n] = int32(k)
+		st.topicIdx[n] = int64(k)
 	}
 }
 
@@ -377,10 +376,7 @@ func (st *txnState) op(op *history.Op) {
 	}
 	switch op.F {
 	case history.TxnInput:
-		st.reads = append(st.reads, struct {
-			in  inPos
-			txn int32
-		}{inPos{v.Partition, v.Offset}, st.txn(op, false)})
+		st.reads = append(st.reads, txnReadRec{inPos{v.Partition, v.Offset}, st.txn(op, false)})
 	case history.TxnOutput:
 		i := st.topic(v.Topic)
 		st.isOutput[i] = true
@@ -447,7 +443,7 @@ type txnMatch struct {
 
 // judgeTxnStage judges the transactional stage into r: its TxnStage, its
 // anomalies (appended to r.Anomalies, after the subscriptions' in
-// AnomalyKinds order), and in v.txnReasons why its facts are not
+// TxnStageKinds order), and in v.txnReasons why its facts are not
 // established. replay reads the history again for the examples' ops.
 func (a *analyzer) judgeTxnStage(v *view, r *Result, replay func(restart func(), fn func([]history.Op) error) error) {
 	s0 := a.shards[0]
@@ -459,32 +455,132 @@ func (a *analyzer) judgeTxnStage(v *view, r *Result, replay func(restart func(),
 		// Only the rows of the final-read attempt that completed count.
 		st.newAttempt()
 	}
-	res := &TxnStage{Consumer: st.consumer, Input: st.input, Declared: st.declared, Outputs: []string{}, Topics: []TopicStats{}}
-	reason := func(format string, args ...any) {
-		v.txnReasons = append(v.txnReasons, "transactional stage: "+fmt.Sprintf(format, args...))
-	}
-	if !st.declared {
-		reason("transactions were recorded but no stage op declares the stage, so its output topics are not known")
-	}
-	var outs []int32 // the output topics, declared first
-	slot := make([]int, len(st.topics))
-	for i := range st.topics {
-		slot[i] = -1
-		if st.isOutput[i] {
-			slot[i] = len(outs)
-			outs = append(outs, int32(i))
-			res.Outputs = append(res.Outputs, st.topics[i])
+	j := newTxnJudge(st, s0.fr.broker == "complete")
+	j.transactions()
+	j.outputs()
+	j.order()
+	j.aborted()
+	j.leftOpen()
+	res := j.res
+	established := len(j.reasons) == 0 && r.Facts.FinalRead == "complete" && (r.Facts.Drain == "complete" || r.Facts.Drain == DrainQuiet)
+	var dup, missing bool
+	for _, f := range j.fs {
+		switch f.kind {
+		case OutputDuplicate, AbortedVisible:
+			dup = true
+		case OutputLost, TornTransaction:
+			missing = true
 		}
 	}
-	nOut := len(outs)
-	stats := make([]TopicStats, nOut)
-	for k, t := range outs {
-		stats[k] = TopicStats{Topic: st.topics[t], Read: cmp.Or(st.closed[t], "missing")}
+	res.Delivery = deliveryOf(dup, missing, established)
+	res.Database = v.database(st.consumer, r.Facts.FinalRead == "complete")
+	if res.Database != nil {
+		res.Boundary = res.Delivery.Words() + " on Kafka's topics; " + res.Database.Delivery.Words() + " on the database"
 	}
+	r.TxnStage = res
+	v.txnReasons = append(v.txnReasons, j.reasons...)
+	a.txnAnomalies(r, st, j.fs, replay)
+}
 
-	// Transactions.
-	c := &res.Transactions
-	for _, t := range st.txns {
+// txnJudge judges a stage's state, one kind per method.
+type txnJudge struct {
+	st  *txnState
+	res *TxnStage
+	// outs are the output topics (their indexes in st.topics), declared
+	// first; slot maps a topic to its place in outs, -1 if not an output.
+	outs  []int64
+	slot  []int
+	stats []TopicStats // by slot
+	// complete: the final read of the output topic of each slot is.
+	complete    []bool
+	allComplete bool
+	// inputsKnown: the final read read the input topic whole.
+	inputsKnown bool
+	// reads are the txn-input ops, sorted by input.
+	reads []txnReadRec
+	// ins are the inputs (the input topic's records, and the inputs the
+	// output rows name), sorted by position; per input and slot, in
+	// flat arrays of len(ins)*len(outs): its first row, a second row at
+	// another position, and how many rows it has at distinct positions.
+	ins                  []txnInput
+	first, second, nRows []int32
+	reasons              []string
+	fs                   []txnFinding
+}
+
+// txnReadRec is a txn-input op: an input read into a transaction.
+type txnReadRec struct {
+	in  inPos
+	txn int32
+}
+
+type txnInput struct {
+	in            inPos
+	event, source string
+	inTopic       bool // the input topic holds it
+}
+
+func newTxnJudge(st *txnState, inputsKnown bool) *txnJudge {
+	j := &txnJudge{st: st, inputsKnown: inputsKnown,
+		res: &TxnStage{Consumer: st.consumer, Input: st.input, Declared: st.declared, Outputs: []string{}, Topics: []TopicStats{}}}
+	if !st.declared {
+		j.reason("transactions were recorded but no txn-stage op declares the stage, so its output topics are not known")
+	}
+	j.slot = make([]int, len(st.topics))
+	for i := range st.topics {
+		j.slot[i] = -1
+		if st.isOutput[i] {
+			j.slot[i] = len(j.outs)
+			j.outs = append(j.outs, int64(i))
+			j.res.Outputs = append(j.res.Outputs, st.topics[i])
+		}
+	}
+	if len(j.outs) == 0 {
+		j.reason("no output topic declared or written to")
+	}
+	j.stats = make([]TopicStats, len(j.outs))
+	j.complete = make([]bool, len(j.outs))
+	j.allComplete = len(j.outs) > 0
+	for k, t := range j.outs {
+		j.stats[k] = TopicStats{Topic: st.topics[t], Read: cmp.Or(st.closed[t], "missing")}
+		j.complete[k] = st.closed[t] == "complete"
+		j.allComplete = j.allComplete && j.complete[k]
+	}
+	j.res.Topics = j.stats
+	j.reads = slices.Clone(st.reads)
+	slices.SortStableFunc(j.reads, func(x, y txnReadRec) int { return compareIn(x.in, y.in) })
+	return j
+}
+
+func (j *txnJudge) reason(format string, args ...any) {
+	j.reasons = append(j.reasons, "transactional stage: "+fmt.Sprintf(format, args...))
+}
+
+// readsOf returns the txn-input ops of input in.
+func (j *txnJudge) readsOf(in inPos) []txnReadRec {
+	lo, _ := slices.BinarySearchFunc(j.reads, in, func(x txnReadRec, in inPos) int { return compareIn(x.in, in) })
+	hi := lo
+	for hi < len(j.reads) && j.reads[hi].in == in {
+		hi++
+	}
+	return j.reads[lo:hi]
+}
+
+// txnsOf returns the keys of the transactions that read input in.
+func (j *txnJudge) txnsOf(in inPos) []string {
+	var keys []string
+	for _, rd := range j.readsOf(in) {
+		if k := j.st.txns[rd.txn].key; !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// transactions counts the transactions, and the retried inputs.
+func (j *txnJudge) transactions() {
+	c := &j.res.Transactions
+	for _, t := range j.st.txns {
 		c.Begun++
 		switch t.outcome {
 		case history.OK:
@@ -497,272 +593,311 @@ func (a *analyzer) judgeTxnStage(v *view, r *Result, replay func(restart func(),
 	}
 	switch {
 	case c.Begun == 0:
-		reason("no transaction was recorded")
+		j.reason("no transaction was recorded")
 	case c.Committed == 0:
-		reason("no transaction committed")
+		j.reason("no transaction committed")
 	}
 	if c.Begun > 0 && c.Aborted == 0 {
-		reason("no transaction aborted, so no reader ever had an aborted record to skip")
+		j.reason("no transaction aborted, so no reader ever had an aborted record to skip")
 	}
+	for i := 0; i < len(j.reads); {
+		k, aborted, txns := i, false, 0
+		for ; k < len(j.reads) && j.reads[k].in == j.reads[i].in; k++ {
+			aborted = aborted || j.st.txns[j.reads[k].txn].outcome == history.Fail
+			if k == i || j.reads[k].txn != j.reads[k-1].txn {
+				txns++
+			}
+		}
+		if aborted && txns > 1 {
+			j.res.Retried++
+		}
+		i = k
+	}
+}
 
-	// What each input was read into.
-	readsOf := map[inPos]*readInfo{}
-	for _, rd := range st.reads {
-		ri := readsOf[rd.in]
-		if ri == nil {
-			ri = &readInfo{}
-			readsOf[rd.in] = ri
-		}
-		t := &st.txns[rd.txn]
-		switch t.outcome {
-		case history.OK:
-			ri.committed++
-		case history.Fail:
-			ri.aborted++
-		default:
-			ri.open++
-		}
-		if !slices.Contains(ri.txns, t.key) {
-			ri.txns = append(ri.txns, t.key)
-		}
-	}
-	txnsOf := func(in inPos) []string {
-		if ri := readsOf[in]; ri != nil {
-			return ri.txns
-		}
-		return nil
-	}
-
-	// The inputs: the input topic's records at the final read.
-	inputsKnown := s0.fr.broker == "complete"
-	type input struct {
-		in            inPos
-		event, source string
-		inTopic       bool    // the input topic holds it
-		first         []int32 // per output slot: its first row, -1 none
-		second        []int32 // per output slot: a second row at another position, -1 none
-		n             []int32 // per output slot: rows at distinct positions
-	}
-	var ins []input
-	inIdx := map[inPos]int32{}
-	get := func(in inPos, event, source string) *input {
-		i, ok := inIdx[in]
+// outputs judges each input against the final read of the output
+// topics: output-duplicate, output-lost and torn-transaction.
+func (j *txnJudge) outputs() {
+	st, nOut := j.st, len(j.outs)
+	idx := make(map[inPos]int32, len(st.inputs))
+	get := func(in inPos, event, source string) int32 {
+		i, ok := idx[in]
 		if !ok {
-			i = int32(len(ins))
-			inIdx[in] = i
-			ins = append(ins, input{in: in, event: event, source: source, first: filled(nOut, -1), second: filled(nOut, -1), n: make([]int32, nOut)})
+			i = int32(len(j.ins))
+			idx[in] = i
+			j.ins = append(j.ins, txnInput{in: in, event: event, source: source})
 		}
-		return &ins[i]
+		return i
 	}
 	for _, ir := range st.inputs {
-		get(ir.in, ir.event, ir.source).inTopic = true
+		j.ins[get(ir.in, ir.event, ir.source)].inTopic = true
 	}
-	res.Inputs = int64(len(ins))
-	for _, ri := range readsOf {
-		if ri.aborted > 0 && len(ri.txns) > 1 {
-			res.Retried++
+	j.res.Inputs = int64(len(j.ins))
+	if st.declared && !j.inputsKnown {
+		j.reason("the input topic was not read whole after the drain, so output-lost is not judged")
+	}
+	for k, t := range j.outs {
+		if !j.complete[k] {
+			j.reason("the final read of output topic %s is %s", st.topics[t], j.stats[k].Read)
 		}
 	}
-	if st.declared && !inputsKnown {
-		reason("the input topic was not read whole after the drain (broker read %s), so output-lost is not judged", s0.fr.broker)
+	// The rows, by input; the same record read twice counts once.
+	type rowRef struct {
+		in  int32
+		row int32
 	}
-
-	var fs []txnFinding
-	// The final read of the output topics: what read_committed readers
-	// see once every transaction is done.
-	rowSeen := map[recPos]bool{}
+	refs := make([]rowRef, 0, len(st.rows))
+	seen := make(map[recPos]bool, len(st.rows))
 	for ri, row := range st.rows {
-		k := slot[row.at.topic]
-		if k < 0 || rowSeen[row.at] {
-			continue // not an output topic, or the same record read twice
+		if j.slot[row.at.topic] < 0 || seen[row.at] {
+			continue
 		}
-		rowSeen[row.at] = true
-		stats[k].Records++
-		in := get(row.in, row.event, row.source)
+		seen[row.at] = true
+		refs = append(refs, rowRef{get(row.in, row.event, row.source), int32(ri)})
+	}
+	// Sort the inputs by position, and renumber the rows' inputs.
+	order := make([]int32, len(j.ins))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(x, y int32) int { return compareIn(j.ins[x].in, j.ins[y].in) })
+	rank := make([]int32, len(j.ins))
+	sorted := make([]txnInput, len(j.ins))
+	for r, i := range order {
+		rank[i], sorted[r] = int32(r), j.ins[i]
+	}
+	j.ins = sorted
+	j.first, j.second, j.nRows = filled(len(j.ins)*nOut, -1), filled(len(j.ins)*nOut, -1), make([]int32, len(j.ins)*nOut)
+	for _, ref := range refs {
+		row := &st.rows[ref.row]
+		k := j.slot[row.at.topic]
+		j.stats[k].Records++
+		x := int(rank[ref.in])*nOut + k
 		switch {
-		case in.n[k] == 0:
-			in.first[k] = int32(ri)
-		case compareRec(row.at, st.rows[in.first[k]].at) < 0:
+		case j.nRows[x] == 0:
+			j.first[x] = ref.row
+		case compareRec(row.at, st.rows[j.first[x]].at) < 0:
 			// The input's first record is the earliest one.
-			in.first[k], in.second[k] = int32(ri), in.first[k]
-		case in.n[k] == 1:
-			in.second[k] = int32(ri)
+			j.first[x], j.second[x] = ref.row, j.first[x]
+		case j.nRows[x] == 1:
+			j.second[x] = ref.row
 		}
-		in.n[k]++
+		j.nRows[x]++
 	}
-	complete := make([]bool, nOut)
-	allComplete := nOut > 0
-	for k, t := range outs {
-		complete[k] = st.closed[t] == "complete"
-		allComplete = allComplete && complete[k]
-		if !complete[k] {
-			reason("the final read of output topic %s is %s", st.topics[t], stats[k].Read)
-		}
-	}
-	if nOut == 0 {
-		reason("no output topic declared or written to")
-	}
-	slices.SortFunc(ins, func(x, y input) int { return compareIn(x.in, y.in) })
 	pos := func(row int32) string {
 		at := st.rows[row].at
 		return "p" + strconv.FormatInt(at.partition, 10) + "@" + strconv.FormatInt(at.offset, 10)
 	}
-	type first struct {
-		at recPos
-		in inPos
-		i  int32 // in ins
-	}
-	var firsts []first // each input's first record in each output topic, for order
-	for i := range ins {
-		in := &ins[i]
-		match := txnMatch{in: in.in, hasIn: true, txns: txnsOf(in.in)}
-		add := func(kind Kind, topic, detail string) {
-			fs = append(fs, txnFinding{kind: kind, topic: topic, order: recPos{partition: in.in.partition, offset: in.in.offset},
-				event: in.event, source: in.source, detail: detail, label: in.event, match: match})
-		}
+	for i := range j.ins {
+		in := &j.ins[i]
 		var visible, missing []string
-		for k, t := range outs {
-			name := st.topics[t]
-			if in.n[k] > 0 {
-				stats[k].Inputs++
-				if inputsKnown && !in.inTopic {
-					stats[k].Unmatched += int64(in.n[k])
+		for k, t := range j.outs {
+			name, x := st.topics[t], i*nOut+k
+			switch {
+			case j.nRows[x] > 0:
+				j.stats[k].Inputs++
+				if j.inputsKnown && !in.inTopic {
+					j.stats[k].Unmatched += int64(j.nRows[x])
 				}
 				visible = append(visible, name)
-				firsts = append(firsts, first{at: st.rows[in.first[k]].at, in: in.in, i: int32(i)})
-			} else if complete[k] {
+			case j.complete[k]:
 				missing = append(missing, name)
 			}
-			if in.n[k] > 1 {
-				stats[k].Duplicates++
-				add(OutputDuplicate, name, fmt.Sprintf("input %s has %d records in %s: %s, %s", in.in, in.n[k], name, pos(in.first[k]), pos(in.second[k])))
+			if j.nRows[x] > 1 {
+				j.stats[k].Duplicates++
+				j.add(OutputDuplicate, name, in, fmt.Sprintf("input %s has %d records in %s: %s, %s", in.in, j.nRows[x], name, pos(j.first[x]), pos(j.second[x])))
 			}
 		}
 		switch {
-		case len(visible) == 0 && in.inTopic && inputsKnown && allComplete:
-			why := lostWhy(readsOf[in.in])
-			for k, t := range outs {
-				stats[k].Lost++
-				add(OutputLost, st.topics[t], fmt.Sprintf("input %s has no record in any output topic: %s", in.in, why))
+		case len(visible) == 0 && in.inTopic && j.inputsKnown && j.allComplete:
+			why := j.lostWhy(in.in)
+			for k, t := range j.outs {
+				j.stats[k].Lost++
+				j.add(OutputLost, st.topics[t], in, fmt.Sprintf("input %s has no record in any output topic: %s", in.in, why))
 			}
 		case len(visible) > 0 && len(missing) > 0:
-			for k := range outs {
-				if in.n[k] == 0 && complete[k] {
-					stats[k].Torn++
+			for k := range j.outs {
+				if j.nRows[i*nOut+k] == 0 && j.complete[k] {
+					j.stats[k].Torn++
 				}
 			}
-			add(TornTransaction, "", fmt.Sprintf("input %s has a record in %s and none in %s", in.in, strings.Join(visible, ", "), strings.Join(missing, ", ")))
+			j.add(TornTransaction, "", in, fmt.Sprintf("input %s has a record in %s and none in %s", in.in, strings.Join(visible, ", "), strings.Join(missing, ", ")))
 		}
 	}
+}
 
-	// Order: in each output partition, the first records of one input
-	// partition's inputs must follow their input offsets.
+// add adds a finding of input in.
+func (j *txnJudge) add(kind Kind, topic string, in *txnInput, detail string) {
+	j.fs = append(j.fs, txnFinding{kind: kind, topic: topic, order: recPos{partition: in.in.partition, offset: in.in.offset},
+		event: in.event, source: in.source, detail: detail, label: in.event, match: txnMatch{in: in.in, hasIn: true, txns: j.txnsOf(in.in)}})
+}
+
+// lostWhy says what the transactions did with an input no output topic
+// has: where it was lost.
+func (j *txnJudge) lostWhy(in inPos) string {
+	var committed, open int
+	reads := j.readsOf(in)
+	for _, rd := range reads {
+		switch j.st.txns[rd.txn].outcome {
+		case history.OK:
+			committed++
+		case history.Fail:
+		default:
+			open++
+		}
+	}
+	switch {
+	case len(reads) == 0:
+		return "no transaction read it"
+	case committed > 0:
+		return "a transaction that read it committed, yet its records are not visible (its offsets were committed without its outputs)"
+	case open > 0:
+		return "read only into transactions whose outcome is not known"
+	}
+	return "read only into transactions that aborted, and never retried"
+}
+
+// order judges output-order: in each output partition, the first records
+// of one input partition's inputs must follow their input offsets.
+func (j *txnJudge) order() {
+	st, nOut := j.st, len(j.outs)
+	type first struct {
+		at recPos
+		i  int32 // in j.ins
+	}
+	var firsts []first
+	for x, row := range j.first {
+		if row >= 0 {
+			firsts = append(firsts, first{at: st.rows[row].at, i: int32(x / nOut)})
+		}
+	}
 	slices.SortFunc(firsts, func(x, y first) int {
 		return cmp.Or(cmp.Compare(x.at.topic, y.at.topic), cmp.Compare(x.at.partition, y.at.partition),
-			cmp.Compare(x.in.partition, y.in.partition), cmp.Compare(x.at.offset, y.at.offset))
+			cmp.Compare(j.ins[x.i].in.partition, j.ins[y.i].in.partition), cmp.Compare(x.at.offset, y.at.offset))
 	})
-	for j := 0; j < len(firsts); {
-		k := j
-		var top first
-		for ; k < len(firsts) && firsts[k].at.topic == firsts[j].at.topic && firsts[k].at.partition == firsts[j].at.partition &&
-			firsts[k].in.partition == firsts[j].in.partition; k++ {
-			f := firsts[k]
-			if k > j && f.in.offset < top.in.offset {
-				in := &ins[f.i]
+	for a := 0; a < len(firsts); {
+		b, top := a, firsts[a]
+		for ; b < len(firsts) && firsts[b].at.topic == top.at.topic && firsts[b].at.partition == top.at.partition &&
+			j.ins[firsts[b].i].in.partition == j.ins[top.i].in.partition; b++ {
+			f := firsts[b]
+			in, high := &j.ins[f.i], &j.ins[top.i]
+			switch {
+			case in.in.offset < high.in.offset:
 				name := st.topics[f.at.topic]
-				stats[slot[f.at.topic]].OutOfOrder++
-				fs = append(fs, txnFinding{kind: OutputOrder, topic: name, order: recPos{partition: f.in.partition, offset: f.in.offset},
-					event: in.event, source: in.source, label: in.event, match: txnMatch{in: f.in, hasIn: true, txns: txnsOf(f.in)},
-					detail: fmt.Sprintf("input %s written to %s at p%d@%d, after input %s at offset %d", f.in, name, f.at.partition, f.at.offset, top.in, top.at.offset)})
-			}
-			if k == j || f.in.offset > top.in.offset {
+				j.stats[j.slot[f.at.topic]].OutOfOrder++
+				j.add(OutputOrder, name, in, fmt.Sprintf("input %s written to %s at p%d@%d, after input %s at offset %d", in.in, name, f.at.partition, f.at.offset, high.in, top.at.offset))
+			case in.in.offset > high.in.offset:
 				top = f
 			}
 		}
-		j = k
+		a = b
 	}
+}
 
-	// Aborted records read: by a reader during the run, or by the final
-	// read. A position names one record, so the reader's input must be
-	// the one the aborted transaction wrote there.
+// aborted judges aborted-visible: a record an aborted transaction wrote
+// was read, by a reader during the run or by the final read. A position
+// names one record, so the reader's input must be the one the aborted
+// transaction wrote there.
+func (j *txnJudge) aborted() {
+	st := j.st
+	for at := range st.seen {
+		if j.slot[at.topic] >= 0 {
+			j.res.ConcurrentReads++
+		}
+	}
+	if st.declared && j.res.ConcurrentReads == 0 {
+		j.reason("no reader recorded what it read during the run, so aborted-visible is judged on the final read alone")
+	}
+	// Only the records of aborted transactions matter; look each up in
+	// what was read.
 	type look struct {
 		at recPos
 		sighting
 	}
 	var looks []look
-	for at, sg := range st.seen {
-		if slot[at.topic] >= 0 {
-			looks = append(looks, look{at, sg})
-			res.ConcurrentReads++
+	var rowsOf map[recPos]*outRow
+	for at, w := range st.written {
+		if st.txns[w.txn].outcome != history.Fail {
+			continue
 		}
-	}
-	for _, row := range st.rows {
-		if _, ok := st.seen[row.at]; !ok {
-			looks = append(looks, look{row.at, sighting{in: row.in, hasIn: true, event: row.event, reader: "the final read"}})
+		if sg, ok := st.seen[at]; ok {
+			looks = append(looks, look{at, sg})
+			continue
+		}
+		if rowsOf == nil {
+			rowsOf = make(map[recPos]*outRow, len(st.rows))
+			for i := range st.rows {
+				rowsOf[st.rows[i].at] = &st.rows[i]
+			}
+		}
+		if row, ok := rowsOf[at]; ok {
+			looks = append(looks, look{at, sighting{in: row.in, hasIn: true, event: row.event, reader: "the final read"}})
 		}
 	}
 	slices.SortFunc(looks, func(x, y look) int { return compareRec(x.at, y.at) })
-	looks = slices.CompactFunc(looks, func(x, y look) bool { return x.at == y.at })
 	for _, lk := range looks {
-		w, ok := st.written[lk.at]
-		if !ok || st.txns[w.txn].outcome != history.Fail || (lk.hasIn && lk.in != w.in) || (!lk.hasIn && lk.event != w.event) {
-			continue
+		w := st.written[lk.at]
+		if lk.hasIn && lk.in != w.in || !lk.hasIn && lk.event != w.event {
+			continue // another record at the same position
 		}
 		t := &st.txns[w.txn]
 		name := st.topics[lk.at.topic]
-		stats[slot[lk.at.topic]].AbortedVisible++
+		j.stats[j.slot[lk.at.topic]].AbortedVisible++
 		why := "aborted"
 		if t.reason != "" {
 			why += ": " + t.reason
 		}
-		fs = append(fs, txnFinding{kind: AbortedVisible, topic: name, order: lk.at, event: w.event, label: w.event,
-			match:  txnMatch{in: w.in, hasIn: true, txns: append(slices.Clone(txnsOf(w.in)), t.key)},
+		j.fs = append(j.fs, txnFinding{kind: AbortedVisible, topic: name, order: lk.at, event: w.event, label: w.event,
+			match:  txnMatch{in: w.in, hasIn: true, txns: append(j.txnsOf(w.in), t.key)},
 			detail: fmt.Sprintf("record p%d@%d of %s (input %s) read by %s, written by transaction %s (%s)", lk.at.partition, lk.at.offset, name, w.in, lk.reader, t.id, why)})
 	}
-	if st.declared && res.ConcurrentReads == 0 {
-		reason("no reader recorded what it read during the run, so aborted-visible is judged on the final read alone")
-	}
+}
 
-	// Partitions left with an open transaction after the drain.
-	last := map[[2]int64]partRow{}
+// leftOpen judges transaction-left-open: a partition of an output topic
+// whose last stable offset is below its high watermark after the drain.
+func (j *txnJudge) leftOpen() {
+	st := j.st
+	type part struct{ topic, partition int64 }
+	last := map[part]partRow{}
 	for _, p := range st.parts {
-		last[[2]int64{int64(p.topic), p.partition}] = p
+		last[part{int64(p.topic), p.partition}] = p
 	}
-	parts := make([]partRow, 0, len(last))
-	for _, p := range last {
-		parts = append(parts, p)
-	}
-	slices.SortFunc(parts, func(x, y partRow) int {
+	parts := slices.SortedFunc(maps.Values(last), func(x, y partRow) int {
 		return cmp.Or(cmp.Compare(x.topic, y.topic), cmp.Compare(x.partition, y.partition))
 	})
-	open := map[[2]int64][]string{} // partition left open: the undecided transactions that wrote past its stable offset
+	open := map[part][]string{} // partitions left open: the undecided transactions that wrote past the stable offset
 	for _, p := range parts {
-		if k := slot[p.topic]; k >= 0 {
-			stats[k].Partitions++
-		}
-		if p.lso < p.hwm {
-			open[[2]int64{int64(p.topic), p.partition}] = nil
+		if k := j.slot[p.topic]; k >= 0 {
+			j.stats[k].Partitions++
+			if p.lso < p.hwm {
+				open[part{int64(p.topic), p.partition}] = nil
+			}
 		}
 	}
-	if len(open) > 0 {
-		for at, w := range st.written {
-			k := [2]int64{int64(at.topic), at.partition}
-			if keys, ok := open[k]; ok && at.offset >= last[k].lso {
-				if t := &st.txns[w.txn]; t.outcome != history.OK && t.outcome != history.Fail && !slices.Contains(keys, t.key) {
-					open[k] = append(keys, t.key)
-				}
+	for k, t := range j.outs {
+		if j.stats[k].Partitions == 0 && st.declared {
+			j.reason("the offsets of output topic %s were not read after the drain, so transaction-left-open is not judged", st.topics[t])
+		}
+	}
+	if len(open) == 0 {
+		return
+	}
+	for at, w := range st.written {
+		k := part{int64(at.topic), at.partition}
+		if keys, ok := open[k]; ok && at.offset >= last[k].lso {
+			if t := &st.txns[w.txn]; t.outcome != history.OK && t.outcome != history.Fail && !slices.Contains(keys, t.key) {
+				open[k] = append(keys, t.key)
 			}
 		}
 	}
 	for _, p := range parts {
-		k := [2]int64{int64(p.topic), p.partition}
-		keys, ok := open[k]
-		if !ok || slot[p.topic] < 0 {
+		keys, ok := open[part{int64(p.topic), p.partition}]
+		if !ok {
 			continue
 		}
 		slices.Sort(keys)
 		name := st.topics[p.topic]
-		stats[slot[p.topic]].LeftOpen++
+		j.stats[j.slot[p.topic]].LeftOpen++
 		detail := fmt.Sprintf("%s partition %d: last stable offset %d, high watermark %d", name, p.partition, p.lso, p.hwm)
 		if len(keys) > 0 {
 			var ids []string
@@ -771,54 +906,9 @@ func (a *analyzer) judgeTxnStage(v *view, r *Result, replay func(restart func(),
 			}
 			detail += "; undecided transactions that wrote past it: " + strings.Join(ids, ", ")
 		}
-		fs = append(fs, txnFinding{kind: TransactionLeftOpen, topic: name, order: recPos{partition: p.partition}, label: name + "/" + strconv.FormatInt(p.partition, 10),
+		j.fs = append(j.fs, txnFinding{kind: TransactionLeftOpen, topic: name, order: recPos{partition: p.partition}, label: name + "/" + strconv.FormatInt(p.partition, 10),
 			detail: detail, match: txnMatch{part: recPos{topic: p.topic, partition: p.partition}, hasPart: true, txns: keys}})
 	}
-	for k, t := range outs {
-		if stats[k].Partitions == 0 && st.declared {
-			reason("the offsets of output topic %s were not read after the drain, so transaction-left-open is not judged", st.topics[t])
-		}
-	}
-
-	established := len(v.txnReasons) == 0 && r.Facts.FinalRead == "complete" && (r.Facts.Drain == "complete" || r.Facts.Drain == DrainQuiet)
-	var dup, missing bool
-	for _, f := range fs {
-		switch f.kind {
-		case OutputDuplicate, AbortedVisible:
-			dup = true
-		case OutputLost, TornTransaction:
-			missing = true
-		}
-	}
-	res.Delivery = deliveryOf(dup, missing, established)
-	res.Topics = stats
-	res.Database = v.database(st.consumer, r.Facts.FinalRead == "complete")
-	if res.Database != nil {
-		res.Boundary = res.Delivery.Words() + " on Kafka's topics; " + res.Database.Delivery.Words() + " on the database"
-	}
-	r.TxnStage = res
-	a.txnAnomalies(r, st, fs, replay)
-}
-
-// readInfo is what the transactions did with one input: how many that
-// read it committed, aborted or stayed undecided, and their keys.
-type readInfo struct {
-	committed, aborted, open int32
-	txns                     []string
-}
-
-// lostWhy says what the transactions did with an input no output topic
-// has: where it was lost.
-func lostWhy(ri *readInfo) string {
-	switch {
-	case ri == nil:
-		return "no transaction read it"
-	case ri.committed > 0:
-		return "a transaction that read it committed, yet its records are not visible (its offsets were committed without its outputs)"
-	case ri.open > 0:
-		return "read only into transactions whose outcome is not known"
-	}
-	return "read only into transactions that aborted, and never retried"
 }
 
 // database counts the effects the processor, consumer group consumer,

@@ -29,11 +29,13 @@ type txnHist struct {
 	b       builder
 	inputs  []stInput
 	records []stRecord
+	byInput map[stInput][]int   // records by input
 	next    map[[2]string]int64 // topic, partition → next offset
 	outPart int64               // partitions per output topic
 	txn     int
-	db      bool // the processor applies each input's effect to the database
-	applied map[string]bool
+	db      bool                    // the processor applies each input's effect to the database
+	applied map[string]bool         // events the processor applied to the database
+	billed  map[string]bool         // events billing applied
 	ends    map[string]history.Type // how each transaction ended
 }
 
@@ -97,6 +99,10 @@ func (s *txnHist) transact(end history.Type, committed bool, ins ...stInput) str
 			s.next[k]++
 			touched[k] = true
 			rec := stRecord{topic: topic, at: inPos{p, off}, in: in, txn: id, committed: committed}
+			if s.byInput == nil {
+				s.byInput = map[stInput][]int{}
+			}
+			s.byInput[in] = append(s.byInput[in], len(s.records))
 			s.records = append(s.records, rec)
 			s.b.op("processor-0", history.OK, history.TxnOutput, s.recValue(rec, id))
 		}
@@ -142,31 +148,47 @@ func (s *txnHist) recValue(r stRecord, txn string) history.Value {
 // read is a read by reader-0 during the run of every committed record of
 // ins.
 func (s *txnHist) read(ins ...stInput) {
-	for _, r := range s.records {
-		if r.committed && slices.Contains(ins, r.in) {
-			v := s.recValue(r, "")
-			s.b.op("reader-0", history.OK, history.OutputRead, v)
+	for _, r := range s.recordsOf(ins) {
+		if r.committed {
+			s.b.op("reader-0", history.OK, history.OutputRead, s.recValue(r, ""))
 		}
 	}
+}
+
+// recordsOf returns the records of ins, in the order they were written.
+func (s *txnHist) recordsOf(ins []stInput) []stRecord {
+	var idx []int
+	for _, in := range slices.Compact(slices.Clone(ins)) {
+		idx = append(idx, s.byInput[in]...)
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	out := make([]stRecord, len(idx))
+	for i, j := range idx {
+		out[i] = s.records[j]
+	}
+	return out
 }
 
 // consume delivers each committed invoice of ins to billing, which
 // applies its event once.
 func (s *txnHist) consume(ins ...stInput) {
-	applied := map[string]bool{}
-	for _, r := range s.records {
-		if !r.committed || r.topic != stInvoices || !slices.Contains(ins, r.in) {
+	for _, r := range s.recordsOf(ins) {
+		if !r.committed || r.topic != stInvoices {
 			continue
 		}
 		v := history.Value{Event: r.in.event, Consumer: "billing", Topic: stInvoices, Partition: r.at.partition, Offset: r.at.offset}
 		s.b.op("consumer-billing-0", history.OK, history.Deliver, v)
 		av := history.Value{Event: r.in.event, Consumer: "billing", Key: r.in.event, Version: 1}
 		s.b.op("consumer-billing-0", history.Invoke, history.Apply, av)
-		if applied[r.in.event] {
+		if s.billed[r.in.event] {
 			av.Reason = "duplicate"
 			s.b.op("consumer-billing-0", history.Fail, history.Apply, av)
 		} else {
-			applied[r.in.event] = true
+			if s.billed == nil {
+				s.billed = map[string]bool{}
+			}
+			s.billed[r.in.event] = true
 			s.b.op("consumer-billing-0", history.OK, history.Apply, av)
 		}
 		s.b.op("consumer-billing-0", history.OK, history.Ack, history.Value{Event: r.in.event, Consumer: "billing"})
@@ -488,7 +510,7 @@ func TestStageUnknown(t *testing.T) {
 				h := cleanTxnStage().finish(stFinal{})
 				return slices.DeleteFunc(h, func(op history.Op) bool { return op.F == history.TxnStage })
 			},
-			reason: "no stage op declares the stage",
+			reason: "no txn-stage op declares the stage",
 		},
 	}
 	for _, tt := range tests {
