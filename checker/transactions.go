@@ -7,8 +7,8 @@ package checker
 // read_committed readers downstream. Shard 0 keeps the stage's state
 // (txnState), fed by shard.op for the stage's own ops and by
 // shard.observe for the ops that read its topics; finish judges it
-// (judgeTxnStage) into Result.Stage, the stage's anomalies, and the reasons
-// its facts are not established.
+// (judgeTxnStage) into Result.TxnStage, the stage's anomalies, and the
+// reasons its facts are not established.
 //
 // Exactly-once is per input record: an input is a record of the input
 // topic, named by its position (partition, offset), and each output
@@ -234,7 +234,7 @@ type txnState struct {
 	declared bool
 	consumer string
 	input    string
-	nDecl    int // the declared output topics are topics[:nDecl]
+	declOut  []int64 // the declared output topics, in declaration order
 	topicIdx map[string]int64
 	topics   []string
 	isOutput []bool // by topic: declared, or written to by a transaction
@@ -299,33 +299,15 @@ func (st *txnState) topic(name string) int64 {
 	return i
 }
 
-// declare folds a stage op.
+// declare folds a txn-stage op.
 func (st *txnState) declare(v *history.Value) {
 	st.declared = true
 	st.consumer, st.input = cmp.Or(v.Consumer, st.consumer), cmp.Or(v.Target, st.input)
 	for _, t := range v.Topics {
-		if _, ok := st.topicIdx[t]; ok && int(st.topicIdx[t]) < st.nDecl {
-			continue
+		if i := st.topic(t); !slices.Contains(st.declOut, i) {
+			st.isOutput[i] = true
+			st.declOut = append(st.declOut, i)
 		}
-		i := st.topic(t)
-		st.isOutput[i] = true
-		// Keep the declared topics first, in declaration order.
-		if int(i) != st.nDecl {
-			st.reorder(i, int64(st.nDecl))
-		}
-		st.nDecl++
-	}
-}
-
-// reorder moves topic i to index j (j < i), shifting the others: only
-// while no record names topics by index yet, at setup.
-func (st *txnState) reorder(i, j int64) {
-	name := st.topics[i]
-	st.topics = slices.Insert(slices.Delete(st.topics, int(i), int(i)+1), int(j), name)
-	out := st.isOutput[i]
-	st.isOutput = slices.Insert(slices.Delete(st.isOutput, int(i), int(i)+1), int(j), out)
-	for k, n := range st.topics {
-		st.topicIdx[n] = int64(k)
 	}
 }
 
@@ -526,14 +508,18 @@ func newTxnJudge(st *txnState, inputsKnown bool) *txnJudge {
 	if !st.declared {
 		j.reason("transactions were recorded but no txn-stage op declares the stage, so its output topics are not known")
 	}
-	j.slot = make([]int, len(st.topics))
+	// The declared output topics first, then any other a transaction
+	// wrote to.
+	j.outs = slices.Clone(st.declOut)
 	for i := range st.topics {
-		j.slot[i] = -1
-		if st.isOutput[i] {
-			j.slot[i] = len(j.outs)
+		if st.isOutput[i] && !slices.Contains(j.outs, int64(i)) {
 			j.outs = append(j.outs, int64(i))
-			j.res.Outputs = append(j.res.Outputs, st.topics[i])
 		}
+	}
+	j.slot = slices.Repeat([]int{-1}, len(st.topics))
+	for k, t := range j.outs {
+		j.slot[t] = k
+		j.res.Outputs = append(j.res.Outputs, st.topics[t])
 	}
 	if len(j.outs) == 0 {
 		j.reason("no output topic declared or written to")
@@ -667,7 +653,7 @@ func (j *txnJudge) outputs() {
 		rank[i], sorted[r] = int32(r), j.ins[i]
 	}
 	j.ins = sorted
-	j.first, j.second, j.nRows = filled(len(j.ins)*nOut, -1), filled(len(j.ins)*nOut, -1), make([]int32, len(j.ins)*nOut)
+	j.first, j.second, j.nRows = slices.Repeat([]int32{-1}, len(j.ins)*nOut), slices.Repeat([]int32{-1}, len(j.ins)*nOut), make([]int32, len(j.ins)*nOut)
 	for _, ref := range refs {
 		row := &st.rows[ref.row]
 		k := j.slot[row.at.topic]
@@ -860,7 +846,7 @@ func (j *txnJudge) leftOpen() {
 	type part struct{ topic, partition int64 }
 	last := map[part]partRow{}
 	for _, p := range st.parts {
-		last[part{int64(p.topic), p.partition}] = p
+		last[part{p.topic, p.partition}] = p
 	}
 	parts := slices.SortedFunc(maps.Values(last), func(x, y partRow) int {
 		return cmp.Or(cmp.Compare(x.topic, y.topic), cmp.Compare(x.partition, y.partition))
@@ -870,7 +856,7 @@ func (j *txnJudge) leftOpen() {
 		if k := j.slot[p.topic]; k >= 0 {
 			j.stats[k].Partitions++
 			if p.lso < p.hwm {
-				open[part{int64(p.topic), p.partition}] = nil
+				open[part{p.topic, p.partition}] = nil
 			}
 		}
 	}
@@ -883,7 +869,7 @@ func (j *txnJudge) leftOpen() {
 		return
 	}
 	for at, w := range st.written {
-		k := part{int64(at.topic), at.partition}
+		k := part{at.topic, at.partition}
 		if keys, ok := open[k]; ok && at.offset >= last[k].lso {
 			if t := &st.txns[w.txn]; t.outcome != history.OK && t.outcome != history.Fail && !slices.Contains(keys, t.key) {
 				open[k] = append(keys, t.key)
@@ -891,7 +877,7 @@ func (j *txnJudge) leftOpen() {
 		}
 	}
 	for _, p := range parts {
-		keys, ok := open[part{int64(p.topic), p.partition}]
+		keys, ok := open[part{p.topic, p.partition}]
 		if !ok {
 			continue
 		}
@@ -1006,7 +992,8 @@ func (a *analyzer) txnAnomalies(r *Result, st *txnState, fs []txnFinding, replay
 			byTxn[k] = append(byTxn[k], i)
 		}
 		if s.m.hasPart {
-			byPart[[2]int64{int64(s.m.part.topic), s.m.part.partition}] = append(byPart[[2]int64{int64(s.m.part.topic), s.m.part.partition}], i)
+			k := [2]int64{s.m.part.topic, s.m.part.partition}
+			byPart[k] = append(byPart[k], i)
 		}
 	}
 	pos := int64(0)
@@ -1034,14 +1021,14 @@ func (a *analyzer) txnAnomalies(r *Result, st *txnState, fs []txnFinding, replay
 				hit = byIn[inPos{v.InputPartition, v.InputOffset}]
 				if op.F == history.TxnOutput && len(byPart) > 0 {
 					if t, ok := st.topicIdx[v.Topic]; ok {
-						hit = append(slices.Clone(hit), byPart[[2]int64{int64(t), v.Partition}]...)
+						hit = append(slices.Clone(hit), byPart[[2]int64{t, v.Partition}]...)
 					}
 				}
 			case op.F == history.FinalRead && v.Table == history.TableBroker && v.Event != "":
 				hit = byIn[inPos{v.Partition, v.Offset}]
 			case op.F == history.FinalRead && v.Table == history.TablePartition:
 				if t, ok := st.topicIdx[v.Topic]; ok {
-					hit = byPart[[2]int64{int64(t), v.Partition}]
+					hit = byPart[[2]int64{t, v.Partition}]
 				}
 			case op.F == history.Deliver && v.Topic != "":
 				// A delivery from an output topic names no input: it
@@ -1062,12 +1049,4 @@ func (a *analyzer) txnAnomalies(r *Result, st *txnState, fs []txnFinding, replay
 		}
 		return nil
 	})
-}
-
-func filled(n int, v int32) []int32 {
-	s := make([]int32, n)
-	for i := range s {
-		s[i] = v
-	}
-	return s
 }
