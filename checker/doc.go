@@ -35,4 +35,19 @@
 // Unknown if not. Without those facts an event not yet applied is shown
 // as unseen, not lost. [Result.Faults] lists each fault window with its
 // outcome and evidence.
+//
+// # Transactional stage
+//
+// A history may hold a transactional consume-transform-produce stage
+// (a txn-stage op, docs/history.md): a processor that, per input record,
+// writes one record to each output topic and commits its input offsets in
+// the same Kafka transaction. Its exactly-once is judged per input record
+// from the final read_committed read of the output topics, the
+// transactions' ops and what readers read during the run, into the kinds
+// of [TxnStageKinds] (one [Anomaly] per kind and output topic) and
+// [Result.TxnStage], which also sets the topics' delivery beside the
+// processor's own effect on the database ("exactly once on Kafka's
+// topics; at least once on the database"). A stage whose facts are not
+// established (no transaction committed or aborted, an output topic not
+// read whole, ...) makes the verdict Unknown.
 package checker

@@ -577,3 +577,22 @@ func TestNoStage(t *testing.T) {
 		t.Fatalf("stage %+v, valid %s %q", r.TxnStage, r.Valid, r.Reasons)
 	}
 }
+
+// A txn-stage op written after the first transactions still declares
+// the stage: the output topics come in its order, and the verdict is the
+// same.
+func TestStageDeclaredLate(t *testing.T) {
+	h := cleanTxnStage().finish(stFinal{})
+	i := slices.IndexFunc(h, func(op history.Op) bool { return op.F == history.TxnStage })
+	j := slices.IndexFunc(h, func(op history.Op) bool { return op.F == history.TxnOutput && op.Value.Topic == stRevenue })
+	decl := h[i]
+	decl.Value.Topics = []string{stRevenue, stInvoices}
+	h = slices.Insert(slices.Delete(h, i, i+1), j, decl)
+	for k := range h {
+		h[k].Time = int64(k+1) * 1000
+	}
+	r := Check(h, Options{Guarantees: strict})
+	if r.Valid != Valid || !slices.Equal(r.TxnStage.Outputs, []string{stRevenue, stInvoices}) {
+		t.Fatalf("valid %s %q, outputs %v", r.Valid, r.Reasons, r.TxnStage.Outputs)
+	}
+}
