@@ -381,7 +381,9 @@ func (st *txnState) op(op *history.Op) {
 func (st *txnState) also(op *history.Op) {
 	v := &op.Value
 	if op.F == history.Deliver {
-		st.sight(v, "subscription "+cmp.Or(v.Consumer, defaultSubscription), false)
+		if v.Topic != st.input {
+			st.sight(v, "subscription "+cmp.Or(v.Consumer, defaultSubscription), false)
+		}
 		return
 	}
 	st.inputs = append(st.inputs, inputRow{in: inPos{v.Partition, v.Offset}, event: v.Event, source: v.Source})

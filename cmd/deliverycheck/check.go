@@ -155,7 +155,7 @@ func printSummary(w io.Writer, r *checker.Result, paths []string, out string) {
 		if a.Fatal {
 			mark = "FATAL"
 		}
-		fmt.Fprintf(w, "  %-7s %s in %s: %d", mark, a.Kind, a.Subscription, a.Count)
+		fmt.Fprintf(w, "  %-7s %s in %s: %d", mark, a.Kind, a.Where(), a.Count)
 		if len(a.Boundaries) > 0 {
 			var bs []string
 			for _, b := range a.Boundaries {
@@ -167,6 +167,14 @@ func printSummary(w io.Writer, r *checker.Result, paths []string, out string) {
 		if st := a.StageSummary(); st != "" {
 			fmt.Fprintf(w, "          where lost: %s\n", st)
 		}
+	}
+	if st := r.TxnStage; st != nil {
+		fmt.Fprintf(w, "  transactional stage %s: %d transactions (%d committed, %d aborted); %s on Kafka's topics", st.Consumer,
+			st.Transactions.Begun, st.Transactions.Committed, st.Transactions.Aborted, st.Delivery.Words())
+		if st.Database != nil {
+			fmt.Fprintf(w, "; %s on the database", st.Database.Delivery.Words())
+		}
+		fmt.Fprintln(w)
 	}
 	for _, aw := range r.Availability.Windows {
 		fmt.Fprintf(w, "  availability: %s\n", r.Availability.Summary(aw, r.Faults))
