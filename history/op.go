@@ -104,9 +104,9 @@ const (
 	// its output topics, and the read_committed readers downstream.
 
 	// TxnStage is the harness's lone ok, at setup, declaring a
-	// transactional stage: value.consumer its consumer group (also the subscription of
-	// a database effect it writes, if any), value.target its input topic,
-	// value.topics its output topics.
+	// transactional stage: value.consumer its consumer group (also the
+	// subscription of a database effect it writes, if any), value.target
+	// its input topic, value.topics its output topics.
 	TxnStage F = "txn-stage"
 	// Txn is one Kafka transaction of the processor, value.txn naming it:
 	// invoke when it begins, ok once it committed, fail once it aborted
