@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -235,8 +237,10 @@ func TestPropertyStagePlantedAnomalyIsFoundAlone(t *testing.T) {
 }
 
 // The same stage history gives byte-identical results whatever the
-// number of shards.
+// number of shards, in memory or from a file (whose examples are read
+// again from it).
 func TestPropertyStageDeterministic(t *testing.T) {
+	dir := t.TempDir()
 	rapid.Check(t, func(t *rapid.T) {
 		kind := rapid.SampledFrom(TxnStageKinds()).Draw(t, "kind")
 		s := genTxnStage(t)
@@ -255,6 +259,17 @@ func TestPropertyStageDeterministic(t *testing.T) {
 			} else if !bytes.Equal(got, want) {
 				t.Fatalf("%d shards:\n%s\nwant\n%s", n, got, want)
 			}
+		}
+		p := filepath.Join(dir, "h.jsonl")
+		if err := os.WriteFile(p, []byte(dump(h)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r, err := CheckFiles([]string{p}, Options{Guarantees: strict, Shards: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := json.Marshal(r); !bytes.Equal(got, want) {
+			t.Fatalf("CheckFiles:\n%s\nwant\n%s", got, want)
 		}
 	})
 }

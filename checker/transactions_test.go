@@ -596,3 +596,45 @@ func TestStageDeclaredLate(t *testing.T) {
 		t.Fatalf("valid %s %q, outputs %v", r.Valid, r.Reasons, r.TxnStage.Outputs)
 	}
 }
+
+// Ops of the stage without a txn belong to their process's current
+// transaction: each invoke starts a new one.
+func TestStageTxnByProcess(t *testing.T) {
+	h := cleanTxnStage().finish(stFinal{})
+	for i := range h {
+		if h[i].Value.Txn != "" && h[i].F != history.FinalRead {
+			h[i].Value.Txn = ""
+		}
+	}
+	r := Check(h, Options{Guarantees: strict})
+	if r.Valid != Valid || r.TxnStage.Transactions != (TxnCounts{Begun: 3, Committed: 1, Aborted: 1, Indeterminate: 1}) {
+		t.Fatalf("valid %s %q, transactions %+v", r.Valid, r.Reasons, r.TxnStage.Transactions)
+	}
+}
+
+// Output order is fatal only where order is promised; found, it is
+// shown either way.
+func TestStageOutputOrderPromise(t *testing.T) {
+	swap := func(rows []history.Value) []history.Value {
+		var i, j int
+		for k, v := range rows {
+			switch {
+			case v.Topic == stInvoices && v.Event == "e1":
+				i = k
+			case v.Topic == stInvoices && v.Event == "e2":
+				j = k
+			}
+		}
+		rows[i].Offset, rows[j].Offset = rows[j].Offset, rows[i].Offset
+		return rows
+	}
+	for _, tt := range []struct {
+		g     Guarantees
+		valid Validity
+	}{{strict, Invalid}, {Guarantees{}, Valid}} {
+		r := Check(cleanTxnStage().finish(stFinal{rows: swap}), Options{Guarantees: tt.g})
+		if r.Valid != tt.valid || len(r.Anomalies) != 1 || r.Anomalies[0].Kind != OutputOrder || r.Anomalies[0].Fatal != (tt.valid == Invalid) {
+			t.Errorf("order %s: valid %s %q, anomalies %+v", tt.g.Normalize().Order, r.Valid, r.Reasons, r.Anomalies)
+		}
+	}
+}
