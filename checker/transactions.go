@@ -32,12 +32,12 @@ import (
 // TxnStage is what a history says about its transactional stage.
 type TxnStage struct {
 	// Consumer is the processor's consumer group; Input its input topic;
-	// Outputs its output topics, as the stage op declared them (and any
+	// Outputs its output topics, as the txn-stage op declared them (and any
 	// other topic its transactions wrote to, after them).
 	Consumer string   `json:"consumer"`
 	Input    string   `json:"input"`
 	Outputs  []string `json:"outputs"`
-	// Declared: a stage op declared the stage. Without one the output
+	// Declared: a txn-stage op declared the stage. Without one the output
 	// topics are only those the transactions wrote to, and the stage's
 	// facts are not established.
 	Declared     bool      `json:"declared"`
@@ -130,6 +130,8 @@ const (
 	DeliveryUnknown Delivery = "unknown"       // the facts are not established
 )
 
+// deliveryOf names what was observed: duplicates, missing records, and
+// whether the facts that would show either were established.
 func deliveryOf(dup, missing, established bool) Delivery {
 	switch {
 	case dup && missing:
@@ -253,8 +255,8 @@ type txnState struct {
 }
 
 // txnState returns the shard's stage, starting one if it has none: an
-// op of the stage without a stage op still makes a stage, whose facts
-// are then not established.
+// op of the stage without a txn-stage op still makes a stage, whose
+// facts are then not established.
 func (s *shard) txnState() *txnState {
 	if s.txnStage == nil {
 		s.txnStage = &txnState{topicIdx: map[string]int64{}, txnByKey: map[string]int32{}, perProc: map[string]int{},

@@ -158,7 +158,7 @@ func (s *txnHist) read(ins ...stInput) {
 // recordsOf returns the records of ins, in the order they were written.
 func (s *txnHist) recordsOf(ins []stInput) []stRecord {
 	var idx []int
-	for _, in := range slices.Compact(slices.Clone(ins)) {
+	for _, in := range ins {
 		idx = append(idx, s.byInput[in]...)
 	}
 	slices.Sort(idx)
