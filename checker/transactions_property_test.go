@@ -1,11 +1,7 @@
 package checker
 
 import (
-	"bytes"
 	"cmp"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -248,28 +244,6 @@ func TestPropertyStageDeterministic(t *testing.T) {
 		if !ok {
 			t.Skip("no place to plant " + string(kind))
 		}
-		var want []byte
-		for _, n := range []int{1, 2, 3} {
-			got, err := json.Marshal(Check(h, Options{Guarantees: strict, Shards: n}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want == nil {
-				want = got
-			} else if !bytes.Equal(got, want) {
-				t.Fatalf("%d shards:\n%s\nwant\n%s", n, got, want)
-			}
-		}
-		p := filepath.Join(dir, "h.jsonl")
-		if err := os.WriteFile(p, []byte(dump(h)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		r, err := CheckFiles([]string{p}, Options{Guarantees: strict, Shards: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, _ := json.Marshal(r); !bytes.Equal(got, want) {
-			t.Fatalf("CheckFiles:\n%s\nwant\n%s", got, want)
-		}
+		checkDeterministic(t, h, dir, 2)
 	})
 }

@@ -49,17 +49,7 @@ func (op Op) AppendJSON(dst []byte) []byte {
 	dst = appendStrField(dst, n, "detail", v.Detail)
 	dst = appendStrField(dst, n, "evidence", v.Evidence)
 	dst = appendIntField(dst, n, "commit_time", v.CommitTime)
-	if len(v.Subscriptions) > 0 {
-		dst = appendKey(dst, n, "subscriptions")
-		dst = append(dst, '[')
-		for i, s := range v.Subscriptions {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendString(dst, s)
-		}
-		dst = append(dst, ']')
-	}
+	dst = appendStrsField(dst, n, "subscriptions", v.Subscriptions)
 	dst = appendStrField(dst, n, "topic", v.Topic)
 	dst = appendStrField(dst, n, "txn", v.Txn)
 	dst = appendStrField(dst, n, "transactional_id", v.TransactionalID)
@@ -67,17 +57,7 @@ func (op Op) AppendJSON(dst []byte) []byte {
 	dst = appendIntField(dst, n, "input_offset", v.InputOffset)
 	dst = appendIntField(dst, n, "last_stable_offset", v.LastStableOffset)
 	dst = appendIntField(dst, n, "high_watermark", v.HighWatermark)
-	if len(v.Topics) > 0 {
-		dst = appendKey(dst, n, "topics")
-		dst = append(dst, '[')
-		for i, s := range v.Topics {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendString(dst, s)
-		}
-		dst = append(dst, ']')
-	}
+	dst = appendStrsField(dst, n, "topics", v.Topics)
 	return append(dst, "}}"...)
 }
 
@@ -154,4 +134,20 @@ func appendString(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// appendStrsField appends "key":[...] when ss is not empty.
+func appendStrsField(dst []byte, start int, key string, ss []string) []byte {
+	if len(ss) == 0 {
+		return dst
+	}
+	dst = appendKey(dst, start, key)
+	dst = append(dst, '[')
+	for i, s := range ss {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendString(dst, s)
+	}
+	return append(dst, ']')
 }
