@@ -452,12 +452,7 @@ func waitWholeMending(t *testing.T, ctx context.Context, c *cluster.Cluster, rc 
 		return
 	}
 	t.Logf("cluster not whole %v after the fault on %s ended (%v): restarting %s, as an operator would", autohealGrace, node, err, node)
-	var svc cluster.Service
-	for _, n := range c.Nodes(cluster.RabbitMQ) {
-		if n.Name() == node {
-			svc = n
-		}
-	}
+	svc := c.Service(node)
 	if svc == nil {
 		t.Fatalf("no RabbitMQ node %s", node)
 	}
