@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/internal/logtail"
+	"github.com/deliverycheck/deliverycheck/process"
 )
 
 // How to install what a fetch needs, for the errors that say it is missing
@@ -114,10 +115,8 @@ func Fetch(ctx context.Context, pom []byte, dest string, props ...string) error 
 	}
 	libs := filepath.Join(tmp, "libs")
 	args := append([]string{"-B", "-q", "-f", pomPath, "dependency:copy-dependencies", "-DincludeScope=runtime", "-DoutputDirectory=" + libs}, props...)
-	cmd := exec.CommandContext(ctx, mvn, args...)
+	cmd := process.Command(ctx, mvn, args...) // mvn runs a JVM: the whole group goes on cancel
 	cmd.Dir = tmp
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("mvn: %w\n%s", err, strings.Join(logtail.Lines(out, 30), "\n"))
