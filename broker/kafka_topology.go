@@ -20,6 +20,15 @@ import (
 // logged if the partition count differs).
 func SetupKafka(ctx context.Context, cfg KafkaConfig) error {
 	cfg = cfg.withDefaults()
+	return SetupKafkaTopics(ctx, cfg, cfg.Topic, cfg.DLQTopic())
+}
+
+// SetupKafkaTopics creates topics as [SetupKafka] creates the events
+// topic (cfg's partition count, the brokers' default replication) and
+// waits until every partition of each is served: the transactional
+// stage's output topics are made this way.
+func SetupKafkaTopics(ctx context.Context, cfg KafkaConfig, topics ...string) error {
+	cfg = cfg.withDefaults()
 	if len(cfg.Seeds) == 0 {
 		return errors.New("kafka setup: no seed brokers")
 	}
@@ -29,7 +38,6 @@ func SetupKafka(ctx context.Context, cfg KafkaConfig) error {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	topics := []string{cfg.Topic, cfg.DLQTopic()}
 	resps, err := adm.CreateTopics(ctx, cfg.Partitions, -1, nil, topics...)
 	if err != nil {
 		return fmt.Errorf("kafka setup: create topics: %w", err)

@@ -49,6 +49,15 @@ const (
 	// ConsumerAfterAckBeforeCommit: only reachable in ack-first
 	// variants, where it loses the event.
 	ConsumerAfterAckBeforeCommit Name = "consumer.after-ack-before-commit"
+	// ProcessorAfterProduceBeforeCommit: the transactional processor
+	// dies with its transaction open; its restart (same
+	// transactional.id) fences it and aborts it, and reads its inputs
+	// again.
+	ProcessorAfterProduceBeforeCommit Name = "processor.after-produce-before-commit"
+	// ProcessorAfterCommitBeforePoll: the processor dies right after a
+	// commit; its restart must go on from the committed offsets,
+	// neither repeating nor skipping an input.
+	ProcessorAfterCommitBeforePoll Name = "processor.after-commit-before-poll"
 )
 
 // All lists every failpoint, sorted.
@@ -57,13 +66,16 @@ func All() []Name {
 		ConsumerAfterAckBeforeCommit,
 		ConsumerAfterCommitBeforeAck,
 		ConsumerAfterEffectBeforeCommit,
+		ProcessorAfterCommitBeforePoll,
+		ProcessorAfterProduceBeforeCommit,
 		ProducerAfterCommit,
 		RelayAfterPublishBeforeMark,
 		RelayBeforePublish,
 	}
 }
 
-// Component is the part before the dot: "producer", "relay" or "consumer".
+// Component is the part before the dot: "producer", "relay", "consumer"
+// or "processor".
 func (n Name) Component() string {
 	c, _, _ := strings.Cut(string(n), ".")
 	return c

@@ -1,5 +1,5 @@
 // Package worker is the body of one pipeline process (`deliverycheck
-// worker`): a producer, a relay or a consumer, started by the supervisor
+// worker`): a producer, a relay, a consumer or a transactional processor, started by the supervisor
 // with a [Spec], recording everything it does in its own history file.
 //
 // It reads commands on stdin: "arm <term>" arms a failpoint (see package
@@ -31,6 +31,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
+	"github.com/deliverycheck/deliverycheck/pipeline/processor"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 )
@@ -40,6 +41,8 @@ const (
 	RoleProducer = "producer"
 	RoleRelay    = "relay"
 	RoleConsumer = "consumer"
+	// RoleProcessor is the transactional stage's processor (Kafka only).
+	RoleProcessor = "processor"
 )
 
 // Spec is everything one worker process needs, passed as JSON.
@@ -67,6 +70,8 @@ type Spec struct {
 	Clients  []Client        `json:"clients,omitempty"`
 	Relay    relay.Config    `json:"relay"`
 	Consumer consumer.Config `json:"consumer"`
+	// Processor is the transactional processor's (RoleProcessor).
+	Processor processor.Config `json:"processor,omitempty"`
 
 	// Failpoints are armed before the worker starts working.
 	Failpoints []string `json:"failpoints"`
@@ -86,7 +91,7 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 	// Producers and relays wait on the network nearly all the time: a
 	// second P only adds scheduler threads competing for the machine's
 	// cores with the servers and every other worker.
-	if os.Getenv("GOMAXPROCS") == "" && (spec.Role == RoleProducer || spec.Role == RoleRelay) {
+	if os.Getenv("GOMAXPROCS") == "" && (spec.Role == RoleProducer || spec.Role == RoleRelay || spec.Role == RoleProcessor) {
 		runtime.GOMAXPROCS(1)
 	}
 	base := time.Unix(0, spec.BaseUnixNano)
@@ -193,8 +198,17 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 			return err
 		}
 		return c.Run(ctx)
+	case RoleProcessor:
+		if spec.Broker.Kind != "kafka" {
+			return fmt.Errorf("worker: the transactional processor needs Kafka, not %s", spec.Broker.Kind)
+		}
+		p, err := processor.New(spec.Processor, spec.Broker.Kafka(), rec, fp, log)
+		if err != nil {
+			return err
+		}
+		return p.Run(ctx)
 	}
-	return fmt.Errorf("worker: unknown role %q (valid: producer, relay, consumer)", spec.Role)
+	return fmt.Errorf("worker: unknown role %q (valid: producer, relay, consumer, processor)", spec.Role)
 }
 
 // runProducers runs the process's own producer client and every one of
