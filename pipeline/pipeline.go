@@ -97,6 +97,11 @@ type Config struct {
 	// Failpoints armed at start, by worker name (e.g. "consumer-inventory-0").
 	Failpoints map[string][]string
 
+	// Stage, when set, puts a transactional consume-transform-produce
+	// stage between the events topic and its output topics (Kafka only;
+	// see stage.go).
+	Stage *Stage
+
 	// System is the team's own code under test, if any: its tables, its
 	// business transaction, its relay and consumers, and how to read back
 	// what its consumers did. See docs/contract.md.
@@ -162,6 +167,14 @@ func (c *Config) defaults() error {
 	}
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())
+	}
+	if c.Stage != nil {
+		st := *c.Stage // the caller's stays as it was
+		st.defaults()
+		c.Stage = &st
+	}
+	if err := checkStage(*c); err != nil {
+		return err
 	}
 	// Failpoints are armed in a process: a producer running as a client
 	// of another's process has none of its own.
@@ -244,6 +257,11 @@ type Deployment struct {
 	// backlog asks the broker what it holds, for the drain; opened on
 	// first use.
 	backlog *worker.BacklogReader
+	// stage watches the transactional stage for the drain, and
+	// stopReader stops the reader of its output topics (nil without a
+	// stage, or until it started).
+	stage      *broker.KafkaStageWatcher
+	stopReader func() error
 }
 
 // HistoryDir is where a run's history files go, under its run dir.
@@ -349,6 +367,12 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 			}
 		}
 	}
+	// The stage's processors are up before the relays publish anything.
+	if cfg.Stage != nil {
+		if err := r.startStage(ctx); err != nil {
+			return nil, err
+		}
+	}
 	for i := range cfg.Relays {
 		name := fmt.Sprintf("relay-%d", i)
 		if cfg.RelayVariant == relay.Debezium {
@@ -439,8 +463,9 @@ func (r *Deployment) waitQueuesDurable(ctx context.Context) error {
 }
 
 // WorkerNames lists the workers a run of cfg starts, in start order:
-// consumer-<subscription>-<i>, relay-<i>, producer-<i> (with
-// ProducerProcesses, only the first producer of each process).
+// consumer-<subscription>-<i>, processor-<i> (with a Stage), relay-<i>,
+// producer-<i> (with ProducerProcesses, only the first producer of each
+// process).
 func WorkerNames(cfg Config) ([]string, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -451,6 +476,7 @@ func WorkerNames(cfg Config) ([]string, error) {
 			out = append(out, fmt.Sprintf("consumer-%s-%d", sub, i))
 		}
 	}
+	out = append(out, stageWorkerNames(cfg)...)
 	for i := range cfg.Relays {
 		out = append(out, fmt.Sprintf("relay-%d", i))
 	}
@@ -564,6 +590,9 @@ type progress struct {
 	// relayDown: the debezium relay is not streaming (its replication
 	// slot is inactive: Connect is restarting), so the quiet means nothing.
 	relayDown bool
+	// stageLag is the transactional stage's lag on the events topic, and
+	// stageOpen its output partitions with a transaction open.
+	stageLag, stageOpen int64
 }
 
 func (r *Deployment) progress(ctx context.Context, since time.Time) (progress, error) {
@@ -595,7 +624,10 @@ func (r *Deployment) progress(ctx context.Context, since time.Time) (progress, e
 			return p, err
 		}
 	}
-	p.backlog, err = r.backlog.Backlog(ctx)
+	if p.backlog, err = r.backlog.Backlog(ctx); err != nil {
+		return p, err
+	}
+	p.stageLag, p.stageOpen, err = r.stagePending(ctx)
 	return p, err
 }
 
@@ -682,7 +714,7 @@ func (r *Deployment) Drain(ctx context.Context) (bool, error) {
 			quiet = r.externalQuiet()
 		}
 		switch {
-		case err != nil || p.backlog > 0 || p.idleRelays < r.builtinRelays() || p.relayDown:
+		case err != nil || p.backlog > 0 || p.idleRelays < r.builtinRelays() || p.relayDown || p.stageLag > 0 || p.stageOpen > 0:
 			last, since = p, time.Now()
 		case p != last:
 			last, since = p, time.Now()
@@ -690,6 +722,9 @@ func (r *Deployment) Drain(ctx context.Context) (bool, error) {
 			detail := fmt.Sprintf("quiescent for %s: %d unpublished, %d effects, %d inbox, %d dead letters", quiet, p.unpublished, p.effects+p.teamEffects, p.inbox, p.dlq)
 			if r.external() {
 				detail += fmt.Sprintf("; %d committed, the furthest-behind subscription resolved %d", p.committed, p.resolvedMin)
+			}
+			if r.stage != nil {
+				detail += "; the transactional stage has read every input and no transaction is open"
 			}
 			if r.externalRelay() && p.resolvedMin < p.committed {
 				// Quiet, with events missing: lost, or still in a relay
@@ -707,6 +742,9 @@ func (r *Deployment) Drain(ctx context.Context) (bool, error) {
 		select {
 		case <-ctx.Done():
 			v := history.Value{Detail: fmt.Sprintf("deadline %s passed: %d unpublished, %d in the broker, %d of %d relays idle", r.cfg.DrainTimeout, last.unpublished, last.backlog, last.idleRelays, r.builtinRelays())}
+			if r.stage != nil {
+				v.Detail += fmt.Sprintf("; the transactional stage has %d inputs to read and %d output partitions with a transaction open", last.stageLag, last.stageOpen)
+			}
 			if lastErr != nil {
 				v.Error = lastErr.Error()
 			}
@@ -766,6 +804,9 @@ func (r *Deployment) FinalRead(ctx context.Context) error {
 		rows = append(rows, finalRow(history.Value{Table: history.TableBrokerDLQ, Event: d.Event, Source: eventSource(d.Source), Consumer: d.Queue, Reason: d.Reason, Attempt: d.Deliveries}))
 	}
 	rows = append(rows, r.brokerLog(ctx)...)
+	if r.cfg.Stage != nil {
+		rows = append(rows, r.stageRows(ctx)...)
+	}
 	return schema.FinalRead(ctx, r.db, r.rec, r.base, rows, r.teamQueries()...)
 }
 
@@ -870,6 +911,11 @@ func (r *Deployment) Finish(ctx context.Context) (bool, error) {
 	if err := r.sup.StopAll(stopCtx); err != nil {
 		r.log.Warn("stop workers", "err", err)
 	}
+	if r.stopReader != nil {
+		// Its ops are in by the final read; an error was logged.
+		_ = r.stopReader()
+		r.stopReader = nil
+	}
 	if err := r.FinalRead(ctx); err != nil {
 		return drained, err
 	}
@@ -892,6 +938,12 @@ func (r *Deployment) Close() error {
 	}
 	if r.backlog != nil {
 		r.backlog.Close()
+	}
+	if r.stopReader != nil {
+		_ = r.stopReader() // logged
+	}
+	if r.stage != nil {
+		r.stage.Close()
 	}
 	if r.db != nil {
 		r.db.Close()

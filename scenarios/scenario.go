@@ -75,6 +75,10 @@ type Scenario struct {
 	// consumers under test, replacing parts of the built-in pipeline (see
 	// docs/contract.md).
 	System System `yaml:"system,omitempty"`
+	// Stage puts a transactional consume-transform-produce stage between
+	// the events topic and output topics (Kafka only; docs/history.md,
+	// "Transactional stage"); none by default.
+	Stage *Stage `yaml:"stage,omitempty"`
 	// Nemesis is the faults of the run; none by default.
 	Nemesis Nemesis `yaml:"nemesis"`
 	// Guarantees are what the run promises, overriding the default
@@ -149,6 +153,37 @@ type System struct {
 	// quiet while events are missing cannot tell lost from late, and the
 	// verdict is unknown. Only with the team's relay.
 	PendingQuery string `yaml:"pending_query,omitempty"`
+}
+
+// Stage is a transactional consume-transform-produce stage: processors
+// (processor-0, ...) read the events topic read_committed in one
+// consumer group and, for each input record, write one record to each
+// output topic and commit the input offsets in one Kafka transaction,
+// with a stable transactional.id per processor (a restart fences the old
+// one), aborting a share of transactions on purpose and retrying their
+// inputs. A reader (reader-0) reads the output topics during the whole
+// run, the drain waits for the stage, and the final read reads the output
+// topics and their offsets. The checker then judges Kafka's exactly-once
+// per input record. Kafka only. Give it at least one field
+// (`stage: {processors: 1}`): as for every optional section, an empty
+// mapping is no stage.
+type Stage struct {
+	// Processors is how many processor processes share the stage's
+	// consumer group, overriding the default 1.
+	Processors int `yaml:"processors,omitempty" range:">=1,zero=default"`
+	// Outputs are the output topics, each prefixed with the run's
+	// namespace like the events topic, overriding the default [invoices,
+	// revenue].
+	Outputs []string `yaml:"outputs,omitempty" check:"name"`
+	// AbortRatio is the share of transactions aborted on purpose and
+	// retried, overriding the default 0.33: without an abort no reader
+	// had an aborted record to skip, and the stage's facts are not
+	// established.
+	AbortRatio float64 `yaml:"abort_ratio,omitempty" range:">0,<1,zero=default"`
+	// Reader is the isolation level of the reader of the output topics:
+	// `read_committed`, the default and correct, or `read_uncommitted`,
+	// known-bad: it reads the records of aborted transactions.
+	Reader string `yaml:"reader,omitempty" enum:"isolation level"`
 }
 
 // Command is an external component: a program the harness starts,
@@ -519,6 +554,20 @@ func (s Scenario) PipelineConfig() pipeline.Config {
 		Quiet:             s.Drain.Quiet,
 		Seed:              s.Seed,
 		System:            s.pipelineSystem(),
+		Stage:             s.pipelineStage(),
+	}
+}
+
+// pipelineStage is the pipeline's view of Stage, nil without one.
+func (s Scenario) pipelineStage() *pipeline.Stage {
+	if s.Stage == nil {
+		return nil
+	}
+	return &pipeline.Stage{
+		Processors:      s.Stage.Processors,
+		Outputs:         slices.Clone(s.Stage.Outputs),
+		AbortRatio:      s.Stage.AbortRatio,
+		ReadUncommitted: s.Stage.Reader == ReadUncommitted,
 	}
 }
 

@@ -237,7 +237,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key with suggestion", "broker: kafka\nworkload:\n  rat: 5\n",
 			[]string{"my.yaml:3: workload.rat: unknown field; did you mean rate? (valid: duration, producers, producer_processes, rate, keys, poison_ratio, abort_ratio, subscriptions, consumers, consumer_workers, consumer_work, relays, relay_batch)"}},
 		{"unknown top-level key", "broker: kafka\nworkloads: {}\n",
-			[]string{"my.yaml:2: workloads: unknown field; did you mean workload? (valid: name, description, broker, postgres, variants, workload, system, nemesis, guarantees, drain, expect, images, seed)"}},
+			[]string{"my.yaml:2: workloads: unknown field; did you mean workload? (valid: name, description, broker, postgres, variants, workload, system, stage, nemesis, guarantees, drain, expect, images, seed)"}},
 		{"wrong standby", "broker: kafka\npostgres:\n  standby: hot\n",
 			[]string{`my.yaml:3: postgres.standby: unknown standby "hot" (valid: none, async, sync)`}},
 		{"wrong variant lists valid ones", "broker: kafka\nvariants:\n  consumer: inbx\n",
@@ -263,7 +263,7 @@ func TestParseErrors(t *testing.T) {
 		{"wrong family", "broker: kafka\nnemesis:\n  random:\n    families: [network, disk]\n",
 			[]string{`my.yaml:4: nemesis.random.families[1]: unknown fault family "disk" (valid: failpoint, network, nodes, process)`}},
 		{"wrong failpoint", "broker: kafka\nnemesis:\n  failpoints:\n    relay-0: relay.after-publish\n",
-			[]string{`my.yaml:4: nemesis.failpoints.relay-0: unknown failpoint "relay.after-publish" (valid: consumer.after-ack-before-commit, consumer.after-commit-before-ack, consumer.after-effect-before-commit, producer.after-commit, relay.after-publish-before-mark, relay.before-publish)`}},
+			[]string{`my.yaml:4: nemesis.failpoints.relay-0: unknown failpoint "relay.after-publish" (valid: consumer.after-ack-before-commit, consumer.after-commit-before-ack, consumer.after-effect-before-commit, processor.after-commit-before-poll, processor.after-produce-before-commit, producer.after-commit, relay.after-publish-before-mark, relay.before-publish)`}},
 		{"not a number", "broker: kafka\nworkload:\n  producers: two\n",
 			[]string{`my.yaml:3: workload.producers: want an integer, got "two"`}},
 		{"not a duration", "broker: kafka\nworkload:\n  duration: 10\n",
@@ -288,6 +288,14 @@ func TestParseErrors(t *testing.T) {
 			}},
 
 		// Cross-field rules.
+		{"stage on rabbitmq", "broker: rabbitmq\nstage:\n  processors: 1\n",
+			[]string{"my.yaml:3: stage: the transactional stage is Kafka's (transactions over its topics); use broker: kafka"}},
+		{"stage reader", "broker: kafka\nstage:\n  reader: read_dirty\n",
+			[]string{`my.yaml:3: stage.reader: unknown isolation level "read_dirty" (valid: read_committed, read_uncommitted)`}},
+		{"stage abort ratio", "broker: kafka\nstage:\n  abort_ratio: 0\n",
+			[]string{"my.yaml:3: stage.abort_ratio: must be > 0, got 0"}},
+		{"processor failpoint on a relay", "broker: kafka\nstage: {processors: 1}\nnemesis:\n  failpoints:\n    relay-0: processor.after-commit-before-poll\n",
+			[]string{"my.yaml:5: nemesis.failpoints.relay-0: processor.after-commit-before-poll is a processor failpoint; relay-0 is not a processor"}},
 		{"unroutable on kafka", "broker: kafka\nvariants:\n  relay: unroutable\n",
 			[]string{"my.yaml:3: variants.relay: unroutable only exists on rabbitmq (Kafka has no routing to get wrong)"}},
 		{"replication on rabbitmq", "broker:\n  kind: rabbitmq\n  nodes: 3\n  min_insync_replicas: 1\n",
@@ -505,6 +513,9 @@ func TestValidateChecksEveryRange(t *testing.T) {
 		v := reflect.ValueOf(&s).Elem()
 		for _, key := range strings.Split(p, ".") {
 			if v.Kind() == reflect.Pointer {
+				if v.IsNil() { // an optional section the scenario has not
+					v.Set(reflect.New(v.Type().Elem()))
+				}
 				v = v.Elem()
 			}
 			i := slices.IndexFunc(fieldsOf(v.Type()), func(f field) bool { return f.key == key })
@@ -796,5 +807,25 @@ func TestNodeSteps(t *testing.T) {
 	s.Nemesis.Timeline = []nemesis.Step{st}
 	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "cut-replication cuts Kafka's inter-broker listener") {
 		t.Errorf("cut-replication on RabbitMQ: %v", err)
+	}
+}
+
+// The stage section reaches the pipeline, and its processors are
+// workers the nemesis can name.
+func TestStage(t *testing.T) {
+	s, err := Parse("my.yaml", []byte("broker: kafka\nstage:\n  processors: 2\n  outputs: [invoices]\n  reader: read_uncommitted\nnemesis:\n  timeline: [\"at 1s: kill processor-1\"]\n  failpoints:\n    processor-0: processor.after-commit-before-poll\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.PipelineConfig().Stage
+	want := &pipeline.Stage{Processors: 2, Outputs: []string{"invoices"}, ReadUncommitted: true}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("pipeline stage %+v, want %+v", got, want)
+	}
+	if s, _ := Parse("my.yaml", []byte("broker: kafka\n")); s.PipelineConfig().Stage != nil {
+		t.Fatal("a scenario without a stage section has a stage")
+	}
+	if _, err := Parse("my.yaml", []byte("broker: kafka\nnemesis:\n  timeline: [\"at 1s: kill processor-0\"]\n")); err == nil {
+		t.Fatal("kill processor-0 accepted without a stage")
 	}
 }

@@ -234,6 +234,8 @@ func enumValues(what string) []string {
 		return Standbys()
 	case "queue type":
 		return QueueTypes()
+	case "isolation level":
+		return IsolationLevels()
 	case "producer variant":
 		return strs(producer.Variants())
 	case "relay variant":
@@ -360,6 +362,16 @@ func Standbys() []string { return []string{"none", "async", "sync"} }
 
 // QueueTypes lists the RabbitMQ queue types a scenario can ask for.
 func QueueTypes() []string { return []string{"quorum", "classic"} }
+
+// The isolation levels of a stage's reader of its output topics.
+const (
+	ReadCommitted   = "read_committed"
+	ReadUncommitted = "read_uncommitted"
+)
+
+// IsolationLevels lists the isolation levels a stage's reader may use:
+// the correct one first.
+func IsolationLevels() []string { return []string{ReadCommitted, ReadUncommitted} }
 
 // Services lists the servers a fault can target besides workers; "broker"
 // is the run's broker whichever it is.

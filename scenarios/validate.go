@@ -104,6 +104,12 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	if isKafka && s.Variants.Relay == relay.Unroutable {
 		fail("variants.relay", "unroutable only exists on rabbitmq (Kafka has no routing to get wrong)")
 	}
+	if isRabbit && s.Stage != nil {
+		fail("stage", "the transactional stage is Kafka's (transactions over its topics); use broker: kafka")
+	}
+	if st := s.Stage; st != nil && st.Reader != "" && !slices.Contains(IsolationLevels(), st.Reader) {
+		fail("stage.reader", "%s", unknownName("isolation level", st.Reader, IsolationLevels()))
+	}
 	if isKafka && s.Broker.QueueType != "" {
 		fail("broker.queue_type", "queue types are RabbitMQ's; Kafka has a topic")
 	}
@@ -324,6 +330,11 @@ func (s Scenario) workers() []string {
 	for _, sub := range s.Workload.Subscriptions {
 		for i := range s.Workload.Consumers {
 			out = append(out, fmt.Sprintf("consumer-%s-%d", sub, i))
+		}
+	}
+	if s.Stage != nil {
+		for i := range max(s.Stage.Processors, 1) {
+			out = append(out, "processor-"+strconv.Itoa(i))
 		}
 	}
 	return out

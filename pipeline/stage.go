@@ -1,0 +1,228 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/deliverycheck/deliverycheck/broker"
+	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/pipeline/processor"
+	"github.com/deliverycheck/deliverycheck/pipeline/worker"
+)
+
+// The transactional stage (issue 23; docs/history.md, "Transactional
+// stage"): processors between the events topic and the output topics,
+// a reader of the output topics during the whole run, what the drain
+// waits for, and the final read's output and partition rows.
+
+// Stage asks for a transactional consume-transform-produce stage
+// (Kafka only): Processors processes of package pipeline/processor read
+// the events topic in one consumer group and write one record per input
+// to each output topic, in Kafka transactions that also commit their
+// input offsets.
+type Stage struct {
+	// Processors is how many processor processes share the group,
+	// overriding the default 1.
+	Processors int
+	// Outputs names the output topics, each prefixed with the run's
+	// namespace like the events topic, overriding the default invoices
+	// and revenue (the seeds' example).
+	Outputs []string
+	// AbortRatio is the share of transactions aborted on purpose and
+	// retried, overriding the default 0.33 (as Kafka's own transactions
+	// test does): without aborts no reader had an aborted record to skip.
+	AbortRatio float64
+	// ReadUncommitted makes the reader of the output topics read
+	// uncommitted: known-bad, it sees aborted records.
+	ReadUncommitted bool
+}
+
+// StageConsumer is the stage's consumer group, before the run's
+// namespace: its name in the history's txn-stage op.
+const StageConsumer = "processor"
+
+// StageReader is the process name of the reader of the output topics.
+const StageReader = "reader-0"
+
+// DefaultStageOutputs are the output topics of a stage that names none.
+var DefaultStageOutputs = []string{"invoices", "revenue"}
+
+// DefaultAbortRatio is the share of transactions a stage aborts on
+// purpose unless told otherwise.
+const DefaultAbortRatio = 0.33
+
+func (s *Stage) defaults() {
+	if s.Processors <= 0 {
+		s.Processors = 1
+	}
+	if len(s.Outputs) == 0 {
+		s.Outputs = slices.Clone(DefaultStageOutputs)
+	}
+	if s.AbortRatio == 0 {
+		s.AbortRatio = DefaultAbortRatio
+	}
+}
+
+func processorName(i int) string { return fmt.Sprintf("processor-%d", i) }
+
+// stageOutputs are the stage's output topics, namespaced.
+func (r *Deployment) stageOutputs() []string {
+	out := make([]string, len(r.cfg.Stage.Outputs))
+	for i, o := range r.cfg.Stage.Outputs {
+		out[i] = r.broker.Namespace + "." + o
+	}
+	return out
+}
+
+// startStage creates the output topics, declares the stage in the
+// history, starts the processors and the reader.
+func (r *Deployment) startStage(ctx context.Context) error {
+	outputs := r.stageOutputs()
+	if err := broker.SetupKafkaTopics(ctx, r.broker.Kafka(), outputs...); err != nil {
+		return fmt.Errorf("pipeline: stage: %w", err)
+	}
+	if _, err := r.rec.Record(history.OK, history.TxnStage, history.Value{Consumer: StageConsumer, Target: r.broker.Events(), Topics: outputs}); err != nil {
+		return err
+	}
+	if err := r.startReader(outputs); err != nil {
+		return err
+	}
+	for i := range r.cfg.Stage.Processors {
+		spec := r.spec(worker.RoleProcessor, processorName(i))
+		spec.Processor = processor.Config{
+			Name: spec.Process, Group: r.broker.Qualify(StageConsumer), Outputs: outputs,
+			AbortRatio: r.cfg.Stage.AbortRatio, Seed: spec.Seed,
+		}
+		if err := r.start(ctx, spec); err != nil {
+			return err
+		}
+	}
+	r.stage = broker.NewKafkaStageWatcher(r.broker.Kafka(), r.broker.Qualify(StageConsumer), outputs)
+	return nil
+}
+
+// startReader starts the reader of the output topics, a goroutine of the
+// harness recording, as process reader-0, an output-read op for each
+// record of the stage it reads, from the start of the run until
+// stopReader. It reads read_committed unless the stage asks for the
+// known-bad reader.
+func (r *Deployment) startReader(outputs []string) error {
+	rec, err := history.NewRecorder(filepath.Join(r.dir, HistoryDir, StageReader+".jsonl"), StageReader, r.base)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		err := broker.KafkaReadOutputs(ctx, r.broker.Kafka(), outputs, !r.cfg.Stage.ReadUncommitted, func(o broker.OutputRecord) error {
+			if o.Event == "" {
+				return nil // not the stage's: nothing to name its input by
+			}
+			_, err := rec.Record(history.OK, history.OutputRead, history.Value{
+				Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Event: o.Event, Source: o.Source,
+				InputPartition: o.InputPartition, InputOffset: o.InputOffset,
+			})
+			return err
+		})
+		done <- errors.Join(err, rec.Close())
+	}()
+	r.stopReader = func() error {
+		cancel()
+		err := <-done
+		if err != nil {
+			r.log.Warn("stage reader", "err", err)
+		}
+		return err
+	}
+	return nil
+}
+
+// stageRows reads the output topics into final-read rows: per topic, its
+// records read_committed up to the last stable offsets (table output),
+// closed by a row without an event (info with the error when the read
+// failed); then every output partition's offsets (table partition).
+func (r *Deployment) stageRows(ctx context.Context) []history.Entry {
+	var rows []history.Entry
+	outputs := r.stageOutputs()
+	for _, topic := range outputs {
+		l, err := broker.KafkaCommittedLog(ctx, r.broker.Kafka(), topic)
+		var anonymous int
+		for _, o := range l.Records {
+			if o.Event == "" {
+				anonymous++
+				continue
+			}
+			rows = append(rows, finalRow(history.Value{
+				Table: history.TableOutput, Topic: o.Topic, Partition: o.Partition, Offset: o.Offset,
+				Event: o.Event, Source: o.Source, InputPartition: o.InputPartition, InputOffset: o.InputOffset,
+			}))
+		}
+		if err == nil && anonymous > 0 {
+			err = fmt.Errorf("%d of %d records in %s carry no %s header", anonymous, len(l.Records), topic, broker.HeaderEventID)
+		}
+		done := finalRow(history.Value{Table: history.TableOutput, Topic: topic, Detail: l.Detail})
+		if err != nil {
+			r.log.Warn("read an output topic", "topic", topic, "err", err)
+			done.Type, done.Value.Error = history.Info, err.Error()
+		}
+		rows = append(rows, done)
+	}
+	offs, err := broker.KafkaPartitionOffsets(ctx, r.broker.Kafka(), outputs...)
+	if err != nil {
+		// Without partition rows the checker leaves transaction-left-open
+		// unjudged and the stage's facts unestablished.
+		r.log.Warn("read the output topics' offsets", "err", err)
+	}
+	for _, o := range offs {
+		rows = append(rows, finalRow(history.Value{
+			Table: history.TablePartition, Topic: o.Topic, Partition: int64(o.Partition),
+			LastStableOffset: o.LastStableOffset, HighWatermark: o.HighWatermark,
+		}))
+	}
+	return rows
+}
+
+// stagePending is what the drain waits for in the stage: the processors'
+// lag on the events topic, and the output partitions with a transaction
+// open. Both 0 without a stage.
+func (r *Deployment) stagePending(ctx context.Context) (lag, open int64, err error) {
+	if r.stage == nil {
+		return 0, 0, nil
+	}
+	return r.stage.Pending(ctx)
+}
+
+// stageWorkerNames are the stage's workers of cfg (defaults applied).
+func stageWorkerNames(cfg Config) []string {
+	if cfg.Stage == nil {
+		return nil
+	}
+	out := make([]string, cfg.Stage.Processors)
+	for i := range out {
+		out[i] = processorName(i)
+	}
+	return out
+}
+
+// checkStage refuses a stage the run cannot have.
+func checkStage(cfg Config) error {
+	if cfg.Stage == nil {
+		return nil
+	}
+	if cfg.Broker != "kafka" {
+		return fmt.Errorf("pipeline: the transactional stage needs Kafka (broker is %s)", cfg.Broker)
+	}
+	if cfg.Stage.AbortRatio < 0 || cfg.Stage.AbortRatio >= 1 {
+		return fmt.Errorf("pipeline: stage abort ratio %g is not in [0, 1)", cfg.Stage.AbortRatio)
+	}
+	for _, o := range cfg.Stage.Outputs {
+		if o == "" || strings.ContainsAny(o, "/ ") || o == "events" || o == "events.dlq" {
+			return fmt.Errorf("pipeline: stage output topic %q: not a name, or the events topic's", o)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/broker"
+	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
+)
+
+// The correct transactional stage, its processor killed -9 mid-run once
+// its transactions are committing, comes out valid with the stage's
+// facts established: committed and aborted transactions, every output
+// topic read to its last stable offset, a reader's reads.
+func TestStageKillProcessor(t *testing.T) {
+	testenv.SkipIfShort(t, "runs Kafka and PostgreSQL")
+	cfg := Config{Broker: "kafka", Producers: 2, Rate: 80, Subscriptions: []string{"inventory"}, Stage: &Stage{}}
+	res, r := runPipelineWith(t, cfg, 5*time.Second, func(t *testing.T, r *Deployment) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		outputs := r.stageOutputs()
+		testenv.Eventually(t, ctx, 20*time.Second, "a committed transaction in the output topics", func() error {
+			offs, err := broker.KafkaPartitionOffsets(ctx, r.broker.Kafka(), outputs...)
+			if err != nil {
+				return err
+			}
+			for _, o := range offs {
+				if o.LastStableOffset > 0 {
+					return nil
+				}
+			}
+			return errors.New("every output partition's last stable offset is 0")
+		})
+		status, err := r.Supervisor().Kill(ctx, "processor-0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("killed processor-0: %s", status)
+	}, effectivelyOnce())
+	if res.Valid != checker.Valid {
+		t.Fatalf("verdict %s: %v", res.Valid, res.Reasons)
+	}
+	st := res.TxnStage
+	if st == nil {
+		t.Fatal("no transactional_stage in the result")
+	}
+	t.Logf("stage: %+v", *st)
+	for _, ts := range st.Topics {
+		t.Logf("  %+v", ts)
+	}
+	if st.Transactions.Committed == 0 || st.Transactions.Aborted == 0 {
+		t.Errorf("transactions %+v: want some committed and some aborted", st.Transactions)
+	}
+	if st.Delivery != checker.ExactlyOnce {
+		t.Errorf("delivery %s, want exactly-once", st.Delivery)
+	}
+	if crashes, restarts := r.Supervisor().Stats("processor-0"); crashes < 1 || restarts < 1 {
+		t.Errorf("processor-0: %d crashes, %d restarts; want the kill and a restart", crashes, restarts)
+	}
+}
