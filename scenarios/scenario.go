@@ -678,12 +678,14 @@ func (s Scenario) StandbyKind() string {
 // KnownBad reports whether any component is a deliberately broken variant,
 // or a setting is (an asynchronous standby; a Kafka topic with one
 // replica, a min ISR of 1, or unclean leader election; classic queues on
-// a replicated RabbitMQ, where each lives on one node of several).
+// a replicated RabbitMQ, where each lives on one node of several; a
+// transactional stage read read_uncommitted downstream).
 func (s Scenario) KnownBad() bool {
 	correctRelay := s.Variants.Relay == relay.Polling || s.Variants.Relay == relay.Debezium
 	b := s.Broker
 	badSetting := s.Postgres.Standby == "async" || b.ReplicationFactor == 1 || b.MinInsyncReplicas == 1 || b.UncleanLeaderElection ||
-		b.QueueType == "classic" && b.Nodes > 1
+		b.QueueType == "classic" && b.Nodes > 1 ||
+		s.Stage != nil && s.Stage.Reader == ReadUncommitted
 	return s.Variants.Producer != producer.Outbox || !correctRelay || s.Variants.Consumer != consumer.Inbox || badSetting
 }
 
@@ -696,6 +698,11 @@ func (s Scenario) clone() Scenario {
 	c.Nemesis.Timeline = slices.Clone(s.Nemesis.Timeline)
 	c.System = s.System.clone()
 	c.written = maps.Clone(s.written)
+	if s.Stage != nil {
+		st := *s.Stage
+		st.Outputs = slices.Clone(st.Outputs)
+		c.Stage = &st
+	}
 	if s.Nemesis.Random != nil {
 		r := *s.Nemesis.Random
 		r.Families = slices.Clone(r.Families)

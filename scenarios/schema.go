@@ -253,7 +253,7 @@ func enumValues(what string) []string {
 	case "verdict":
 		return strs([]checker.Validity{checker.Valid, checker.Invalid})
 	case "anomaly":
-		return strs(checker.AnomalyKinds())
+		return strs(anomalyKinds())
 	}
 	panic("scenarios: no enum " + strconv.Quote(what))
 }

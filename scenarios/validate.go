@@ -150,8 +150,10 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	}
 	if s.Expect.Anomaly != "" {
 		switch {
-		case !slices.Contains(checker.AnomalyKinds(), s.Expect.Anomaly):
-			fail("expect.anomaly", "%s", unknownName("anomaly", string(s.Expect.Anomaly), strs(checker.AnomalyKinds())))
+		case !slices.Contains(anomalyKinds(), s.Expect.Anomaly):
+			fail("expect.anomaly", "%s", unknownName("anomaly", string(s.Expect.Anomaly), strs(anomalyKinds())))
+		case s.Stage == nil && slices.Contains(checker.TxnStageKinds(), s.Expect.Anomaly):
+			fail("expect.anomaly", "%s is an anomaly of the transactional stage, and the scenario has no stage section", s.Expect.Anomaly)
 		case s.Expect.Verdict == checker.Valid:
 			fail("expect.anomaly", "a valid run has no fatal anomaly; drop it or expect verdict: invalid")
 		case !s.CheckGuarantees().Fatal(s.Expect.Anomaly):
@@ -159,7 +161,7 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 		}
 	}
 	if s.Expect.Verdict == checker.Invalid && s.Expect.Anomaly == "" {
-		fail("expect.anomaly", "name the anomaly an invalid run must show (valid: %s)", strings.Join(strs(checker.AnomalyKinds()), ", "))
+		fail("expect.anomaly", "name the anomaly an invalid run must show (valid: %s)", strings.Join(strs(anomalyKinds()), ", "))
 	}
 
 	// A team's own components.
@@ -585,4 +587,10 @@ func (s Scenario) checkReplication(fail func(path, format string, args ...any)) 
 	if b.MinInsyncReplicas > rf {
 		fail("broker.min_insync_replicas", "must be ≤ the replication factor (%d), got %d: every acks=all write would be refused", rf, b.MinInsyncReplicas)
 	}
+}
+
+// anomalyKinds are the anomalies a scenario may expect: the
+// subscriptions', then the transactional stage's.
+func anomalyKinds() []checker.Kind {
+	return slices.Concat(checker.AnomalyKinds(), checker.TxnStageKinds())
 }
