@@ -122,7 +122,11 @@ func (e historyError) Unwrap() error { return e.error }
 func (p *Processor) Run(ctx context.Context) error {
 	retry := backoff.Policy{Base: 100 * time.Millisecond, Cap: 2 * time.Second}
 	for failures := 0; ctx.Err() == nil; failures++ {
+		began := time.Now()
 		err := p.session(ctx)
+		if time.Since(began) > time.Minute {
+			failures = 0 // it had recovered
+		}
 		var herr historyError
 		if errors.As(err, &herr) {
 			return err
@@ -158,6 +162,13 @@ func (p *Processor) session(ctx context.Context) error {
 		return fmt.Errorf("processor: %w", err)
 	}
 	defer sess.Close()
+	// Fence now: InitProducerID under our transactional.id aborts what
+	// an earlier incarnation left open, which would otherwise hold our
+	// group's offsets unstable (and our first poll) until the
+	// coordinator's timeout aborted it.
+	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
+		return fmt.Errorf("processor: init producer id: %w", err)
+	}
 	for ctx.Err() == nil {
 		fs := sess.PollRecords(ctx, p.cfg.MaxBatch)
 		if fs.IsClientClosed() || ctx.Err() != nil {

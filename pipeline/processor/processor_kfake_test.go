@@ -45,8 +45,10 @@ func (s *syncBuffer) Bytes() []byte {
 	return bytes.Clone(s.b.Bytes())
 }
 
-func TestKfakeExactlyOncePerInput(t *testing.T) {
-	const partitions, inputs = 3, 120
+// kfakeStage starts a fake cluster with an events topic holding n inputs
+// and two output topics, and returns its config and the output topics.
+func kfakeStage(t *testing.T, ctx context.Context, partitions int32, n int) (broker.KafkaConfig, []string) {
+	t.Helper()
 	outputs := []string{"run.invoices", "run.revenue"}
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c, err := kfake.NewCluster(
@@ -57,18 +59,15 @@ func TestKfakeExactlyOncePerInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(c.Close)
 	kcfg := broker.KafkaConfig{Seeds: c.ListenAddrs(), Topic: "run.events", Partitions: partitions, Logger: log}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-
 	pub, err := kgo.NewClient(kcfg.ClientOpts("test-producer")...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Close()
 	var recs []*kgo.Record
-	for i := range inputs {
+	for i := range n {
 		id := "ev-" + strconv.Itoa(i)
 		recs = append(recs, &kgo.Record{Topic: kcfg.Topic, Key: []byte("key-" + strconv.Itoa(i%7)), Value: []byte(id), Headers: []kgo.RecordHeader{
 			{Key: broker.HeaderEventID, Value: []byte(id)}, {Key: broker.HeaderSource, Value: []byte("test")},
@@ -77,18 +76,16 @@ func TestKfakeExactlyOncePerInput(t *testing.T) {
 	if err := pub.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
+	return kcfg, outputs
+}
 
-	var buf syncBuffer
-	rec := history.NewWriterRecorder(&buf, "processor-0", time.Now())
-	fp := failpoint.NewSet(1, func(failpoint.Name, any) { t.Error("no failpoint is armed") })
-	p, err := New(Config{Name: "processor-0", Group: "run.processor", Outputs: outputs, AbortRatio: 0.33, Seed: 7, MaxBatch: 10, SessionTimeout: 500 * time.Millisecond}, kcfg, rec, fp, log)
-	if err != nil {
-		t.Fatal(err)
-	}
+// runUntilDone runs p until the stage has read every input and no
+// transaction is open, and returns the ops it recorded.
+func runUntilDone(t *testing.T, ctx context.Context, kcfg broker.KafkaConfig, outputs []string, p *Processor, buf *syncBuffer) history.History {
+	t.Helper()
 	pctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(pctx) }()
-
 	w := broker.NewKafkaStageWatcher(kcfg, "run.processor", outputs)
 	defer w.Close()
 	testenv.Eventually(t, ctx, 30*time.Second, "the stage done: lag 0, no transaction open", func() error {
@@ -105,31 +102,29 @@ func TestKfakeExactlyOncePerInput(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-
 	h, _, err := history.Read(bytes.NewReader(buf.Bytes()), "processor-0.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ends := map[history.Type]int{}
-	txns := map[string]bool{}
-	for _, op := range h {
-		if op.F == history.Txn && op.Type != history.Invoke {
-			ends[op.Type]++
-			if op.Type == history.Fail && op.Value.Reason != history.ReasonAbort {
-				t.Errorf("txn %s aborted for %q (%s), not on purpose", op.Value.Txn, op.Value.Reason, op.Value.Error)
-			}
-		}
-		if op.F == history.Txn && op.Type == history.Invoke {
-			if txns[op.Value.Txn] {
-				t.Errorf("txn id %s used twice", op.Value.Txn)
-			}
-			txns[op.Value.Txn] = true
-		}
-	}
-	if ends[history.OK] == 0 || ends[history.Fail] == 0 || ends[history.Info] > 0 {
-		t.Errorf("transactions ended %v: want some committed, some aborted, none unknown", ends)
-	}
+	return h
+}
 
+// newProcessor is processor-0 of group run.processor, recording to buf.
+func newProcessor(t *testing.T, kcfg broker.KafkaConfig, outputs []string, buf *syncBuffer) *Processor {
+	t.Helper()
+	rec := history.NewWriterRecorder(buf, "processor-0", time.Now())
+	fp := failpoint.NewSet(1, func(failpoint.Name, any) { t.Error("no failpoint is armed") })
+	p, err := New(Config{Name: "processor-0", Group: "run.processor", Outputs: outputs, AbortRatio: 0.33, Seed: 7, MaxBatch: 10, SessionTimeout: 500 * time.Millisecond}, kcfg, rec, fp, kcfg.Logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// checkOutputs fails t unless every output topic, read committed, holds
+// exactly one record per input, and no transaction is open.
+func checkOutputs(t *testing.T, ctx context.Context, kcfg broker.KafkaConfig, outputs []string, inputs int) {
+	t.Helper()
 	for _, topic := range outputs {
 		l, err := broker.KafkaCommittedLog(ctx, kcfg, topic)
 		if err != nil {
@@ -150,15 +145,72 @@ func TestKfakeExactlyOncePerInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(offs) != 2*partitions {
-		t.Errorf("%d partition offsets, want %d", len(offs), 2*partitions)
+	if want := 2 * int(kcfg.Partitions); len(offs) != want {
+		t.Errorf("%d partition offsets, want %d", len(offs), want)
 	}
-	var markers int64
 	for _, o := range offs {
 		if o.LastStableOffset != o.HighWatermark {
 			t.Errorf("%s/%d: last stable offset %d, high watermark %d", o.Topic, o.Partition, o.LastStableOffset, o.HighWatermark)
 		}
-		markers += o.HighWatermark
 	}
-	t.Logf("transactions %v; output topics hold %d offsets for %d committed records", ends, markers, 2*inputs)
+}
+
+func TestKfakeExactlyOncePerInput(t *testing.T) {
+	const inputs = 120
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kcfg, outputs := kfakeStage(t, ctx, 3, inputs)
+	var buf syncBuffer
+	h := runUntilDone(t, ctx, kcfg, outputs, newProcessor(t, kcfg, outputs, &buf), &buf)
+	ends := map[history.Type]int{}
+	txns := map[string]bool{}
+	for _, op := range h {
+		if op.F == history.Txn && op.Type != history.Invoke {
+			ends[op.Type]++
+			if op.Type == history.Fail && op.Value.Reason != history.ReasonAbort {
+				t.Errorf("txn %s aborted for %q (%s), not on purpose", op.Value.Txn, op.Value.Reason, op.Value.Error)
+			}
+		}
+		if op.F == history.Txn && op.Type == history.Invoke {
+			if txns[op.Value.Txn] {
+				t.Errorf("txn id %s used twice", op.Value.Txn)
+			}
+			txns[op.Value.Txn] = true
+		}
+	}
+	if ends[history.OK] == 0 || ends[history.Fail] == 0 || ends[history.Info] > 0 {
+		t.Errorf("transactions ended %v: want some committed, some aborted, none unknown", ends)
+	}
+	checkOutputs(t, ctx, kcfg, outputs, inputs)
+	t.Logf("transactions %v", ends)
+}
+
+// A zombie with the processor's transactional.id, its transaction open,
+// is fenced when the processor starts: its transaction is aborted, its
+// commit fails, and nothing it wrote is visible.
+func TestKfakeZombieFenced(t *testing.T) {
+	const inputs = 40
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kcfg, outputs := kfakeStage(t, ctx, 3, inputs)
+	zombie, err := kgo.NewClient(append(kcfg.ClientOpts("zombie"), kgo.TransactionalID("processor-0"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zombie.Close()
+	if err := zombie.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	late := &kgo.Record{Topic: outputs[0], Value: []byte("late"), Headers: []kgo.RecordHeader{{Key: broker.HeaderEventID, Value: []byte("zombie")}}}
+	if err := zombie.ProduceSync(ctx, late).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var buf syncBuffer
+	runUntilDone(t, ctx, kcfg, outputs, newProcessor(t, kcfg, outputs, &buf), &buf)
+	if err := zombie.EndTransaction(ctx, kgo.TryCommit); err == nil {
+		t.Error("the zombie's commit succeeded after the processor took its transactional.id")
+	} else {
+		t.Logf("zombie's commit: %v", err)
+	}
+	checkOutputs(t, ctx, kcfg, outputs, inputs)
 }
