@@ -113,7 +113,7 @@ type Mark struct {
 // harness, or a server.
 type Process struct {
 	Name     string `json:"name"`
-	Role     string `json:"role,omitempty"` // producer, relay, consumer, nemesis, harness, server
+	Role     string `json:"role,omitempty"` // producer, relay, consumer, processor, reader, nemesis, harness, server
 	Ops      int64  `json:"ops"`            // history ops it wrote
 	Crashes  int    `json:"crashes"`
 	Restarts int    `json:"restarts"`
@@ -489,10 +489,10 @@ func (t *timeline) processes() []Process {
 }
 
 // roleOf guesses a process's role from the naming convention of
-// docs/history.md: producer-1, relay-0, consumer-inventory-1, nemesis,
-// harness.
+// docs/history.md: producer-1, relay-0, consumer-inventory-1, processor-0
+// and reader-0 (a transactional stage's), nemesis, harness.
 func roleOf(name string) string {
-	for _, r := range []string{"producer", "relay", "consumer", "nemesis", "harness"} {
+	for _, r := range []string{"producer", "relay", "consumer", "processor", "reader", "nemesis", "harness"} {
 		if name == r || strings.HasPrefix(name, r+"-") {
 			return r
 		}
