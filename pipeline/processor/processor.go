@@ -32,8 +32,30 @@ import (
 	"github.com/deliverycheck/deliverycheck/internal/backoff"
 )
 
+// Variant is how the processor commits its input offsets.
+type Variant string
+
+const (
+	// Transactional is correct: the input offsets are committed in the
+	// transaction that writes the outputs (franz-go's
+	// GroupTransactSession), so both happen or neither does.
+	Transactional Variant = "transactional"
+	// OffsetsAfter is known-bad: the outputs are written in a transaction
+	// (retried until one commits), and the input offsets committed after
+	// it, outside it. A crash between the two (failpoint
+	// processor.after-commit-before-poll) has the restarted processor
+	// read the inputs again and write their outputs twice.
+	OffsetsAfter Variant = "offsets-after"
+)
+
+// Variants lists every processor variant, the correct one first.
+func Variants() []Variant { return []Variant{Transactional, OffsetsAfter} }
+
 // Config tunes one processor process.
 type Config struct {
+	// Variant is how input offsets are committed, overriding the default
+	// Transactional.
+	Variant Variant `json:"variant,omitempty"`
 	// Name is the processor's transactional.id and the prefix of its
 	// transactions' ids; the harness gives it the process's name.
 	Name string `json:"name"`
@@ -67,6 +89,12 @@ func (c *Config) defaults() error {
 	if c.AbortRatio < 0 || c.AbortRatio >= 1 {
 		return fmt.Errorf("processor: abort ratio %g is not in [0, 1)", c.AbortRatio)
 	}
+	if c.Variant == "" {
+		c.Variant = Transactional
+	}
+	if c.Variant != Transactional && c.Variant != OffsetsAfter {
+		return fmt.Errorf("processor: unknown variant %q (valid: transactional, offsets-after)", c.Variant)
+	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 50
 	}
@@ -91,6 +119,7 @@ type Processor struct {
 	// same transactional.id before a restart; seq numbers them in it.
 	incarnation string
 	seq         int64
+	lastTxn     string // the id of the last transaction begun
 }
 
 // New returns a processor reading kafka's events topic.
@@ -123,7 +152,11 @@ func (p *Processor) Run(ctx context.Context) error {
 	retry := backoff.Policy{Base: 100 * time.Millisecond, Cap: 2 * time.Second}
 	for failures := 0; ctx.Err() == nil; failures++ {
 		began := time.Now()
-		err := p.session(ctx)
+		session := p.session
+		if p.cfg.Variant == OffsetsAfter {
+			session = p.sessionOffsetsAfter
+		}
+		err := session(ctx)
 		if time.Since(began) > time.Minute {
 			failures = 0 // it had recovered
 		}
@@ -140,10 +173,10 @@ func (p *Processor) Run(ctx context.Context) error {
 	return nil
 }
 
-// session runs one GroupTransactSession until ctx ends or a transaction
-// fails in a way the session cannot go on from.
-func (p *Processor) session(ctx context.Context) error {
-	opts := append(p.kafka.ClientOpts("processor"),
+// clientOpts are the options of the processor's client, consumer and
+// transactional producer in one.
+func (p *Processor) clientOpts() []kgo.Opt {
+	return append(p.kafka.ClientOpts("processor"),
 		kgo.TransactionalID(p.cfg.Name),
 		kgo.TransactionTimeout(p.cfg.TransactionTimeout),
 		kgo.ConsumerGroup(p.cfg.Group),
@@ -157,7 +190,12 @@ func (p *Processor) session(ctx context.Context) error {
 		// Each transaction is flushed before its commit: no linger.
 		kgo.ProducerLinger(0),
 	)
-	sess, err := kgo.NewGroupTransactSession(opts...)
+}
+
+// session runs one GroupTransactSession until ctx ends or a transaction
+// fails in a way the session cannot go on from.
+func (p *Processor) session(ctx context.Context) error {
+	sess, err := kgo.NewGroupTransactSession(p.clientOpts()...)
 	if err != nil {
 		return fmt.Errorf("processor: %w", err)
 	}
@@ -181,23 +219,100 @@ func (p *Processor) session(ctx context.Context) error {
 		if len(recs) == 0 {
 			continue
 		}
-		if err := p.transact(ctx, sess, recs); err != nil {
+		if _, err := p.transact(ctx, groupSession{sess}, recs); err != nil {
 			return err
+		}
+		p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.cfg.Name})
+	}
+	return nil
+}
+
+// sessionOffsetsAfter is session for the known-bad OffsetsAfter: a plain
+// transactional client in the group, auto-commit off; each batch's
+// outputs are written in transactions until one commits, and only then
+// are its offsets committed, outside any transaction.
+func (p *Processor) sessionOffsetsAfter(ctx context.Context) error {
+	cl, err := kgo.NewClient(append(p.clientOpts(), kgo.DisableAutoCommit())...)
+	if err != nil {
+		return fmt.Errorf("processor: %w", err)
+	}
+	defer cl.Close()
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		return fmt.Errorf("processor: init producer id: %w", err)
+	}
+	for ctx.Err() == nil {
+		fs := cl.PollRecords(ctx, p.cfg.MaxBatch)
+		if fs.IsClientClosed() || ctx.Err() != nil {
+			return nil
+		}
+		recs := fs.Records()
+		if len(recs) == 0 {
+			continue
+		}
+		for committed := false; !committed; {
+			if committed, err = p.transact(ctx, plainClient{cl}, recs); err != nil {
+				return err
+			}
+		}
+		p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.cfg.Name})
+		if err := cl.CommitRecords(ctx, recs...); err != nil {
+			return fmt.Errorf("processor: commit offsets after %s: %w", p.lastTxn, err)
 		}
 	}
 	return nil
 }
 
+// transactor is what transact needs of a transactional client.
+type transactor interface {
+	begin() error
+	produce(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
+	// end commits (or aborts) the transaction and says whether it
+	// committed.
+	end(ctx context.Context, commit bool) (bool, error)
+}
+
+// groupSession commits the polled offsets in each transaction.
+type groupSession struct{ s *kgo.GroupTransactSession }
+
+func (g groupSession) begin() error { return g.s.Begin() }
+func (g groupSession) produce(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults {
+	return g.s.ProduceSync(ctx, rs...)
+}
+func (g groupSession) end(ctx context.Context, commit bool) (bool, error) {
+	return g.s.End(ctx, kgo.TransactionEndTry(commit))
+}
+
+// plainClient commits no offsets in its transactions.
+type plainClient struct{ cl *kgo.Client }
+
+func (c plainClient) begin() error { return c.cl.BeginTransaction() }
+func (c plainClient) produce(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults {
+	return c.cl.ProduceSync(ctx, rs...)
+}
+func (c plainClient) end(ctx context.Context, commit bool) (bool, error) {
+	if commit {
+		if err := c.cl.Flush(ctx); err != nil {
+			return false, err
+		}
+	} else if err := c.cl.AbortBufferedRecords(ctx); err != nil {
+		return false, err
+	}
+	err := c.cl.EndTransaction(ctx, kgo.TransactionEndTry(commit))
+	return commit && err == nil, err
+}
+
 // transact runs one transaction over the inputs ins: begin, record the
 // inputs, produce their outputs and record each once acknowledged, then
-// commit (with the inputs' offsets) or, for a share of them, abort, and
-// record how it ended. An error means the session cannot go on.
-func (p *Processor) transact(ctx context.Context, sess *kgo.GroupTransactSession, ins []*kgo.Record) error {
+// commit (with the inputs' offsets, in a group session) or, for a share
+// of them, abort, and record how it ended; it says whether it committed.
+// An error means the session cannot go on.
+func (p *Processor) transact(ctx context.Context, sess transactor, ins []*kgo.Record) (bool, error) {
 	p.seq++
 	id := p.cfg.Name + ":" + p.incarnation + ":" + strconv.FormatInt(p.seq, 10)
+	p.lastTxn = id
 	tv := history.Value{Txn: id, TransactionalID: p.cfg.Name}
-	if err := sess.Begin(); err != nil {
-		return fmt.Errorf("processor: begin: %w", err)
+	if err := sess.begin(); err != nil {
+		return false, fmt.Errorf("processor: begin: %w", err)
 	}
 	es := make([]history.Entry, 0, 1+len(ins))
 	es = append(es, history.Entry{Type: history.Invoke, F: history.Txn, Value: tv})
@@ -212,9 +327,9 @@ func (p *Processor) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		}
 	}
 	if err := p.rec.RecordAll(es); err != nil {
-		return historyError{err}
+		return false, historyError{err}
 	}
-	results := sess.ProduceSync(ctx, outs...)
+	results := sess.produce(ctx, outs...)
 	es = es[:0]
 	var produceErr error
 	for _, r := range results {
@@ -229,12 +344,12 @@ func (p *Processor) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		}})
 	}
 	if err := p.rec.RecordAll(es); err != nil {
-		return historyError{err}
+		return false, historyError{err}
 	}
 	p.fp.Hit(failpoint.ProcessorAfterProduceBeforeCommit, tv)
 
 	abort := produceErr != nil || p.rng.Float64() < p.cfg.AbortRatio
-	committed, err := sess.End(ctx, kgo.TransactionEndTry(!abort))
+	committed, err := sess.end(ctx, !abort)
 	end := history.Entry{Type: history.OK, F: history.Txn, Value: tv}
 	switch {
 	case err == nil && committed:
@@ -265,13 +380,12 @@ func (p *Processor) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		end.Value.Error = err.Error()
 	}
 	if _, rerr := p.rec.Record(end.Type, end.F, end.Value); rerr != nil {
-		return historyError{rerr}
+		return false, historyError{rerr}
 	}
 	if err != nil {
-		return fmt.Errorf("processor: end transaction %s: %w", id, err)
+		return false, fmt.Errorf("processor: end transaction %s: %w", id, err)
 	}
-	p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, tv)
-	return nil
+	return end.Type == history.OK, nil
 }
 
 // cmpErr keeps the first error.

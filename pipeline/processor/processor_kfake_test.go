@@ -112,9 +112,15 @@ func runUntilDone(t *testing.T, ctx context.Context, kcfg broker.KafkaConfig, ou
 // newProcessor is processor-0 of group run.processor, recording to buf.
 func newProcessor(t *testing.T, kcfg broker.KafkaConfig, outputs []string, buf *syncBuffer) *Processor {
 	t.Helper()
-	rec := history.NewWriterRecorder(buf, "processor-0", time.Now())
 	fp := failpoint.NewSet(1, func(failpoint.Name, any) { t.Error("no failpoint is armed") })
-	p, err := New(Config{Name: "processor-0", Group: "run.processor", Outputs: outputs, AbortRatio: 0.33, Seed: 7, MaxBatch: 10, SessionTimeout: 500 * time.Millisecond}, kcfg, rec, fp, kcfg.Logger)
+	return newVariant(t, kcfg, outputs, buf, Transactional, fp)
+}
+
+// newVariant is newProcessor of variant v with failpoints fp.
+func newVariant(t *testing.T, kcfg broker.KafkaConfig, outputs []string, buf *syncBuffer, v Variant, fp *failpoint.Set) *Processor {
+	t.Helper()
+	rec := history.NewWriterRecorder(buf, "processor-0", time.Now())
+	p, err := New(Config{Variant: v, Name: "processor-0", Group: "run.processor", Outputs: outputs, AbortRatio: 0.33, Seed: 7, MaxBatch: 10, SessionTimeout: 500 * time.Millisecond}, kcfg, rec, fp, kcfg.Logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,4 +219,57 @@ func TestKfakeZombieFenced(t *testing.T) {
 		t.Logf("zombie's commit: %v", err)
 	}
 	checkOutputs(t, ctx, kcfg, outputs, inputs)
+}
+
+// crashed is what a test's failpoint panics with, standing in for the
+// worker's SIGKILL: the processor stops right there, its client closed
+// by the unwinding (offsets it had not committed stay uncommitted, as
+// after a kill).
+type crashed struct{}
+
+// A crash right after a commit: the correct processor's offsets were in
+// the transaction, so its restart goes on exactly once; the known-bad
+// offsets-after one had not committed them, so its restart writes the
+// batch's outputs again.
+func TestKfakeCrashAfterCommit(t *testing.T) {
+	const inputs = 60
+	for _, tc := range []struct {
+		variant Variant
+		dup     bool
+	}{{Transactional, false}, {OffsetsAfter, true}} {
+		t.Run(string(tc.variant), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			kcfg, outputs := kfakeStage(t, ctx, 3, inputs)
+			var buf syncBuffer
+			fp := failpoint.NewSet(1, func(failpoint.Name, any) { panic(crashed{}) })
+			fp.Arm(failpoint.Term{Name: failpoint.ProcessorAfterCommitBeforePoll, Count: 1})
+			first := newVariant(t, kcfg, outputs, &buf, tc.variant, fp)
+			done := make(chan any, 1)
+			go func() {
+				defer func() { done <- recover() }()
+				_ = first.Run(ctx)
+			}()
+			if r := <-done; r != (crashed{}) {
+				t.Fatalf("the first processor ended with %v, not at the failpoint", r)
+			}
+			second := newVariant(t, kcfg, outputs, &buf, tc.variant, failpoint.NewSet(1, nil))
+			runUntilDone(t, ctx, kcfg, outputs, second, &buf)
+			l, err := broker.KafkaCommittedLog(ctx, kcfg, outputs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[[2]int64]int{}
+			for _, o := range l.Records {
+				seen[[2]int64{o.InputPartition, o.InputOffset}]++
+			}
+			t.Logf("%s: %d records of %d inputs", outputs[0], len(l.Records), len(seen))
+			if len(seen) != inputs {
+				t.Errorf("%d of %d inputs in %s", len(seen), inputs, outputs[0])
+			}
+			if got := len(l.Records) > len(seen); got != tc.dup {
+				t.Errorf("duplicates %v, want %v", got, tc.dup)
+			}
+		})
+	}
 }
