@@ -39,6 +39,9 @@ type Stage struct {
 	// ReadUncommitted makes the reader of the output topics read
 	// uncommitted: known-bad, it sees aborted records.
 	ReadUncommitted bool
+	// Variant is how the processors commit their input offsets,
+	// overriding the default processor.Transactional.
+	Variant processor.Variant
 }
 
 // StageConsumer is the stage's consumer group, before the run's
@@ -94,7 +97,8 @@ func (r *Deployment) startStage(ctx context.Context) error {
 	for i := range r.cfg.Stage.Processors {
 		spec := r.spec(worker.RoleProcessor, processorName(i))
 		spec.Processor = processor.Config{
-			Name: spec.Process, Group: r.broker.Qualify(StageConsumer), Outputs: outputs,
+			Variant: r.cfg.Stage.Variant,
+			Name:    spec.Process, Group: r.broker.Qualify(StageConsumer), Outputs: outputs,
 			AbortRatio: r.cfg.Stage.AbortRatio, Seed: spec.Seed,
 		}
 		if err := r.start(ctx, spec); err != nil {
@@ -215,6 +219,9 @@ func checkStage(cfg Config) error {
 	}
 	if cfg.Broker != "kafka" {
 		return fmt.Errorf("pipeline: the transactional stage needs Kafka (broker is %s)", cfg.Broker)
+	}
+	if v := cfg.Stage.Variant; v != "" && !slices.Contains(processor.Variants(), v) {
+		return fmt.Errorf("pipeline: unknown processor variant %q (valid: transactional, offsets-after)", v)
 	}
 	if cfg.Stage.AbortRatio < 0 || cfg.Stage.AbortRatio >= 1 {
 		return fmt.Errorf("pipeline: stage abort ratio %g is not in [0, 1)", cfg.Stage.AbortRatio)

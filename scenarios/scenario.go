@@ -43,6 +43,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/pipeline"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
+	"github.com/deliverycheck/deliverycheck/pipeline/processor"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 	"github.com/deliverycheck/deliverycheck/verdict"
@@ -180,6 +181,12 @@ type Stage struct {
 	// had an aborted record to skip, and the stage's facts are not
 	// established.
 	AbortRatio float64 `yaml:"abort_ratio,omitempty" range:">0,<1,zero=default"`
+	// Processor is how the processors commit their input offsets:
+	// `transactional`, the default and correct (in the transaction that
+	// writes the outputs), or `offsets-after`, known-bad (after that
+	// transaction commits, outside it: a crash between the two writes
+	// the outputs again).
+	Processor processor.Variant `yaml:"processor,omitempty" enum:"processor variant"`
 	// Reader is the isolation level of the reader of the output topics:
 	// `read_committed`, the default and correct, or `read_uncommitted`,
 	// known-bad: it reads the records of aborted transactions.
@@ -568,6 +575,7 @@ func (s Scenario) pipelineStage() *pipeline.Stage {
 		Outputs:         slices.Clone(s.Stage.Outputs),
 		AbortRatio:      s.Stage.AbortRatio,
 		ReadUncommitted: s.Stage.Reader == ReadUncommitted,
+		Variant:         s.Stage.Processor,
 	}
 }
 
@@ -679,13 +687,14 @@ func (s Scenario) StandbyKind() string {
 // or a setting is (an asynchronous standby; a Kafka topic with one
 // replica, a min ISR of 1, or unclean leader election; classic queues on
 // a replicated RabbitMQ, where each lives on one node of several; a
-// transactional stage read read_uncommitted downstream).
+// transactional stage whose processor commits offsets outside its
+// transaction, or whose output topics are read read_uncommitted).
 func (s Scenario) KnownBad() bool {
 	correctRelay := s.Variants.Relay == relay.Polling || s.Variants.Relay == relay.Debezium
 	b := s.Broker
 	badSetting := s.Postgres.Standby == "async" || b.ReplicationFactor == 1 || b.MinInsyncReplicas == 1 || b.UncleanLeaderElection ||
 		b.QueueType == "classic" && b.Nodes > 1 ||
-		s.Stage != nil && s.Stage.Reader == ReadUncommitted
+		s.Stage != nil && (s.Stage.Reader == ReadUncommitted || s.Stage.Processor == processor.OffsetsAfter)
 	return s.Variants.Producer != producer.Outbox || !correctRelay || s.Variants.Consumer != consumer.Inbox || badSetting
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/pipeline"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
+	"github.com/deliverycheck/deliverycheck/pipeline/processor"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 )
@@ -815,12 +816,12 @@ func TestNodeSteps(t *testing.T) {
 // The stage section reaches the pipeline, and its processors are
 // workers the nemesis can name.
 func TestStage(t *testing.T) {
-	s, err := Parse("my.yaml", []byte("broker: kafka\nstage:\n  processors: 2\n  outputs: [invoices]\n  reader: read_uncommitted\nnemesis:\n  timeline: [\"at 1s: kill processor-1\"]\n  failpoints:\n    processor-0: processor.after-commit-before-poll\n"))
+	s, err := Parse("my.yaml", []byte("broker: kafka\nstage:\n  processors: 2\n  outputs: [invoices]\n  processor: offsets-after\n  reader: read_uncommitted\nnemesis:\n  timeline: [\"at 1s: kill processor-1\"]\n  failpoints:\n    processor-0: processor.after-commit-before-poll\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := s.PipelineConfig().Stage
-	want := &pipeline.Stage{Processors: 2, Outputs: []string{"invoices"}, ReadUncommitted: true}
+	want := &pipeline.Stage{Processors: 2, Outputs: []string{"invoices"}, ReadUncommitted: true, Variant: processor.OffsetsAfter}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("pipeline stage %+v, want %+v", got, want)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
+	"github.com/deliverycheck/deliverycheck/pipeline/processor"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 	"github.com/deliverycheck/deliverycheck/verdict"
@@ -242,6 +243,8 @@ func enumValues(what string) []string {
 		return strs(relay.Variants())
 	case "consumer variant":
 		return strs(consumer.Variants())
+	case "processor variant":
+		return strs(processor.Variants())
 	case "fault family":
 		return slices.Sorted(maps.Keys(nemesis.Families()))
 	case "guarantee preset":

@@ -15,6 +15,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/pipeline"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
+	"github.com/deliverycheck/deliverycheck/pipeline/processor"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 )
@@ -106,6 +107,9 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	}
 	if isRabbit && s.Stage != nil {
 		fail("stage", "the transactional stage is Kafka's (transactions over its topics); use broker: kafka")
+	}
+	if st := s.Stage; st != nil && st.Processor != "" && !slices.Contains(processor.Variants(), st.Processor) {
+		fail("stage.processor", "%s", unknownName("processor variant", string(st.Processor), strs(processor.Variants())))
 	}
 	if st := s.Stage; st != nil && st.Reader != "" && !slices.Contains(IsolationLevels(), st.Reader) {
 		fail("stage.reader", "%s", unknownName("isolation level", st.Reader, IsolationLevels()))
