@@ -784,8 +784,13 @@ func (r *Deployment) externalQuiet() time.Duration {
 	return max(r.cfg.Quiet, 10*time.Second)
 }
 
-// StopAll stops every worker (no drain).
-func (r *Deployment) StopAll(ctx context.Context) error { return r.sup.StopAll(ctx) }
+// StopAll stops every worker (no drain), and the reader of a
+// transactional stage's output topics.
+func (r *Deployment) StopAll(ctx context.Context) error {
+	err := r.sup.StopAll(ctx)
+	r.stopStageReader()
+	return err
+}
 
 // FinalRead reads the final state into the history: the database's
 // tables and the team's, what the broker's dead-letter queues hold (rows
@@ -911,11 +916,7 @@ func (r *Deployment) Finish(ctx context.Context) (bool, error) {
 	if err := r.sup.StopAll(stopCtx); err != nil {
 		r.log.Warn("stop workers", "err", err)
 	}
-	if r.stopReader != nil {
-		// Its ops are in by the final read; an error was logged.
-		_ = r.stopReader()
-		r.stopReader = nil
-	}
+	r.stopStageReader() // its ops are in by the final read
 	if err := r.FinalRead(ctx); err != nil {
 		return drained, err
 	}
@@ -939,9 +940,7 @@ func (r *Deployment) Close() error {
 	if r.backlog != nil {
 		r.backlog.Close()
 	}
-	if r.stopReader != nil {
-		_ = r.stopReader() // logged
-	}
+	r.stopStageReader()
 	if r.stage != nil {
 		r.stage.Close()
 	}

@@ -112,7 +112,7 @@ func (r *Deployment) startStage(ctx context.Context) error {
 // startReader starts the reader of the output topics, a goroutine of the
 // harness recording, as process reader-0, an output-read op for each
 // record of the stage it reads, from the start of the run until
-// stopReader. It reads read_committed unless the stage asks for the
+// stopStageReader. It reads read_committed unless the stage asks for the
 // known-bad reader.
 func (r *Deployment) startReader(outputs []string) error {
 	rec, err := history.NewRecorder(filepath.Join(r.dir, HistoryDir, StageReader+".jsonl"), StageReader, r.base)
@@ -143,6 +143,16 @@ func (r *Deployment) startReader(outputs []string) error {
 		return err
 	}
 	return nil
+}
+
+// stopStageReader stops the reader of the output topics, if it runs,
+// and waits until its last op is written. An error it ended with is
+// logged: its ops so far stand.
+func (r *Deployment) stopStageReader() {
+	if r.stopReader != nil {
+		_ = r.stopReader()
+		r.stopReader = nil
+	}
 }
 
 // stageRows reads the output topics into final-read rows: per topic, its
