@@ -219,10 +219,13 @@ func (p *Processor) session(ctx context.Context) error {
 		if len(recs) == 0 {
 			continue
 		}
-		if _, err := p.transact(ctx, groupSession{sess}, recs); err != nil {
+		committed, err := p.transact(ctx, groupSession{sess}, recs)
+		if err != nil {
 			return err
 		}
-		p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.cfg.Name})
+		if committed {
+			p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.cfg.Name})
+		}
 	}
 	return nil
 }
