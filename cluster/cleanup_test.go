@@ -177,11 +177,33 @@ func readReport(t *testing.T, r interface{ Read([]byte) (int, error) }) childRep
 			return rep
 		}
 		if strings.HasPrefix(line, "ERROR") {
-			t.Fatal(line)
+			// The error's own lines (a server's log tail) follow it.
+			t.Fatalf("%s\n%s", line, restOf(sc, 5*time.Second))
 		}
 	}
 	t.Fatalf("child exited without a report: %v", sc.Err())
 	return childReport{}
+}
+
+// restOf is what sc has left to give within d: the lines after a
+// child's ERROR line, which explain it. A child that exits closes its
+// stdout; d bounds a read a lingering process holds open.
+func restOf(sc *bufio.Scanner, d time.Duration) string {
+	var b strings.Builder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for sc.Scan() && b.Len() < 64<<10 {
+			b.WriteString(sc.Text())
+			b.WriteByte('\n')
+		}
+	}()
+	select {
+	case <-done:
+		return b.String()
+	case <-time.After(d):
+		return "(the child's output did not end)"
+	}
 }
 
 // waitGone waits (bounded) until every pid, dir and container in rep is

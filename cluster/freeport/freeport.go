@@ -13,7 +13,22 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
+
+// handedOut is every port Take has returned in this process, so it never
+// returns one twice: a port handed to a server that binds it seconds
+// later (a JVM, an Erlang VM) is free until then, and a second Take in
+// between (the next service of the same run, a proxy link) would
+// otherwise pick it again with probability n/range per port, which over
+// the hundreds of services a test binary starts is a start failure in
+// some runs (a RabbitMQ node whose distribution port a Kafka node took
+// exits during its boot). It is package state on purpose: the ports are
+// the process's, whoever asks for them.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // Take returns n distinct TCP ports that were free on 127.0.0.1 a moment
 // ago, from below the kernel's ephemeral range. A server binds its ports
@@ -31,8 +46,18 @@ func Take(n int) ([]int, error) {
 	}()
 	out := make([]int, 0, n)
 	lo, hi := minPort, ephemeralStart()
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if len(handedOut.ports) > (hi-lo)/2 {
+		// A long-lived process has used half the range: the servers of
+		// those ports are long gone or bound, so start afresh.
+		clear(handedOut.ports)
+	}
 	for try := 0; len(out) < n && hi-lo >= 1000 && try < 100*n; try++ {
 		p := lo + rand.IntN(hi-lo)
+		if handedOut.ports[p] {
+			continue
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
 			continue // taken
@@ -49,6 +74,9 @@ func Take(n int) ([]int, error) {
 		}
 		ls = append(ls, l)
 		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, p := range out {
+		handedOut.ports[p] = true
 	}
 	return out, nil
 }

@@ -30,3 +30,22 @@ func TestTake(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestTakeNeverTwice: ports handed out earlier in the process are not
+// handed out again, although they are free (their servers have not bound
+// them yet).
+func TestTakeNeverTwice(t *testing.T) {
+	seen := map[int]bool{}
+	for range 200 {
+		ports, err := Take(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ports {
+			if seen[p] {
+				t.Fatalf("port %d handed out twice", p)
+			}
+			seen[p] = true
+		}
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
@@ -342,7 +343,7 @@ func (l *Link) Accept() error {
 	if !l.refused {
 		return nil
 	}
-	if err := l.p.Start(); err != nil && !errors.Is(err, toxiproxy.ErrProxyAlreadyStarted) {
+	if err := relisten(l.p.Start); err != nil && !errors.Is(err, toxiproxy.ErrProxyAlreadyStarted) {
 		return fmt.Errorf("link %s: re-enable: %w", l.name, err)
 	}
 	l.refused = false
@@ -370,7 +371,7 @@ func (l *Link) Heal() error {
 	}
 	clear(l.toxics)
 	if l.refused {
-		if err := l.p.Start(); err != nil && !errors.Is(err, toxiproxy.ErrProxyAlreadyStarted) {
+		if err := relisten(l.p.Start); err != nil && !errors.Is(err, toxiproxy.ErrProxyAlreadyStarted) {
 			errs = append(errs, fmt.Errorf("link %s: re-enable: %w", l.name, err))
 		} else {
 			l.refused = false
@@ -395,6 +396,24 @@ func (l *Link) Active() []string {
 	return out
 }
 
+// relisten runs listen, which binds the link's port again after it was
+// closed, retrying for a while when the port is still in use: the
+// kernel refuses the bind while a connection accepted on the port is
+// not yet closed, and toxiproxy closes its connections after its
+// listener and their sockets asynchronously. Seen when two clusters
+// started at once in one process: "bind: address already in use" on a
+// link's own port.
+func relisten(listen func() error) error {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		err := listen()
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // SetUpstream points the link at a new upstream address, keeping its listen
 // port. It lets a caller create the link before the server it fronts
 // exists, which Kafka needs: the broker must advertise the link's address,
@@ -403,7 +422,9 @@ func (l *Link) SetUpstream(addr string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	listen := l.Addr()
-	if err := l.p.Update(&toxiproxy.Proxy{Listen: listen, Upstream: addr, Enabled: !l.refused}); err != nil {
+	if err := relisten(func() error {
+		return l.p.Update(&toxiproxy.Proxy{Listen: listen, Upstream: addr, Enabled: !l.refused})
+	}); err != nil {
 		return fmt.Errorf("link %s: set upstream: %w", l.name, err)
 	}
 	l.upstream = addr

@@ -50,6 +50,7 @@ func main() {
 type config struct {
 	dsn, broker, subscription string
 	brokers, topic, group     string   // Kafka
+	instance                  string   // Kafka: the process's name, its static group membership
 	amqpURLs                  []string // RabbitMQ: every node's URL
 	queue                     string
 }
@@ -62,6 +63,7 @@ func configFromEnv() (config, error) {
 		brokers:      os.Getenv("DELIVERYCHECK_KAFKA_BROKERS"),
 		topic:        os.Getenv("DELIVERYCHECK_KAFKA_TOPIC"),
 		group:        os.Getenv("DELIVERYCHECK_KAFKA_GROUP"),
+		instance:     os.Getenv("DELIVERYCHECK_PROCESS"),
 		// Every node's URL when the broker is a cluster; the single URL
 		// of an older harness otherwise.
 		amqpURLs: strings.Split(cmp.Or(os.Getenv("DELIVERYCHECK_AMQP_URLS"), os.Getenv("DELIVERYCHECK_AMQP_URL")), ","),

@@ -18,13 +18,16 @@ import (
 )
 
 // Main is a TestMain body: in a process the supervisor started as a worker
-// it runs the worker; otherwise it runs the tests, then closes servers.
-func Main(m *testing.M, servers *Servers) {
+// it runs the worker; otherwise it runs the tests, then closes every set
+// of servers.
+func Main(m *testing.M, servers ...*Servers) {
 	if spec := os.Getenv(supervisor.SpecEnv); spec != "" {
 		os.Exit(worker.Main(spec))
 	}
 	code := m.Run()
-	servers.Close()
+	for _, s := range servers {
+		s.Close()
+	}
 	os.Exit(code)
 }
 
@@ -32,11 +35,12 @@ func Main(m *testing.M, servers *Servers) {
 func WorkerCmd() []string { return []string{os.Args[0]} }
 
 // Servers is one set of PostgreSQL, Kafka and RabbitMQ for a test
-// package, started on first use. Its zero value is ready to use.
+// package, started on first use. Its zero value is ready to use. A
+// package whose tests run scenarios side by side has one set per lane: a
+// scenario's faults kill and cut its servers.
 type Servers struct {
-	mu  sync.Mutex
-	c   *cluster.Cluster
-	err error
+	mu sync.Mutex
+	c  *cluster.Cluster
 }
 
 // Get returns the servers, starting them the first time; it skips the
@@ -48,13 +52,16 @@ func (s *Servers) Get(t testing.TB) *cluster.Cluster {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.c == nil && s.err == nil {
+	if s.c == nil {
+		// A start that failed is tried again by the next test: one
+		// unlucky start must not fail every test after it.
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		s.c, s.err = cluster.Start(ctx, cluster.Config{})
-	}
-	if s.err != nil {
-		t.Fatalf("start servers: %v", s.err)
+		c, err := cluster.Start(ctx, cluster.Config{})
+		if err != nil {
+			t.Fatalf("start servers: %v", err)
+		}
+		s.c = c
 	}
 	return s.c
 }
@@ -67,7 +74,7 @@ func (s *Servers) Reset() {
 	if s.c != nil {
 		s.c.Close()
 	}
-	s.c, s.err = nil, nil
+	s.c = nil
 }
 
 // Close stops the servers.
