@@ -458,7 +458,7 @@ func waitWholeMending(t *testing.T, ctx context.Context, c *cluster.Cluster, rc 
 	if svc == nil {
 		t.Fatalf("no RabbitMQ node %s", node)
 	}
-	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	sctx, scancel := context.WithTimeout(ctx, 15*time.Second)
 	serr := svc.Stop(sctx)
 	scancel()
 	if serr != nil {
@@ -466,8 +466,10 @@ func waitWholeMending(t *testing.T, ctx context.Context, c *cluster.Cluster, rc 
 		if err != nil {
 			t.Fatal(errors.Join(serr, err))
 		}
+		// The stop may end just as it is given up on ("not running"
+		// then, seen in CI): the start below says whether it is down.
 		if err := k.Kill(ctx); err != nil {
-			t.Fatalf("kill %s after its stop failed (%v): %v", node, serr, err)
+			t.Logf("kill %s after its stop failed (%v): %v", node, serr, err)
 		}
 	}
 	if err := svc.Start(ctx); err != nil {
