@@ -49,7 +49,8 @@ var stageBenches = []struct {
 //     offsets, or the idempotent stage's CommitRecords); batch is the
 //     mean inputs per committed batch;
 //   - CPU µs per stage event over the window and the catch-up, split by
-//     process as BenchmarkPipeline's (cpu_test.go), with the processor's
+//     process as BenchmarkPipeline's (cpu_test.go; the producers, which
+//     exit when stopped, up to the window's end), with the processor's
 //     own (processor-µs/ev) and Kafka's (kafka-µs/ev) reported apart.
 func BenchmarkStage(b *testing.B) {
 	alone(b, "kafka")
@@ -115,17 +116,29 @@ func stageRun(b *testing.B, st Stage, d time.Duration) stageFigures {
 		b.Fatal(err)
 	}
 	defer r.Close()
-	meter := startCPU(ctx, b, r)
+	start := cpuSamples(ctx, b, r)
 	time.Sleep(d) // the measured window: producers run flat out
+	// The producers (and their database backends) exit when stopped:
+	// their time is sampled now, everyone else's once the stage is done.
+	window := cpuSamples(ctx, b, r)
 	if err := r.StopProducers(ctx); err != nil {
 		b.Fatal(err)
 	}
 	if err := stageCaughtUp(ctx, r); err != nil {
 		b.Fatal(err)
 	}
+	end := cpuSamples(ctx, b, r)
+	for pid, s := range window {
+		if _, ok := end[pid]; !ok {
+			end[pid] = s
+		}
+	}
 	// Total µs per group: divided by the stage's events below, once the
 	// history has counted them.
-	cpu := meter.perEvent(ctx, b, r, 1)
+	cpu := map[string]float64{}
+	for pid, s := range end {
+		cpu[s.group] += float64(s.ticks-start[pid].ticks) * 1e6 / ticksPerSecond
+	}
 	if _, err := r.Finish(ctx); err != nil {
 		b.Fatal(err)
 	}
