@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -41,8 +42,10 @@ var stageBenches = []struct {
 //     commit plus a second of warm-up to its last (after the producers
 //     stopped, it works off what piled up: its own pace, not theirs);
 //     produced/s is the producers' rate over their window for
-//     comparison, and behind-s how long after the producers' last commit
-//     the stage's last came;
+//     comparison, behind-s how long after the producers' last commit the
+//     stage's last came, and backlog-events/s its rate over that time
+//     (the producers stopped: the stage, the relay and the subscription
+//     share the machine; 0 when it was less than a second behind);
 //   - txn-p50/p99-ms: a committed batch's txn invoke to ok (read,
 //     produce two records per input, commit), and commit-p50/p99-ms the
 //     commit alone (last output acknowledged to ok: EndTxn with the
@@ -67,6 +70,7 @@ func BenchmarkStage(b *testing.B) {
 				sum.rate += f.rate
 				sum.produced += f.produced
 				sum.behind += f.behind
+				sum.backlog += f.backlog
 				sum.batch += f.batch
 				sum.txnP50, sum.txnP99 = sum.txnP50+f.txnP50, sum.txnP99+f.txnP99
 				sum.commitP50, sum.commitP99 = sum.commitP50+f.commitP50, sum.commitP99+f.commitP99
@@ -79,6 +83,7 @@ func BenchmarkStage(b *testing.B) {
 			b.ReportMetric(sum.rate/d, "events/s")
 			b.ReportMetric(sum.produced/d, "produced/s")
 			b.ReportMetric(sum.behind/d, "behind-s")
+			b.ReportMetric(sum.backlog/d, "backlog-events/s")
 			b.ReportMetric(sum.batch/d, "batch")
 			b.ReportMetric(sum.txnP50/d, "txn-p50-ms")
 			b.ReportMetric(sum.txnP99/d, "txn-p99-ms")
@@ -96,9 +101,9 @@ func BenchmarkStage(b *testing.B) {
 
 // stageFigures are one stage run's (see BenchmarkStage).
 type stageFigures struct {
-	rate, produced, behind, batch        float64
-	txnP50, txnP99, commitP50, commitP99 float64
-	cpu                                  map[string]float64
+	rate, produced, behind, backlog, batch float64
+	txnP50, txnP99, commitP50, commitP99   float64
+	cpu                                    map[string]float64
 }
 
 // stageRun runs the pipeline with stage st, its producers flat out for
@@ -247,12 +252,15 @@ func stageHistoryFigures(h history.History, warm time.Duration) (stageFigures, i
 		return f, 0
 	}
 	from := first + int64(warm)
-	var events, inWindow int
+	var events, inWindow, inBacklog int
 	var txnMS, commitMS []float64
 	for _, t := range committed {
 		events += t.inputs
 		if t.ended >= from {
 			inWindow += t.inputs
+		}
+		if t.ended > lastCommit {
+			inBacklog += t.inputs
 		}
 		txnMS = append(txnMS, float64(t.ended-t.begun)/1e6)
 		if t.lastOut > 0 {
@@ -265,6 +273,9 @@ func stageHistoryFigures(h history.History, warm time.Duration) (stageFigures, i
 	if lastCommit > firstCommit {
 		f.produced = float64(commits) / (float64(lastCommit-firstCommit) / 1e9)
 		f.behind = float64(last-lastCommit) / 1e9
+	}
+	if f.behind >= 1 {
+		f.backlog = float64(inBacklog) / f.behind
 	}
 	f.batch = float64(events) / float64(len(committed))
 	f.txnP50, f.txnP99 = percentiles(txnMS)
@@ -324,5 +335,10 @@ func TestStageHistoryFigures(t *testing.T) {
 	// The last batch (the 400th) aborted: the last commit is the 399th's.
 	if f.produced < 999 || f.produced > 1002 || f.behind < 1.085 || f.behind > 1.087 {
 		t.Errorf("produced %.1f/s, behind %.3f s; want 1000/s and 1.086 s", f.produced, f.behind)
+	}
+	// After 2.999 s: the batches ending from 3.005 s to 4.085 s, 88
+	// of them committed.
+	if want := 880 / 1.086; math.Abs(f.backlog-want) > 1 {
+		t.Errorf("backlog rate %.1f/s, want %.1f", f.backlog, want)
 	}
 }
