@@ -64,6 +64,7 @@ demo: deps build
 bench: deps containers
 	$(IMAGES) $(GO) test -p 1 -run '^$$' -bench . -benchtime 3x ./cluster/...
 	$(GO) test -run '^$$' -bench 'BenchmarkPipeline$$' -benchtime 3x -timeout 30m ./pipeline
+	$(GO) test -run '^$$' -bench 'BenchmarkStage$$' -benchtime 3x -timeout 30m ./pipeline
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzReadLine -fuzztime 30s ./history

@@ -42,6 +42,11 @@ type Stage struct {
 	// Variant is how the processors commit their input offsets,
 	// overriding the default processor.Transactional.
 	Variant processor.Variant
+	// NoAborts aborts no transaction on purpose, whatever AbortRatio
+	// says: a benchmark's transactional stage doing the same work as an
+	// at-least-once one. The checker leaves such a stage unknown (no
+	// reader had an aborted record to skip), so no scenario asks for it.
+	NoAborts bool
 }
 
 // StageConsumer is the stage's consumer group, before the run's
@@ -65,7 +70,10 @@ func (s *Stage) defaults() {
 	if len(s.Outputs) == 0 {
 		s.Outputs = slices.Clone(DefaultStageOutputs)
 	}
-	if s.AbortRatio == 0 {
+	switch {
+	case s.NoAborts:
+		s.AbortRatio = 0
+	case s.AbortRatio == 0:
 		s.AbortRatio = DefaultAbortRatio
 	}
 }
@@ -231,7 +239,7 @@ func checkStage(cfg Config) error {
 		return fmt.Errorf("pipeline: the transactional stage needs Kafka (broker is %s)", cfg.Broker)
 	}
 	if v := cfg.Stage.Variant; v != "" && !slices.Contains(processor.Variants(), v) {
-		return fmt.Errorf("pipeline: unknown processor variant %q (valid: transactional, offsets-after)", v)
+		return fmt.Errorf("pipeline: unknown processor variant %q (valid: %s)", v, processor.VariantNames())
 	}
 	if cfg.Stage.AbortRatio < 0 || cfg.Stage.AbortRatio >= 1 {
 		return fmt.Errorf("pipeline: stage abort ratio %g is not in [0, 1)", cfg.Stage.AbortRatio)

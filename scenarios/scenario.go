@@ -183,9 +183,12 @@ type Stage struct {
 	AbortRatio float64 `yaml:"abort_ratio,omitempty" range:">0,<1,zero=default"`
 	// Processor is how the processors commit their input offsets:
 	// `transactional`, the default and correct (in the transaction that
-	// writes the outputs), or `offsets-after`, known-bad (after that
+	// writes the outputs); `offsets-after`, known-bad (after that
 	// transaction commits, outside it: a crash between the two writes
-	// the outputs again).
+	// the outputs again); or `idempotent`, known-bad (no transaction: an
+	// idempotent producer writes the outputs, then the offsets are
+	// committed; a crash between the two writes the outputs again, and
+	// `abort_ratio` does not apply).
 	Processor processor.Variant `yaml:"processor,omitempty" enum:"processor variant"`
 	// Reader is the isolation level of the reader of the output topics:
 	// `read_committed`, the default and correct, or `read_uncommitted`,
@@ -688,13 +691,14 @@ func (s Scenario) StandbyKind() string {
 // replica, a min ISR of 1, or unclean leader election; classic queues on
 // a replicated RabbitMQ, where each lives on one node of several; a
 // transactional stage whose processor commits offsets outside its
-// transaction, or whose output topics are read read_uncommitted).
+// transaction or has none, or whose output topics are read
+// read_uncommitted).
 func (s Scenario) KnownBad() bool {
 	correctRelay := s.Variants.Relay == relay.Polling || s.Variants.Relay == relay.Debezium
 	b := s.Broker
 	badSetting := s.Postgres.Standby == "async" || b.ReplicationFactor == 1 || b.MinInsyncReplicas == 1 || b.UncleanLeaderElection ||
 		b.QueueType == "classic" && b.Nodes > 1 ||
-		s.Stage != nil && (s.Stage.Reader == ReadUncommitted || s.Stage.Processor == processor.OffsetsAfter)
+		s.Stage != nil && (s.Stage.Reader == ReadUncommitted || s.Stage.Processor == processor.OffsetsAfter || s.Stage.Processor == processor.Idempotent)
 	return s.Variants.Producer != producer.Outbox || !correctRelay || s.Variants.Consumer != consumer.Inbox || badSetting
 }
 

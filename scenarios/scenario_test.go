@@ -293,6 +293,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{"my.yaml:3: stage: the transactional stage is Kafka's (transactions over its topics); use broker: kafka"}},
 		{"stage reader", "broker: kafka\nstage:\n  reader: read_dirty\n",
 			[]string{`my.yaml:3: stage.reader: unknown isolation level "read_dirty" (valid: read_committed, read_uncommitted)`}},
+		{"idempotent processor's abort ratio", "broker: kafka\nstage:\n  processor: idempotent\n  abort_ratio: 0.5\n",
+			[]string{"my.yaml:4: stage.abort_ratio: the idempotent processor has no transaction to abort; leave abort_ratio out"}},
 		{"stage abort ratio", "broker: kafka\nstage:\n  abort_ratio: 0\n",
 			[]string{"my.yaml:3: stage.abort_ratio: must be > 0, got 0"}},
 		{"stage anomaly without a stage", "broker: kafka\nexpect:\n  verdict: invalid\n  anomaly: aborted-visible\n",
@@ -830,5 +832,12 @@ func TestStage(t *testing.T) {
 	}
 	if _, err := Parse("my.yaml", []byte("broker: kafka\nnemesis:\n  timeline: [\"at 1s: kill processor-0\"]\n")); err == nil {
 		t.Fatal("kill processor-0 accepted without a stage")
+	}
+	s, err = Parse("my.yaml", []byte("broker: kafka\nstage:\n  processor: idempotent\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.PipelineConfig().Stage.Variant; got != processor.Idempotent || !s.KnownBad() {
+		t.Fatalf("stage.processor idempotent: variant %q, known-bad %v", got, s.KnownBad())
 	}
 }

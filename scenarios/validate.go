@@ -111,6 +111,9 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	if st := s.Stage; st != nil && st.Processor != "" && !slices.Contains(processor.Variants(), st.Processor) {
 		fail("stage.processor", "%s", unknownName("processor variant", string(st.Processor), strs(processor.Variants())))
 	}
+	if st := s.Stage; st != nil && st.Processor == processor.Idempotent && st.AbortRatio != 0 {
+		fail("stage.abort_ratio", "the idempotent processor has no transaction to abort; leave abort_ratio out")
+	}
 	if st := s.Stage; st != nil && st.Reader != "" && !slices.Contains(IsolationLevels(), st.Reader) {
 		fail("stage.reader", "%s", unknownName("isolation level", st.Reader, IsolationLevels()))
 	}

@@ -12,6 +12,10 @@
 // (Config.AbortRatio) is aborted on purpose and its inputs read again, so
 // that aborted records really exist in the output topics and a
 // read_committed reader has something to skip.
+//
+// Config.Variant swaps in known-bad processors for the checker to catch:
+// OffsetsAfter commits its offsets outside its transaction, Idempotent
+// has no transaction at all.
 package processor
 
 import (
@@ -20,7 +24,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -46,10 +52,29 @@ const (
 	// processor.after-commit-before-poll) has the restarted processor
 	// read the inputs again and write their outputs twice.
 	OffsetsAfter Variant = "offsets-after"
+	// Idempotent is known-bad: no transactions at all. An idempotent
+	// producer (franz-go's default without a transactional.id: no
+	// duplicates from its own retries) in the group, auto-commit off,
+	// produces each batch's outputs and then commits the batch's input
+	// offsets (CommitRecords). Its records are visible once acknowledged
+	// and it cannot abort, so a crash between the two (failpoint
+	// processor.after-produce-before-commit) has the restarted processor
+	// read the batch again and write its outputs twice: at least once,
+	// the stage the transactional one is measured against.
+	Idempotent Variant = "idempotent"
 )
 
 // Variants lists every processor variant, the correct one first.
-func Variants() []Variant { return []Variant{Transactional, OffsetsAfter} }
+func Variants() []Variant { return []Variant{Transactional, OffsetsAfter, Idempotent} }
+
+// VariantNames lists the variants for an error message.
+func VariantNames() string {
+	names := make([]string, 0, len(Variants()))
+	for _, v := range Variants() {
+		names = append(names, string(v))
+	}
+	return strings.Join(names, ", ")
+}
 
 // Config tunes one processor process.
 type Config struct {
@@ -64,7 +89,8 @@ type Config struct {
 	// Outputs are the output topics: each input gets one record in each.
 	Outputs []string `json:"outputs"`
 	// AbortRatio is the share of transactions aborted on purpose, in
-	// [0, 1); 0 aborts none.
+	// [0, 1); 0 aborts none. Idempotent ignores it: without a
+	// transaction there is nothing to abort.
 	AbortRatio float64 `json:"abort_ratio"`
 	// Seed makes the choice of aborted transactions reproducible.
 	Seed uint64 `json:"seed"`
@@ -92,8 +118,8 @@ func (c *Config) defaults() error {
 	if c.Variant == "" {
 		c.Variant = Transactional
 	}
-	if c.Variant != Transactional && c.Variant != OffsetsAfter {
-		return fmt.Errorf("processor: unknown variant %q (valid: transactional, offsets-after)", c.Variant)
+	if !slices.Contains(Variants(), c.Variant) {
+		return fmt.Errorf("processor: unknown variant %q (valid: %s)", c.Variant, VariantNames())
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 50
@@ -153,8 +179,11 @@ func (p *Processor) Run(ctx context.Context) error {
 	for failures := 0; ctx.Err() == nil; failures++ {
 		began := time.Now()
 		session := p.session
-		if p.cfg.Variant == OffsetsAfter {
+		switch p.cfg.Variant {
+		case OffsetsAfter:
 			session = p.sessionOffsetsAfter
+		case Idempotent:
+			session = p.sessionIdempotent
 		}
 		err := session(ctx)
 		if time.Since(began) > time.Minute {
@@ -176,9 +205,16 @@ func (p *Processor) Run(ctx context.Context) error {
 // clientOpts are the options of the processor's client, consumer and
 // transactional producer in one.
 func (p *Processor) clientOpts() []kgo.Opt {
-	return append(p.kafka.ClientOpts("processor"),
+	return append(p.groupOpts(),
 		kgo.TransactionalID(p.cfg.Name),
 		kgo.TransactionTimeout(p.cfg.TransactionTimeout),
+	)
+}
+
+// groupOpts are the options of the processor's client as a group
+// consumer and a producer, transactional or not.
+func (p *Processor) groupOpts() []kgo.Opt {
+	return append(p.kafka.ClientOpts("processor"),
 		kgo.ConsumerGroup(p.cfg.Group),
 		kgo.ConsumeTopics(p.kafka.Topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -187,7 +223,7 @@ func (p *Processor) clientOpts() []kgo.Opt {
 		kgo.SessionTimeout(p.cfg.SessionTimeout),
 		kgo.HeartbeatInterval(p.cfg.SessionTimeout/4),
 		kgo.RebalanceTimeout(p.cfg.TransactionTimeout),
-		// Each transaction is flushed before its commit: no linger.
+		// Each batch is flushed before its commit: no linger.
 		kgo.ProducerLinger(0),
 	)
 }
@@ -265,6 +301,76 @@ func (p *Processor) sessionOffsetsAfter(ctx context.Context) error {
 	return nil
 }
 
+// sessionIdempotent is session for the known-bad Idempotent: a client
+// with no transactional.id (so an idempotent producer) in the group,
+// auto-commit off; each batch's outputs are produced and then its input
+// offsets committed, two steps nothing joins.
+func (p *Processor) sessionIdempotent(ctx context.Context) error {
+	cl, err := kgo.NewClient(append(p.groupOpts(), kgo.DisableAutoCommit())...)
+	if err != nil {
+		return fmt.Errorf("processor: %w", err)
+	}
+	defer cl.Close()
+	for ctx.Err() == nil {
+		fs := cl.PollRecords(ctx, p.cfg.MaxBatch)
+		if fs.IsClientClosed() || ctx.Err() != nil {
+			return nil
+		}
+		fs.EachError(func(t string, part int32, err error) {
+			p.log.Warn("processor fetch", "topic", t, "partition", part, "err", err)
+		})
+		recs := fs.Records()
+		if len(recs) == 0 {
+			continue
+		}
+		if err := p.produceThenCommit(ctx, cl, recs); err != nil {
+			return err
+		}
+		p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.cfg.Name})
+	}
+	return nil
+}
+
+// produceThenCommit is Idempotent's batch over the inputs ins, recorded
+// as a txn the way the contract has a transaction recorded: invoke, the
+// inputs, the acknowledged outputs, then ok once the input offsets are
+// committed. It never ends in fail: a producer without a transaction
+// cannot abort, and whatever it wrote is visible at once. A failed
+// produce or offset commit ends it info (its outputs, some or all, are
+// out; its inputs will be read again) and the session with an error, so
+// that a new one resumes from the committed offsets.
+func (p *Processor) produceThenCommit(ctx context.Context, cl *kgo.Client, ins []*kgo.Record) error {
+	tv := p.nextTxn()
+	outs, err := p.recordInputs(tv, ins)
+	if err != nil {
+		return err
+	}
+	produceErr, err := p.recordOutputs(tv, cl.ProduceSync(ctx, outs...))
+	if err != nil {
+		return err
+	}
+	p.fp.Hit(failpoint.ProcessorAfterProduceBeforeCommit, tv)
+	err = produceErr
+	if err == nil {
+		err = cl.CommitRecords(ctx, ins...)
+	}
+	end := tv
+	typ := history.OK
+	if err != nil {
+		typ, end.Error = history.Info, err.Error()
+	}
+	if _, rerr := p.rec.Record(typ, history.Txn, end); rerr != nil {
+		return historyError{rerr}
+	}
+	switch {
+	case produceErr != nil:
+		return fmt.Errorf("processor: produce %s: %w", tv.Txn, err)
+	case err != nil:
+		return fmt.Errorf("processor: commit offsets of %s: %w", tv.Txn, err)
+	}
+	return nil
+}
+
 // transactor is what transact needs of a transactional client.
 type transactor interface {
 	begin() error
@@ -310,45 +416,19 @@ func (c plainClient) end(ctx context.Context, commit bool) (bool, error) {
 // of them, abort, and record how it ended; it says whether it committed.
 // An error means the session cannot go on.
 func (p *Processor) transact(ctx context.Context, sess transactor, ins []*kgo.Record) (bool, error) {
-	p.seq++
-	id := p.cfg.Name + ":" + p.incarnation + ":" + strconv.FormatInt(p.seq, 10)
-	p.lastTxn = id
-	tv := history.Value{Txn: id, TransactionalID: p.cfg.Name}
+	tv := p.nextTxn()
 	if err := sess.begin(); err != nil {
 		return false, fmt.Errorf("processor: begin: %w", err)
 	}
-	es := make([]history.Entry, 0, 1+len(ins))
-	es = append(es, history.Entry{Type: history.Invoke, F: history.Txn, Value: tv})
-	outs := make([]*kgo.Record, 0, len(ins)*len(p.cfg.Outputs))
-	for _, in := range ins {
-		v := broker.ParseOutputRecord(in) // the input's own event headers
-		es = append(es, history.Entry{Type: history.OK, F: history.TxnInput, Value: history.Value{
-			Txn: id, Topic: in.Topic, Partition: int64(in.Partition), Offset: in.Offset, Event: v.Event, Source: v.Source,
-		}})
-		for _, topic := range p.cfg.Outputs {
-			outs = append(outs, output(topic, in))
-		}
+	outs, err := p.recordInputs(tv, ins)
+	if err != nil {
+		return false, err
 	}
-	if err := p.rec.RecordAll(es); err != nil {
-		return false, historyError{err}
+	produceErr, err := p.recordOutputs(tv, sess.produce(ctx, outs...))
+	if err != nil {
+		return false, err
 	}
-	results := sess.produce(ctx, outs...)
-	es = es[:0]
-	var produceErr error
-	for _, r := range results {
-		if r.Err != nil {
-			produceErr = cmpErr(produceErr, r.Err)
-			continue
-		}
-		o := broker.ParseOutputRecord(r.Record)
-		es = append(es, history.Entry{Type: history.OK, F: history.TxnOutput, Value: history.Value{
-			Txn: id, Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Event: o.Event, Source: o.Source,
-			InputPartition: o.InputPartition, InputOffset: o.InputOffset,
-		}})
-	}
-	if err := p.rec.RecordAll(es); err != nil {
-		return false, historyError{err}
-	}
+	id := tv.Txn
 	p.fp.Hit(failpoint.ProcessorAfterProduceBeforeCommit, tv)
 
 	abort := produceErr != nil || p.rng.Float64() < p.cfg.AbortRatio
@@ -389,6 +469,58 @@ func (p *Processor) transact(ctx context.Context, sess transactor, ins []*kgo.Re
 		return false, fmt.Errorf("processor: end transaction %s: %w", id, err)
 	}
 	return end.Type == history.OK, nil
+}
+
+// nextTxn names the next transaction (or batch) and returns the value
+// its ops carry.
+func (p *Processor) nextTxn() history.Value {
+	p.seq++
+	p.lastTxn = p.cfg.Name + ":" + p.incarnation + ":" + strconv.FormatInt(p.seq, 10)
+	return history.Value{Txn: p.lastTxn, TransactionalID: p.cfg.Name}
+}
+
+// recordInputs records the invoke of the transaction tv and one
+// txn-input per input, in one write, and returns the outputs to produce:
+// one per input and output topic.
+func (p *Processor) recordInputs(tv history.Value, ins []*kgo.Record) ([]*kgo.Record, error) {
+	es := make([]history.Entry, 0, 1+len(ins))
+	es = append(es, history.Entry{Type: history.Invoke, F: history.Txn, Value: tv})
+	outs := make([]*kgo.Record, 0, len(ins)*len(p.cfg.Outputs))
+	for _, in := range ins {
+		v := broker.ParseOutputRecord(in) // the input's own event headers
+		es = append(es, history.Entry{Type: history.OK, F: history.TxnInput, Value: history.Value{
+			Txn: tv.Txn, Topic: in.Topic, Partition: int64(in.Partition), Offset: in.Offset, Event: v.Event, Source: v.Source,
+		}})
+		for _, topic := range p.cfg.Outputs {
+			outs = append(outs, output(topic, in))
+		}
+	}
+	if err := p.rec.RecordAll(es); err != nil {
+		return nil, historyError{err}
+	}
+	return outs, nil
+}
+
+// recordOutputs records a txn-output per output the broker acknowledged,
+// and returns the first produce error, if any (err is a failure to
+// record).
+func (p *Processor) recordOutputs(tv history.Value, results kgo.ProduceResults) (produceErr, err error) {
+	es := make([]history.Entry, 0, len(results))
+	for _, r := range results {
+		if r.Err != nil {
+			produceErr = cmpErr(produceErr, r.Err)
+			continue
+		}
+		o := broker.ParseOutputRecord(r.Record)
+		es = append(es, history.Entry{Type: history.OK, F: history.TxnOutput, Value: history.Value{
+			Txn: tv.Txn, Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Event: o.Event, Source: o.Source,
+			InputPartition: o.InputPartition, InputOffset: o.InputOffset,
+		}})
+	}
+	if err := p.rec.RecordAll(es); err != nil {
+		return produceErr, historyError{err}
+	}
+	return produceErr, nil
 }
 
 // cmpErr keeps the first error.

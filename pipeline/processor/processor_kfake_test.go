@@ -273,3 +273,67 @@ func TestKfakeCrashAfterCommit(t *testing.T) {
 		})
 	}
 }
+
+// A crash after the outputs are acknowledged, before the commit: the
+// correct processor's transaction is still open, so its restart aborts it
+// and nothing is visible twice; the known-bad idempotent one has no
+// transaction, its outputs are visible at once and its offsets were not
+// committed, so its restart writes the batch's outputs again.
+func TestKfakeCrashAfterProduce(t *testing.T) {
+	const inputs = 60
+	for _, tc := range []struct {
+		variant Variant
+		dup     bool
+	}{{Transactional, false}, {Idempotent, true}} {
+		t.Run(string(tc.variant), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			kcfg, outputs := kfakeStage(t, ctx, 3, inputs)
+			var buf syncBuffer
+			fp := failpoint.NewSet(1, func(failpoint.Name, any) { panic(crashed{}) })
+			fp.Arm(failpoint.Term{Name: failpoint.ProcessorAfterProduceBeforeCommit, Count: 1})
+			first := newVariant(t, kcfg, outputs, &buf, tc.variant, fp)
+			done := make(chan any, 1)
+			go func() {
+				defer func() { done <- recover() }()
+				_ = first.Run(ctx)
+			}()
+			if r := <-done; r != (crashed{}) {
+				t.Fatalf("the first processor ended with %v, not at the failpoint", r)
+			}
+			second := newVariant(t, kcfg, outputs, &buf, tc.variant, failpoint.NewSet(1, nil))
+			h := runUntilDone(t, ctx, kcfg, outputs, second, &buf)
+			for _, topic := range outputs {
+				l, err := broker.KafkaCommittedLog(ctx, kcfg, topic)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen := map[[2]int64]int{}
+				for _, o := range l.Records {
+					seen[[2]int64{o.InputPartition, o.InputOffset}]++
+				}
+				t.Logf("%s: %d records of %d inputs", topic, len(l.Records), len(seen))
+				if len(seen) != inputs {
+					t.Errorf("%d of %d inputs in %s", len(seen), inputs, topic)
+				}
+				if got := len(l.Records) > len(seen); got != tc.dup {
+					t.Errorf("%s: duplicates %v, want %v", topic, got, tc.dup)
+				}
+			}
+			if tc.variant != Idempotent {
+				return
+			}
+			// No transaction, so nothing aborts: every batch but the
+			// crashed one ends ok once its offsets are committed.
+			ends := map[history.Type]int{}
+			for _, op := range h {
+				if op.F == history.Txn && op.Type != history.Invoke {
+					ends[op.Type]++
+				}
+			}
+			if ends[history.OK] == 0 || ends[history.Fail] > 0 || ends[history.Info] > 0 {
+				t.Errorf("batches ended %v: want all ok", ends)
+			}
+		})
+	}
+}
