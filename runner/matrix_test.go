@@ -17,6 +17,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 	"github.com/deliverycheck/deliverycheck/pipeline/pipelinetest"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 	"github.com/deliverycheck/deliverycheck/scenarios"
@@ -45,6 +46,9 @@ func runScenario(t *testing.T, s scenarios.Scenario, seed uint64, out string) *O
 // asks for replicated ones.
 func runScenarioOn(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario, seed uint64, out string) *Outcome {
 	t.Helper()
+	// Replicated scenarios start their own servers, not through servers
+	// (whose Get skips under -short).
+	testenv.SkipIfShort(t, "runs a scenario on real servers")
 	s.Seed = seed
 	s.Workload.Duration = matrixDuration
 	if s.Drain.Quiet == 0 || s.Drain.Quiet > time.Second {
