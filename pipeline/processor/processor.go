@@ -243,24 +243,35 @@ func (p *Processor) session(ctx context.Context) error {
 	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
 		return fmt.Errorf("processor: init producer id: %w", err)
 	}
-	for ctx.Err() == nil {
-		fs := sess.PollRecords(ctx, p.cfg.MaxBatch)
-		if fs.IsClientClosed() || ctx.Err() != nil {
-			return nil
-		}
-		fs.EachError(func(t string, part int32, err error) {
-			p.log.Warn("processor fetch", "topic", t, "partition", part, "err", err)
-		})
-		recs := fs.Records()
-		if len(recs) == 0 {
-			continue
-		}
+	return p.batches(ctx, sess.PollRecords, func(recs []*kgo.Record) error {
 		committed, err := p.transact(ctx, groupSession{sess}, recs)
 		if err != nil {
 			return err
 		}
 		if committed {
 			p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.cfg.Name})
+		}
+		return nil
+	})
+}
+
+// batches polls up to MaxBatch records at a time with poll, logging
+// fetch errors, and hands each non-empty batch to handle, until ctx ends
+// or the client is closed (nil) or handle fails (its error): the loop
+// every variant's session runs.
+func (p *Processor) batches(ctx context.Context, poll func(context.Context, int) kgo.Fetches, handle func([]*kgo.Record) error) error {
+	for ctx.Err() == nil {
+		fs := poll(ctx, p.cfg.MaxBatch)
+		if fs.IsClientClosed() || ctx.Err() != nil {
+			return nil
+		}
+		fs.EachError(func(t string, part int32, err error) {
+			p.log.Warn("processor fetch", "topic", t, "partition", part, "err", err)
+		})
+		if recs := fs.Records(); len(recs) > 0 {
+			if err := handle(recs); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -279,16 +290,9 @@ func (p *Processor) sessionOffsetsAfter(ctx context.Context) error {
 	if _, _, err := cl.ProducerID(ctx); err != nil {
 		return fmt.Errorf("processor: init producer id: %w", err)
 	}
-	for ctx.Err() == nil {
-		fs := cl.PollRecords(ctx, p.cfg.MaxBatch)
-		if fs.IsClientClosed() || ctx.Err() != nil {
-			return nil
-		}
-		recs := fs.Records()
-		if len(recs) == 0 {
-			continue
-		}
+	return p.batches(ctx, cl.PollRecords, func(recs []*kgo.Record) error {
 		for committed := false; !committed; {
+			var err error
 			if committed, err = p.transact(ctx, plainClient{cl}, recs); err != nil {
 				return err
 			}
@@ -297,8 +301,8 @@ func (p *Processor) sessionOffsetsAfter(ctx context.Context) error {
 		if err := cl.CommitRecords(ctx, recs...); err != nil {
 			return fmt.Errorf("processor: commit offsets after %s: %w", p.lastTxn, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // sessionIdempotent is session for the known-bad Idempotent: a client
@@ -311,24 +315,13 @@ func (p *Processor) sessionIdempotent(ctx context.Context) error {
 		return fmt.Errorf("processor: %w", err)
 	}
 	defer cl.Close()
-	for ctx.Err() == nil {
-		fs := cl.PollRecords(ctx, p.cfg.MaxBatch)
-		if fs.IsClientClosed() || ctx.Err() != nil {
-			return nil
-		}
-		fs.EachError(func(t string, part int32, err error) {
-			p.log.Warn("processor fetch", "topic", t, "partition", part, "err", err)
-		})
-		recs := fs.Records()
-		if len(recs) == 0 {
-			continue
-		}
+	return p.batches(ctx, cl.PollRecords, func(recs []*kgo.Record) error {
 		if err := p.produceThenCommit(ctx, cl, recs); err != nil {
 			return err
 		}
 		p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.cfg.Name})
-	}
-	return nil
+		return nil
+	})
 }
 
 // produceThenCommit is Idempotent's batch over the inputs ins, recorded

@@ -227,6 +227,27 @@ func TestKfakeZombieFenced(t *testing.T) {
 // after a kill).
 type crashed struct{}
 
+// crashThenRestart runs a processor of variant v until it crashes at
+// failpoint at, then a second one, as its restart, until every input is
+// processed; it returns both incarnations' history.
+func crashThenRestart(t *testing.T, ctx context.Context, kcfg broker.KafkaConfig, outputs []string, v Variant, at failpoint.Name) history.History {
+	t.Helper()
+	var buf syncBuffer
+	fp := failpoint.NewSet(1, func(failpoint.Name, any) { panic(crashed{}) })
+	fp.Arm(failpoint.Term{Name: at, Count: 1})
+	first := newVariant(t, kcfg, outputs, &buf, v, fp)
+	done := make(chan any, 1)
+	go func() {
+		defer func() { done <- recover() }()
+		_ = first.Run(ctx)
+	}()
+	if r := <-done; r != (crashed{}) {
+		t.Fatalf("the first processor ended with %v, not at the failpoint", r)
+	}
+	second := newVariant(t, kcfg, outputs, &buf, v, failpoint.NewSet(1, nil))
+	return runUntilDone(t, ctx, kcfg, outputs, second, &buf)
+}
+
 // A crash right after a commit: the correct processor's offsets were in
 // the transaction, so its restart goes on exactly once; the known-bad
 // offsets-after one had not committed them, so its restart writes the
@@ -241,20 +262,7 @@ func TestKfakeCrashAfterCommit(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			kcfg, outputs := kfakeStage(t, ctx, 3, inputs)
-			var buf syncBuffer
-			fp := failpoint.NewSet(1, func(failpoint.Name, any) { panic(crashed{}) })
-			fp.Arm(failpoint.Term{Name: failpoint.ProcessorAfterCommitBeforePoll, Count: 1})
-			first := newVariant(t, kcfg, outputs, &buf, tc.variant, fp)
-			done := make(chan any, 1)
-			go func() {
-				defer func() { done <- recover() }()
-				_ = first.Run(ctx)
-			}()
-			if r := <-done; r != (crashed{}) {
-				t.Fatalf("the first processor ended with %v, not at the failpoint", r)
-			}
-			second := newVariant(t, kcfg, outputs, &buf, tc.variant, failpoint.NewSet(1, nil))
-			runUntilDone(t, ctx, kcfg, outputs, second, &buf)
+			crashThenRestart(t, ctx, kcfg, outputs, tc.variant, failpoint.ProcessorAfterCommitBeforePoll)
 			l, err := broker.KafkaCommittedLog(ctx, kcfg, outputs[0])
 			if err != nil {
 				t.Fatal(err)
@@ -289,20 +297,7 @@ func TestKfakeCrashAfterProduce(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			kcfg, outputs := kfakeStage(t, ctx, 3, inputs)
-			var buf syncBuffer
-			fp := failpoint.NewSet(1, func(failpoint.Name, any) { panic(crashed{}) })
-			fp.Arm(failpoint.Term{Name: failpoint.ProcessorAfterProduceBeforeCommit, Count: 1})
-			first := newVariant(t, kcfg, outputs, &buf, tc.variant, fp)
-			done := make(chan any, 1)
-			go func() {
-				defer func() { done <- recover() }()
-				_ = first.Run(ctx)
-			}()
-			if r := <-done; r != (crashed{}) {
-				t.Fatalf("the first processor ended with %v, not at the failpoint", r)
-			}
-			second := newVariant(t, kcfg, outputs, &buf, tc.variant, failpoint.NewSet(1, nil))
-			h := runUntilDone(t, ctx, kcfg, outputs, second, &buf)
+			h := crashThenRestart(t, ctx, kcfg, outputs, tc.variant, failpoint.ProcessorAfterProduceBeforeCommit)
 			for _, topic := range outputs {
 				l, err := broker.KafkaCommittedLog(ctx, kcfg, topic)
 				if err != nil {
