@@ -58,29 +58,77 @@ func KafkaLog(ctx context.Context, cfg KafkaConfig) (Log, error) {
 	defer cancel()
 	cfg = cfg.withDefaults()
 	out := Log{Where: cfg.Topic}
-	admin, err := kgo.NewClient(cfg.clientOpts("log")...)
+	w := wholeRead{what: "kafka log", client: "log", topic: cfg.Topic}
+	err := w.read(ctx, cfg, func(total int64) {
+		out.Detail = fmt.Sprintf("%d partitions read from offset 0 to their high-water marks: %d records", w.partitions, total)
+		out.Records = make([]LogRecord, 0, total)
+	}, func(r *kgo.Record) {
+		rec := LogRecord{Partition: int64(r.Partition), Offset: r.Offset}
+		for _, h := range r.Headers {
+			switch h.Key { // a repeated key: the last wins, as for a delivery
+			case HeaderEventID:
+				rec.Event = string(h.Value)
+			case HeaderSource:
+				rec.Source = string(h.Value)
+			}
+		}
+		out.Records = append(out.Records, rec)
+	})
+	return out, err
+}
+
+// wholeRead reads every partition of a topic from offset 0 to its end as
+// of the call: the high-water marks read uncommitted ([KafkaLog]), or the
+// last stable offsets read committed ([KafkaCommittedLog]). A partition
+// whose log no longer starts at 0 is an error: what is not found there
+// may have been deleted rather than lost.
+type wholeRead struct {
+	what   string // the errors' prefix, e.g. "kafka log"
+	client string // the clients' name
+	topic  string
+	// committed reads read_committed to the last stable offsets. It
+	// keeps control records, which read passes on (the caller skips
+	// them): the records of aborted transactions are never returned, so
+	// the last stable offset can only be seen reached through the
+	// markers that end transactions.
+	committed bool
+
+	partitions int // the topic's, once the offsets are listed
+}
+
+// read lists the offsets, calls listed with the sum of the ends, then
+// each with every record before its partition's end.
+func (w *wholeRead) read(ctx context.Context, cfg KafkaConfig, listed func(total int64), each func(*kgo.Record)) error {
+	admin, err := kgo.NewClient(cfg.clientOpts(w.client)...)
 	if err != nil {
-		return out, fmt.Errorf("kafka log: %w", err)
+		return fmt.Errorf("%s: %w", w.what, err)
 	}
 	adm := kadm.NewClient(admin)
-	starts, err := adm.ListStartOffsets(ctx, cfg.Topic)
+	starts, err := adm.ListStartOffsets(ctx, w.topic)
 	var ends kadm.ListedOffsets
 	if err == nil {
-		ends, err = adm.ListEndOffsets(ctx, cfg.Topic)
+		if w.committed {
+			ends, err = adm.ListCommittedOffsets(ctx, w.topic)
+		} else {
+			ends, err = adm.ListEndOffsets(ctx, w.topic)
+		}
 	}
 	admin.Close()
 	if err == nil {
 		err = errors.Join(starts.Error(), ends.Error())
 	}
 	if err != nil {
-		return out, fmt.Errorf("kafka log: offsets of %s: %w", cfg.Topic, err)
+		return fmt.Errorf("%s: offsets of %s: %w", w.what, w.topic, err)
 	}
-	want := map[int32]int64{} // partition → high-water mark, for those not read to it yet
-	var partitions int
+	endName, isolation := "high-water marks", kgo.ReadUncommitted()
+	if w.committed {
+		endName, isolation = "last stable offsets", kgo.ReadCommitted()
+	}
+	want := map[int32]int64{} // partition → its end, for those not read to it yet
 	var total int64
 	var errs []error
 	ends.Each(func(o kadm.ListedOffset) {
-		partitions++
+		w.partitions++
 		if s, ok := starts.Lookup(o.Topic, o.Partition); ok && s.Offset > 0 {
 			errs = append(errs, fmt.Errorf("partition %d starts at offset %d: records before it were deleted", o.Partition, s.Offset))
 		}
@@ -89,55 +137,46 @@ func KafkaLog(ctx context.Context, cfg KafkaConfig) (Log, error) {
 			total += o.Offset
 		}
 	})
-	if partitions == 0 {
-		return out, fmt.Errorf("kafka log: topic %s has no partitions", cfg.Topic)
+	if w.partitions == 0 {
+		return fmt.Errorf("%s: topic %s has no partitions", w.what, w.topic)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return out, fmt.Errorf("kafka log: %s: %w", cfg.Topic, err)
+		return fmt.Errorf("%s: %s: %w", w.what, w.topic, err)
 	}
-	out.Detail = fmt.Sprintf("%d partitions read from offset 0 to their high-water marks: %d records", partitions, total)
+	listed(total)
 	if len(want) == 0 {
-		return out, nil
+		return nil
 	}
-	from := map[string]map[int32]kgo.Offset{cfg.Topic: {}}
+	from := map[string]map[int32]kgo.Offset{w.topic: {}}
 	for p := range want {
-		from[cfg.Topic][p] = kgo.NewOffset().At(0)
+		from[w.topic][p] = kgo.NewOffset().At(0)
 	}
-	cl, err := kgo.NewClient(append(cfg.clientOpts("log"),
-		kgo.ConsumePartitions(from),
-		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
-	)...)
+	opts := append(cfg.clientOpts(w.client), kgo.ConsumePartitions(from), kgo.FetchIsolationLevel(isolation))
+	if w.committed {
+		opts = append(opts, kgo.KeepControlRecords())
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return out, fmt.Errorf("kafka log: %w", err)
+		return fmt.Errorf("%s: %w", w.what, err)
 	}
 	defer cl.Close()
-	out.Records = make([]LogRecord, 0, total)
 	for len(want) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return out, fmt.Errorf("kafka log: %d of %d partitions not read to their high-water marks: %w", len(want), partitions, err)
+			return fmt.Errorf("%s: %d of %d partitions of %s not read to their %s: %w", w.what, len(want), w.partitions, w.topic, endName, err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			end, ok := want[r.Partition]
 			if !ok || r.Offset >= end {
-				return // past the mark read before: not written before the drain ended
+				return // past the end read before: not written before the drain ended
 			}
-			rec := LogRecord{Partition: int64(r.Partition), Offset: r.Offset}
-			for _, h := range r.Headers {
-				switch h.Key { // a repeated key: the last wins, as for a delivery
-				case HeaderEventID:
-					rec.Event = string(h.Value)
-				case HeaderSource:
-					rec.Source = string(h.Value)
-				}
-			}
-			out.Records = append(out.Records, rec)
+			each(r)
 			if r.Offset+1 >= end {
 				delete(want, r.Partition)
 			}
 		})
 	}
-	return out, nil
+	return nil
 }
 
 // RabbitWitnessQueue is the name of the witness queue of exchange: a

@@ -3,7 +3,6 @@ package broker
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -86,80 +85,18 @@ type OutputLog struct {
 func KafkaCommittedLog(ctx context.Context, cfg KafkaConfig, topic string) (OutputLog, error) {
 	ctx, cancel := context.WithTimeout(ctx, logTimeout)
 	defer cancel()
-	cfg = cfg.withDefaults()
 	out := OutputLog{Topic: topic}
-	admin, err := kgo.NewClient(cfg.clientOpts("output-log")...)
-	if err != nil {
-		return out, fmt.Errorf("kafka output log: %w", err)
+	w := wholeRead{what: "kafka output log", client: "output-log", topic: topic, committed: true}
+	detail := func() string {
+		return fmt.Sprintf("%d partitions read committed from offset 0 to their last stable offsets: %d records", w.partitions, len(out.Records))
 	}
-	adm := kadm.NewClient(admin)
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	var stable kadm.ListedOffsets
-	if err == nil {
-		stable, err = adm.ListCommittedOffsets(ctx, topic)
-	}
-	admin.Close()
-	if err == nil {
-		err = errors.Join(starts.Error(), stable.Error())
-	}
-	if err != nil {
-		return out, fmt.Errorf("kafka output log: offsets of %s: %w", topic, err)
-	}
-	want := map[int32]int64{} // partition → last stable offset, for those not read to it yet
-	var partitions int
-	var errs []error
-	stable.Each(func(o kadm.ListedOffset) {
-		partitions++
-		if s, ok := starts.Lookup(o.Topic, o.Partition); ok && s.Offset > 0 {
-			errs = append(errs, fmt.Errorf("partition %d starts at offset %d: records before it were deleted", o.Partition, s.Offset))
-		}
-		if o.Offset > 0 {
-			want[o.Partition] = o.Offset
+	err := w.read(ctx, cfg.withDefaults(), func(int64) { out.Detail = detail() }, func(r *kgo.Record) {
+		if rec := ParseOutputRecord(r); !rec.Control {
+			out.Records = append(out.Records, rec)
 		}
 	})
-	if partitions == 0 {
-		return out, fmt.Errorf("kafka output log: topic %s has no partitions", topic)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return out, fmt.Errorf("kafka output log: %s: %w", topic, err)
-	}
-	detail := func() string {
-		return fmt.Sprintf("%d partitions read committed from offset 0 to their last stable offsets: %d records", partitions, len(out.Records))
-	}
-	out.Detail = detail()
-	if len(want) == 0 {
-		return out, nil
-	}
-	from := map[string]map[int32]kgo.Offset{topic: {}}
-	for p := range want {
-		from[topic][p] = kgo.NewOffset().At(0)
-	}
-	cl, err := kgo.NewClient(append(cfg.clientOpts("output-log"),
-		kgo.ConsumePartitions(from),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(),
-	)...)
 	if err != nil {
-		return out, fmt.Errorf("kafka output log: %w", err)
-	}
-	defer cl.Close()
-	for len(want) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return out, fmt.Errorf("kafka output log: %d of %d partitions of %s not read to their last stable offsets: %w", len(want), partitions, topic, err)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			end, ok := want[r.Partition]
-			if !ok || r.Offset >= end {
-				return // past the stable offset read before
-			}
-			if rec := ParseOutputRecord(r); !rec.Control {
-				out.Records = append(out.Records, rec)
-			}
-			if r.Offset+1 >= end {
-				delete(want, r.Partition)
-			}
-		})
+		return out, err
 	}
 	out.Detail = detail()
 	return out, nil
