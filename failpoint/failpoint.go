@@ -106,7 +106,10 @@ const EnvHitsFD = "DELIVERYCHECK_FAILPOINT_HITS_FD"
 // after the writer is dead. It does nothing when the variable is unset
 // or its descriptor is not a pipe (a process started some other way,
 // which may use that descriptor for something else).
-func ReportHit(n Name) {
+func ReportHit(n Name) { report("hit " + string(n)) }
+
+// report writes line to the pipe EnvHitsFD names, if any.
+func report(line string) {
 	fd, err := strconv.Atoi(os.Getenv(EnvHitsFD))
 	if err != nil || fd < 3 {
 		return
@@ -117,7 +120,17 @@ func ReportHit(n Name) {
 	}
 	// A raw write, not an *os.File: its finalizer would close the
 	// descriptor under a later call.
-	_, _ = syscall.Write(fd, []byte("hit "+string(n)+"\n"))
+	_, _ = syscall.Write(fd, []byte(line+"\n"))
+}
+
+// Note tells the harness something during the run, with the line
+// "note <text>" on the pipe [ReportHit] writes to (newlines in text
+// become spaces): how a process paused as a zombie says where it
+// stopped, and how its late transaction ended (the nemesis's zombie
+// fault reads both for its evidence). Like ReportHit it does nothing
+// outside a supervised worker.
+func Note(text string) {
+	report("note " + strings.ReplaceAll(text, "\n", " "))
 }
 
 // Term is an armed failpoint: where, and when it fires.
@@ -273,6 +286,11 @@ type Set struct {
 	armed map[Name]*Term
 	rng   *rand.Rand
 	crash func(n Name, ctx any)
+	// zombieAt is the failpoint a zombie pause is armed at ("": none);
+	// zombie is set once it fired; pause stops the process there.
+	zombieAt Name
+	zombie   bool
+	pause    func(n Name, ctx any)
 }
 
 // NewSet returns a set with nothing armed. crash runs when an armed
@@ -309,13 +327,55 @@ func (s *Set) Armed() []Term {
 	return out
 }
 
-// Hit marks that the code reached failpoint n with ctx in flight. If a term
-// armed there fires, the crash function runs (and in a worker never
-// returns). Hit is cheap when nothing is armed.
+// Hit marks that the code reached failpoint n with ctx in flight. If a
+// zombie pause is armed there, the pause function runs (see ArmZombie);
+// if a term armed there fires, the crash function runs (and in a worker
+// never returns). Hit is cheap when nothing is armed.
 func (s *Set) Hit(n Name, ctx any) {
+	if s == nil {
+		return
+	}
+	if s.takeZombie(n) {
+		s.pause(n, ctx)
+	}
 	if s.Take(n) {
 		s.crash(n, ctx)
 	}
+}
+
+// ArmZombie arms a one-shot zombie pause at failpoint n in this process
+// alone (it is not a Term: no state file carries it to a restart): the
+// next hit of n calls pause, which stops the process there (SIGSTOP of
+// itself, in a worker) until the harness resumes it, and from then on
+// [Set.Zombie] is true. The nemesis's zombie fault replaces the process
+// while it is stopped; resumed, it finishes the step in hand, its late
+// write, and exits for good. An empty n disarms it.
+func (s *Set) ArmZombie(n Name, pause func(n Name, ctx any)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.zombieAt, s.pause = n, pause
+}
+
+// Zombie reports whether a zombie pause armed by ArmZombie has fired in
+// this process: it was replaced while paused, and must stop working once
+// the step in hand is done.
+func (s *Set) Zombie() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.zombie
+}
+
+func (s *Set) takeZombie(n Name) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.zombieAt == "" || s.zombieAt != n || s.pause == nil {
+		return false
+	}
+	s.zombieAt, s.zombie = "", true
+	return true
 }
 
 // Take reports whether a hit of failpoint n fires now, and counts it

@@ -15,10 +15,17 @@
 //
 // Config.Variant swaps in known-bad processors for the checker to catch:
 // OffsetsAfter commits its offsets outside its transaction, Idempotent
-// has no transaction at all.
+// has no transaction at all, RandomID takes a new transactional.id on
+// every start and sends its offsets to the transaction by group id alone.
+//
+// A processor paused by the nemesis's zombie fault (failpoint.Set.ArmZombie)
+// is replaced while stopped; resumed, it ends the transaction in hand (its
+// late write, which must be fenced) and Run returns a [*ZombieError]
+// saying how that ended, so that its process exits for good.
 package processor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,6 +38,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/failpoint"
@@ -62,10 +70,23 @@ const (
 	// read the batch again and write its outputs twice: at least once,
 	// the stage the transactional one is measured against.
 	Idempotent Variant = "idempotent"
+	// RandomID is known-bad: a new random transactional.id on every
+	// start, so a replacement fences nobody, and the input offsets sent
+	// to the transaction by the group's id alone (AddOffsetsToTxn, then
+	// TxnOffsetCommit with generation -1 and no member id: how clients
+	// before KIP-447 did it). A zombie (paused while its transaction is
+	// open, replaced meanwhile, resumed before the transaction timeout)
+	// commits its late transaction, and the inputs its replacement also
+	// processed come out twice. Both halves are needed: on Kafka >= 2.5
+	// the group generation fences a zombie even with a random
+	// transactional.id (franz-go's GroupTransactSession commits the
+	// offsets with it, gets ILLEGAL_GENERATION and aborts); with offsets
+	// committed by group id alone it does not (docs/pipeline.md).
+	RandomID Variant = "random-id"
 )
 
 // Variants lists every processor variant, the correct one first.
-func Variants() []Variant { return []Variant{Transactional, OffsetsAfter, Idempotent} }
+func Variants() []Variant { return []Variant{Transactional, OffsetsAfter, Idempotent, RandomID} }
 
 // VariantNames lists the variants for an error message.
 func VariantNames() string {
@@ -81,8 +102,10 @@ type Config struct {
 	// Variant is how input offsets are committed, overriding the default
 	// Transactional.
 	Variant Variant `json:"variant,omitempty"`
-	// Name is the processor's transactional.id and the prefix of its
-	// transactions' ids; the harness gives it the process's name.
+	// Name is the processor's transactional.id (for RandomID, its
+	// prefix) and the prefix of its transactions' ids; the harness gives
+	// it the process's name, and a replacement the name of the process
+	// it replaces (processor-0 for processor-0.r1).
 	Name string `json:"name"`
 	// Group is the consumer group the processors share.
 	Group string `json:"group"`
@@ -146,6 +169,12 @@ type Processor struct {
 	incarnation string
 	seq         int64
 	lastTxn     string // the id of the last transaction begun
+	// tid is the transactional.id: Name, or for RandomID Name and a
+	// random suffix.
+	tid string
+	// lastEnd is how the last transaction (or batch) ended, for a
+	// zombie's account of its late one.
+	lastEnd history.Entry
 }
 
 // New returns a processor reading kafka's events topic.
@@ -156,13 +185,75 @@ func New(cfg Config, kafka broker.KafkaConfig, rec *history.Recorder, fp *failpo
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Processor{
+	p := &Processor{
 		cfg: cfg, kafka: kafka, rec: rec, fp: fp, log: log,
 		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5851f42d4c957f2d)),
 		// Restarts of a process are at least a restart delay apart: the
 		// start time in ms names each incarnation uniquely and readably.
 		incarnation: strconv.FormatInt(time.Now().UnixMilli(), 36),
-	}, nil
+		tid:         cfg.Name,
+	}
+	if cfg.Variant == RandomID {
+		// Random, not seeded: two starts of one seed must differ.
+		p.tid = cfg.Name + "-" + strconv.FormatUint(rand.Uint64(), 36)
+	}
+	return p, nil
+}
+
+// TransactionalID is the processor's transactional.id.
+func (p *Processor) TransactionalID() string { return p.tid }
+
+// ZombieError ends Run when the processor was paused by the zombie fault
+// and replaced while stopped (failpoint.Set.Zombie): it says how the
+// late transaction it had in hand ended.
+type ZombieError struct {
+	// Txn is the late transaction, "" if none ended after the pause.
+	Txn string
+	// Fenced: the coordinator refused it (a newer producer had its
+	// transactional.id); Committed: it committed, unfenced.
+	Fenced, Committed bool
+	// Outcome is how it ended otherwise ("fail rebalance", "info"), and
+	// Err what ended it or the session.
+	Outcome string
+	Err     error
+}
+
+func (z *ZombieError) Error() string {
+	var b strings.Builder
+	b.WriteString("zombie: late transaction ")
+	b.WriteString(cmp.Or(z.Txn, "(none ended)"))
+	switch {
+	case z.Fenced:
+		b.WriteString(" fenced: yes")
+	case z.Committed:
+		b.WriteString(" fenced: no, committed")
+	default:
+		b.WriteString(" fenced: no, ended " + cmp.Or(z.Outcome, "unknown"))
+	}
+	if z.Err != nil {
+		b.WriteString(" (" + z.Err.Error() + ")")
+	}
+	return b.String()
+}
+
+// zombieError is the ZombieError of a processor resumed after a zombie
+// pause, from the last transaction it ended and err, what ended its
+// session (nil if none did). A history error stays one: it must stop the
+// worker.
+func (p *Processor) zombieError(err error) error {
+	if _, ok := errors.AsType[historyError](err); ok {
+		return err
+	}
+	z := &ZombieError{Txn: p.lastEnd.Value.Txn, Err: err}
+	switch v := p.lastEnd.Value; {
+	case p.lastEnd.Type == history.OK:
+		z.Committed = true
+	case v.Reason == "fenced":
+		z.Fenced = true
+	case p.lastEnd.Type != 0:
+		z.Outcome = strings.TrimSpace(p.lastEnd.Type.String() + " " + v.Reason)
+	}
+	return z
 }
 
 // historyError marks a failure to record, which must stop the worker.
@@ -184,13 +275,16 @@ func (p *Processor) Run(ctx context.Context) error {
 			session = p.sessionOffsetsAfter
 		case Idempotent:
 			session = p.sessionIdempotent
+		case RandomID:
+			session = p.sessionRandomID
 		}
 		err := session(ctx)
 		if time.Since(began) > time.Minute {
 			failures = 0 // it had recovered
 		}
 		var herr historyError
-		if errors.As(err, &herr) {
+		var zerr *ZombieError
+		if errors.As(err, &herr) || errors.As(err, &zerr) {
 			return err
 		}
 		if ctx.Err() != nil {
@@ -206,7 +300,7 @@ func (p *Processor) Run(ctx context.Context) error {
 // transactional producer in one.
 func (p *Processor) clientOpts() []kgo.Opt {
 	return append(p.groupOpts(),
-		kgo.TransactionalID(p.cfg.Name),
+		kgo.TransactionalID(p.tid),
 		kgo.TransactionTimeout(p.cfg.TransactionTimeout),
 	)
 }
@@ -249,7 +343,7 @@ func (p *Processor) session(ctx context.Context) error {
 			return err
 		}
 		if committed {
-			p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.cfg.Name})
+			p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.tid})
 		}
 		return nil
 	})
@@ -258,7 +352,8 @@ func (p *Processor) session(ctx context.Context) error {
 // batches polls up to MaxBatch records at a time with poll, logging
 // fetch errors, and hands each non-empty batch to handle, until ctx ends
 // or the client is closed (nil) or handle fails (its error): the loop
-// every variant's session runs.
+// every variant's session runs. A processor resumed after a zombie pause
+// returns a *ZombieError once the batch in hand is done.
 func (p *Processor) batches(ctx context.Context, poll func(context.Context, int) kgo.Fetches, handle func([]*kgo.Record) error) error {
 	for ctx.Err() == nil {
 		fs := poll(ctx, p.cfg.MaxBatch)
@@ -269,7 +364,11 @@ func (p *Processor) batches(ctx context.Context, poll func(context.Context, int)
 			p.log.Warn("processor fetch", "topic", t, "partition", part, "err", err)
 		})
 		if recs := fs.Records(); len(recs) > 0 {
-			if err := handle(recs); err != nil {
+			err := handle(recs)
+			if p.fp.Zombie() {
+				return p.zombieError(err)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -297,7 +396,7 @@ func (p *Processor) sessionOffsetsAfter(ctx context.Context) error {
 				return err
 			}
 		}
-		p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.cfg.Name})
+		p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.tid})
 		if err := cl.CommitRecords(ctx, recs...); err != nil {
 			return fmt.Errorf("processor: commit offsets after %s: %w", p.lastTxn, err)
 		}
@@ -319,9 +418,119 @@ func (p *Processor) sessionIdempotent(ctx context.Context) error {
 		if err := p.produceThenCommit(ctx, cl, recs); err != nil {
 			return err
 		}
-		p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.cfg.Name})
+		p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.tid})
 		return nil
 	})
+}
+
+// sessionRandomID is session for the known-bad RandomID: a plain
+// transactional client under the process's random transactional.id in
+// the group, auto-commit off; each batch's outputs are written in
+// transactions until one commits, each sending the batch's offsets to
+// the transaction by group id alone (groupIDOnly).
+func (p *Processor) sessionRandomID(ctx context.Context) error {
+	cl, err := kgo.NewClient(append(p.clientOpts(), kgo.DisableAutoCommit())...)
+	if err != nil {
+		return fmt.Errorf("processor: %w", err)
+	}
+	defer cl.Close()
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		return fmt.Errorf("processor: init producer id: %w", err)
+	}
+	return p.batches(ctx, cl.PollRecords, func(recs []*kgo.Record) error {
+		tx := groupIDOnly{cl: cl, tid: p.tid, group: p.cfg.Group, ins: recs}
+		for committed := false; !committed; {
+			var err error
+			if committed, err = p.transact(ctx, tx, recs); err != nil {
+				return err
+			}
+			if !committed && p.fp.Zombie() {
+				return nil // replaced: no second try
+			}
+		}
+		p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.tid})
+		return nil
+	})
+}
+
+// groupIDOnly is a plain transactional client that sends the offsets
+// after its inputs ins to each transaction it commits the way clients
+// before KIP-447 did: AddOffsetsToTxn, then TxnOffsetCommit naming the
+// group alone (generation -1, no member id), which the group coordinator
+// accepts from any producer, whatever generation the group is in.
+type groupIDOnly struct {
+	cl         *kgo.Client
+	tid, group string
+	ins        []*kgo.Record
+}
+
+func (g groupIDOnly) begin() error { return g.cl.BeginTransaction() }
+func (g groupIDOnly) produce(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults {
+	return g.cl.ProduceSync(ctx, rs...)
+}
+func (g groupIDOnly) end(ctx context.Context, commit bool) (bool, error) {
+	if !commit {
+		return plainClient{g.cl}.end(ctx, false)
+	}
+	if err := g.cl.Flush(ctx); err != nil {
+		return false, err
+	}
+	if err := g.commitOffsets(ctx); err != nil {
+		// The transaction cannot commit without its offsets: abort it.
+		return false, errors.Join(err, g.cl.EndTransaction(ctx, kgo.TryAbort))
+	}
+	err := g.cl.EndTransaction(ctx, kgo.TryCommit)
+	return err == nil, err
+}
+
+// commitOffsets adds the group to the open transaction and commits the
+// offsets after ins in it, by group id alone.
+func (g groupIDOnly) commitOffsets(ctx context.Context) error {
+	id, epoch, err := g.cl.ProducerID(ctx)
+	if err != nil {
+		return fmt.Errorf("producer id: %w", err)
+	}
+	add := kmsg.NewPtrAddOffsetsToTxnRequest()
+	add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = g.tid, id, epoch, g.group
+	addResp, err := add.RequestWith(ctx, g.cl)
+	if err == nil {
+		err = kerr.ErrorForCode(addResp.ErrorCode)
+	}
+	if err != nil {
+		return fmt.Errorf("add offsets to transaction: %w", err)
+	}
+	req := kmsg.NewPtrTxnOffsetCommitRequest()
+	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = g.tid, g.group, id, epoch
+	req.Generation, req.MemberID = -1, "" // the group alone: no generation to fence by
+	next := map[string]map[int32]int64{}
+	for _, r := range g.ins {
+		if next[r.Topic] == nil {
+			next[r.Topic] = map[int32]int64{}
+		}
+		next[r.Topic][r.Partition] = max(next[r.Topic][r.Partition], r.Offset+1)
+	}
+	for topic, parts := range next {
+		t := kmsg.NewTxnOffsetCommitRequestTopic()
+		t.Topic = topic
+		for part, off := range parts {
+			pt := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			pt.Partition, pt.Offset, pt.LeaderEpoch = part, off, -1
+			t.Partitions = append(t.Partitions, pt)
+		}
+		req.Topics = append(req.Topics, t)
+	}
+	resp, err := req.RequestWith(ctx, g.cl)
+	if err != nil {
+		return fmt.Errorf("commit offsets in the transaction: %w", err)
+	}
+	for _, t := range resp.Topics {
+		for _, pt := range t.Partitions {
+			if err := kerr.ErrorForCode(pt.ErrorCode); err != nil {
+				return fmt.Errorf("commit offsets in the transaction: %s[%d]: %w", t.Topic, pt.Partition, err)
+			}
+		}
+	}
+	return nil
 }
 
 // produceThenCommit is Idempotent's batch over the inputs ins, recorded
@@ -352,6 +561,7 @@ func (p *Processor) produceThenCommit(ctx context.Context, cl *kgo.Client, ins [
 	if err != nil {
 		typ, end.Error = history.Info, err.Error()
 	}
+	p.lastEnd = history.Entry{Type: typ, F: history.Txn, Value: end}
 	if _, rerr := p.rec.Record(typ, history.Txn, end); rerr != nil {
 		return historyError{rerr}
 	}
@@ -455,6 +665,7 @@ func (p *Processor) transact(ctx context.Context, sess transactor, ins []*kgo.Re
 		end.Type = history.Info
 		end.Value.Error = err.Error()
 	}
+	p.lastEnd = end
 	if _, rerr := p.rec.Record(end.Type, end.F, end.Value); rerr != nil {
 		return false, historyError{rerr}
 	}
@@ -469,7 +680,7 @@ func (p *Processor) transact(ctx context.Context, sess transactor, ins []*kgo.Re
 func (p *Processor) nextTxn() history.Value {
 	p.seq++
 	p.lastTxn = p.cfg.Name + ":" + p.incarnation + ":" + strconv.FormatInt(p.seq, 10)
-	return history.Value{Txn: p.lastTxn, TransactionalID: p.cfg.Name}
+	return history.Value{Txn: p.lastTxn, TransactionalID: p.tid}
 }
 
 // recordInputs records the invoke of the transaction tv and one

@@ -11,6 +11,7 @@ package worker
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -206,7 +207,15 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 		if err != nil {
 			return err
 		}
-		return p.Run(ctx)
+		err = p.Run(ctx)
+		if z, ok := errors.AsType[*processor.ZombieError](err); ok {
+			// Replaced while paused: the nemesis learns how its late
+			// transaction ended, and the process exits for good.
+			failpoint.Note(z.Error())
+			log.Info("replaced while paused: exiting", "outcome", z.Error())
+			return nil
+		}
+		return err
 	}
 	return fmt.Errorf("worker: unknown role %q (valid: producer, relay, consumer, processor)", spec.Role)
 }
@@ -273,11 +282,30 @@ func readControl(r io.Reader, fp *failpoint.Set, state string, cancel func(), lo
 				log.Error("arm", "err", err)
 			}
 			log.Info("armed", "failpoint", t.String())
+		case "zombie":
+			// The nemesis's zombie fault: pause at this failpoint, to be
+			// replaced while stopped (failpoint.Set.ArmZombie).
+			n, err := failpoint.ParseName(arg)
+			if err != nil {
+				log.Error("zombie", "err", err)
+				continue
+			}
+			fp.ArmZombie(n, pauseSelf)
+			log.Info("zombie pause armed", "failpoint", n)
 		case "":
 		default:
 			log.Error("unknown control command", "command", cmd)
 		}
 	}
+}
+
+// pauseSelf is the zombie pause at failpoint n: it tells the harness
+// where it stops (the transaction in flight), then stops the process
+// with SIGSTOP, and returns once the harness sends SIGCONT.
+func pauseSelf(n failpoint.Name, inFlight any) {
+	v, _ := inFlight.(history.Value)
+	failpoint.Note(fmt.Sprintf("paused at %s in %s", n, cmp.Or(v.Txn, "no transaction")))
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 }
 
 // Main is the entry point of a worker process: it reads the spec from the

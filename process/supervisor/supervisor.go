@@ -152,6 +152,9 @@ type worker struct {
 	// that its endpoint fired, by failpoint name, over all its
 	// incarnations.
 	hits map[string]int
+	// notes are the "note <text>" lines it reported on HitsFD, over all
+	// its incarnations, in order.
+	notes []string
 	// armed is an external worker's armed failpoints, which its endpoint
 	// consults; epRec records its endpoint's ops.
 	armed *failpoint.Set
@@ -351,7 +354,12 @@ func (s *Supervisor) readHits(w *worker, r *os.File) {
 	defer r.Close()
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		name, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "hit ")
+		line := strings.TrimSpace(sc.Text())
+		if note, ok := strings.CutPrefix(line, "note "); ok {
+			s.addNote(w, note)
+			continue
+		}
+		name, ok := strings.CutPrefix(line, "hit ")
 		if !ok || name == "" {
 			continue
 		}
@@ -368,11 +376,42 @@ func (s *Supervisor) countHit(w *worker, name string) {
 	}
 	w.hits[name]++
 	w.mu.Unlock()
+	s.wake()
+	s.log.Info("failpoint hit", "worker", w.name, "failpoint", name)
+}
+
+// addNote keeps a note of w's and wakes whoever waits for the next hit
+// or note.
+func (s *Supervisor) addNote(w *worker, note string) {
+	w.mu.Lock()
+	w.notes = append(w.notes, note)
+	w.mu.Unlock()
+	s.wake()
+	s.log.Info("worker note", "worker", w.name, "note", note)
+}
+
+// wake closes hitNext and replaces it.
+func (s *Supervisor) wake() {
 	s.mu.Lock()
 	close(s.hitNext)
 	s.hitNext = make(chan struct{})
 	s.mu.Unlock()
-	s.log.Info("failpoint hit", "worker", w.name, "failpoint", name)
+}
+
+// Notes lists the notes worker reported so far (failpoint.Note: "note
+// <text>" lines on [HitsFD]), over all its restarts, oldest first, and
+// a channel closed at the next hit or note in any worker.
+func (s *Supervisor) Notes(worker string) (notes []string, next <-chan struct{}) {
+	s.mu.Lock()
+	next = s.hitNext
+	w := s.workers[worker]
+	s.mu.Unlock()
+	if w == nil {
+		return nil, next
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.notes), next
 }
 
 // Hits is how many times failpoint fired in worker so far, over all its
@@ -506,6 +545,65 @@ func (s *Supervisor) Signal(name string, sig syscall.Signal) error {
 		return fmt.Errorf("supervisor: signal %s: %w", name, err)
 	}
 	return nil
+}
+
+// Retire marks a worker as replaced, like a deleted pod: its process,
+// left running (or stopped) as it is, is never restarted once it exits,
+// and its exit is not a crash. It returns a channel closed when that
+// process has exited, ErrNotRunning if none runs. The nemesis's zombie
+// fault retires a paused processor before resuming it; StopAll still
+// stops it if it lives on.
+func (s *Supervisor) Retire(name string) (exited <-chan struct{}, err error) {
+	w, err := s.get(name)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopping = true
+	if closed(w.exited) {
+		return nil, fmt.Errorf("%w: %s", ErrNotRunning, name)
+	}
+	return w.exited, nil
+}
+
+// Stopped reports whether a worker's process is stopped by a signal
+// (SIGSTOP: state T in /proc/<pid>/stat), ErrNotRunning if none runs.
+func (s *Supervisor) Stopped(name string) (bool, error) {
+	w, err := s.get(name)
+	if err != nil {
+		return false, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if closed(w.exited) {
+		return false, fmt.Errorf("%w: %s", ErrNotRunning, name)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", w.cmd.Process.Pid))
+	if err != nil {
+		return false, fmt.Errorf("supervisor: state of %s: %w", name, err)
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return false, fmt.Errorf("supervisor: state of %s: cannot read %q", name, b)
+	}
+	return b[i+2] == 'T', nil
+}
+
+// ExitStatus is how a worker's last process ended ("exit status 0",
+// "signal: killed"), "" while it runs.
+func (s *Supervisor) ExitStatus(name string) string {
+	w, err := s.get(name)
+	if err != nil {
+		return ""
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !closed(w.exited) || w.cmd.ProcessState == nil {
+		return ""
+	}
+	return w.cmd.ProcessState.String()
 }
 
 // Stats reports a worker's crashes and restarts so far.
