@@ -55,6 +55,10 @@ type Env struct {
 	// declare on connecting, would. It returns what it did, for the
 	// evidence ("" for nothing). Nil: nothing is declared again.
 	Rejoined func(ctx context.Context, node string) (string, error)
+	// Replace starts a replacement for worker (a transactional
+	// processor paused by the zombie fault) under its transactional.id
+	// and returns the replacement's name. Nil: no zombie fault.
+	Replace func(ctx context.Context, worker string) (replacement string, err error)
 	// HealTimeout bounds each heal, and the final heal of a schedule
 	// (which runs on a fresh context, because the schedule's own may be
 	// cancelled), overriding the default 2m: starting a killed Kafka

@@ -66,6 +66,17 @@ const (
 	// not a hold: the fault ends when the last node is back. Not drawn
 	// by random schedules (it outlasts their intervals).
 	Roll Kind = "roll"
+	// Zombie makes a zombie of a transactional processor (issue 23): it
+	// is paused (SIGSTOP) with a transaction open (its outputs written,
+	// its commit not sent: failpoint
+	// processor.after-produce-before-commit), a replacement with its
+	// transactional.id is started in its place (processor-0.r1 for
+	// processor-0), and at the end of the window it is resumed: its late
+	// commit must be fenced. It then exits for good, never restarted (it
+	// was replaced, like a deleted pod), and is killed if it still lives
+	// after a while. The window is how long it stays paused. No family:
+	// random schedules do not draw it (it needs a stage).
+	Zombie Kind = "zombie"
 )
 
 // The shapes of a split, as Jepsen names them.
@@ -97,7 +108,7 @@ func Families() map[string][]Kind {
 
 // Kinds lists every fault kind.
 func Kinds() []Kind {
-	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose, Isolate, Split, Failover, CutReplication, Roll, Wipe}
+	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose, Isolate, Split, Failover, CutReplication, Roll, Wipe, Zombie}
 }
 
 // runsItsWindow reports whether a fault of kind k runs its whole course
@@ -221,6 +232,7 @@ var stepRe = regexp.MustCompile(`^at\s+(\S+)\s*:\s*(.+?)(?:\s+for\s+(\S+))?$`)
 //	at 3s: wipe broker:leader for 2s
 //	at 3s: split broker ring for 5s
 //	at 1s: roll broker for 60s
+//	at 2s: zombie processor-0 for 6s
 //
 // "→" in a target (relay→kafka) names the link to the service after it:
 // links are per service, shared by every client of it.
@@ -246,6 +258,9 @@ func ParseStep(s string) (Step, error) {
 	if f.Kind.runsItsWindow() && dur <= 0 {
 		return Step{}, fmt.Errorf("nemesis: step %q: %s needs a window to finish in, e.g. \"at %s: %s %s for 60s\"", s, f.Kind, m[1], f.Kind, f.Target)
 	}
+	if f.Kind == Zombie && dur <= 0 {
+		return Step{}, fmt.Errorf("nemesis: step %q: zombie needs a window, how long the zombie stays paused, e.g. \"at %s: zombie %s for 6s\"", s, m[1], f.Target)
+	}
 	return Step{At: at, Fault: f, For: dur}, nil
 }
 
@@ -265,6 +280,9 @@ func parseFault(w []string) (Fault, error) {
 	}
 	f := Fault{Kind: k, Target: target}
 	args := w[2:]
+	if k == Zombie && strings.Contains(target, "*") {
+		return Fault{}, fmt.Errorf("zombie takes one processor, not a pattern (%q)", target)
+	}
 	if k == Failpoint {
 		if len(args) != 1 {
 			return Fault{}, fmt.Errorf("failpoint wants a worker and one term")

@@ -99,6 +99,17 @@ const (
 //     storage formatted again (..., new directory id ...)". A heal that
 //     fails leaves the node to HealAll, whose start of a wiped node
 //     rejoins it.
+//   - zombie of a transactional processor (processor-0): the worker is
+//     told to pause itself at [ZombiePoint] (its transaction open) and
+//     says so; once it is stopped, Env.Replace starts its replacement
+//     (processor-0.r1, same transactional.id). Heal retires it in the
+//     supervisor (never restarted), resumes it (SIGCONT), waits for it
+//     to end its late transaction and exit (killing it after 15s), and
+//     its evidence says where it paused, the replacement, how long it
+//     was paused, how its late transaction ended ("fenced: yes" with
+//     the error, or "fenced: no, committed") and its exit. A processor
+//     that never reached the point within 5s, was never resumed, or
+//     ended no late transaction, never bit.
 //   - a target "kafka-1" or "broker-1" is one node of a replicated
 //     service; "broker:leader" is resolved through Env.Leader when the
 //     fault starts, and the evidence names the node.
@@ -196,6 +207,8 @@ func (e *Env) do(ctx context.Context, f Fault) (effect, error) {
 		return e.roll(ctx, f)
 	case Wipe:
 		return e.wipe(ctx, f)
+	case Zombie:
+		return e.zombie(ctx, f)
 	}
 	_, err := ParseKind(string(f.Kind))
 	return effect{}, err

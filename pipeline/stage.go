@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -103,19 +104,67 @@ func (r *Deployment) startStage(ctx context.Context) error {
 		return err
 	}
 	for i := range r.cfg.Stage.Processors {
-		spec := r.spec(worker.RoleProcessor, processorName(i))
-		spec.Processor = processor.Config{
-			Variant: r.cfg.Stage.Variant,
-			Name:    spec.Process, Group: r.broker.Qualify(StageConsumer), Outputs: outputs,
-			AbortRatio: r.cfg.Stage.AbortRatio, Seed: spec.Seed,
-		}
-		if err := r.start(ctx, spec); err != nil {
+		name := processorName(i)
+		if err := r.start(ctx, r.processorSpec(name, name)); err != nil {
 			return err
 		}
 	}
 	r.stage = broker.NewKafkaStageWatcher(r.broker.Kafka(), r.broker.Qualify(StageConsumer), outputs)
 	return nil
 }
+
+// processorSpec is the spec of processor process name whose
+// transactional.id is tid: its own name, or for a replacement
+// (ReplaceProcessor) the name of the processor it replaces.
+func (r *Deployment) processorSpec(name, tid string) worker.Spec {
+	spec := r.spec(worker.RoleProcessor, name)
+	spec.Processor = processor.Config{
+		Variant: r.cfg.Stage.Variant,
+		Name:    tid, Group: r.broker.Qualify(StageConsumer), Outputs: r.stageOutputs(),
+		AbortRatio: r.cfg.Stage.AbortRatio, Seed: spec.Seed,
+	}
+	return spec
+}
+
+// ReplaceProcessor starts a replacement for processor worker (paused by
+// the nemesis's zombie fault, nemesis.Env.Replace): a new process,
+// its own history process (processor-0.r1, then .r2, for processor-0),
+// with the transactional.id of the processor it replaces, in the same
+// group. The supervisor keeps it running like any worker; it is not one
+// of the deployment's named workers.
+func (r *Deployment) ReplaceProcessor(ctx context.Context, name string) (string, error) {
+	if r.cfg.Stage == nil {
+		return "", errors.New("pipeline: no stage: only a processor can be replaced")
+	}
+	tid, _, _ := strings.Cut(name, replacementSep)
+	if !slices.Contains(stageWorkerNames(r.cfg), tid) {
+		return "", fmt.Errorf("pipeline: %s is not a processor of the stage (%s)", name, strings.Join(stageWorkerNames(r.cfg), ", "))
+	}
+	have := r.sup.Names()
+	n := 1
+	for slices.Contains(have, fmt.Sprintf("%s%s%d", tid, replacementSep, n)) {
+		n++
+	}
+	spec := r.processorSpec(fmt.Sprintf("%s%s%d", tid, replacementSep, n), tid)
+	// Its own seed: the deployment's list of workers is not touched
+	// while the run goes on.
+	spec.Seed ^= uint64(n) * 0xbf58476d1ce4e5b9
+	spec.Processor.Seed = spec.Seed
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return "", fmt.Errorf("pipeline: %w", err)
+	}
+	// Kept running (restarted after a crash) until the deployment stops,
+	// not only while the caller's context lasts.
+	if err := r.sup.Start(context.WithoutCancel(ctx), spec.Process, b); err != nil {
+		return "", err
+	}
+	return spec.Process, nil
+}
+
+// replacementSep separates a replaced processor's name from its
+// replacement's number: processor-0.r1.
+const replacementSep = ".r"
 
 // startReader starts the reader of the output topics, a goroutine of the
 // harness recording, as process reader-0, an output-read op for each

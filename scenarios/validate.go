@@ -382,6 +382,8 @@ func (s Scenario) checkStep(st nemesis.Step, workers []string) string {
 			return fmt.Sprintf("roll acts on the whole broker, node by node: target broker, not %q", f.Target)
 		}
 		return ""
+	case nemesis.Zombie:
+		return s.checkZombie(f.Target, workers)
 	case nemesis.Failover:
 		if !s.hasStandby() {
 			return "failover needs a standby to promote: set postgres.standby (async or sync)"
@@ -402,6 +404,23 @@ func (s Scenario) checkStep(st nemesis.Step, workers []string) string {
 		}
 		return s.checkTarget(f.Target, workers, false, true)
 	}
+}
+
+// checkZombie checks a zombie step's target: one built-in processor of
+// the stage (the fault pauses it at its own failpoint and starts a
+// replacement from its spec).
+func (s Scenario) checkZombie(t string, workers []string) string {
+	if s.Stage == nil {
+		return "zombie acts on a processor of the transactional stage; add a stage section (stage: {processors: 1})"
+	}
+	procs := slices.DeleteFunc(slices.Clone(workers), func(w string) bool { return !strings.HasPrefix(w, "processor-") })
+	if !slices.Contains(procs, t) {
+		return fmt.Sprintf("zombie takes one processor, not %q%s (valid: %s)", t, suggest(t, procs), strings.Join(procs, ", "))
+	}
+	if slices.Contains(s.externalWorkers(), t) {
+		return fmt.Sprintf("zombie needs a built-in processor: %s is a team's command, which cannot pause itself at the harness's word", t)
+	}
+	return ""
 }
 
 // checkTarget checks a fault target: a worker (pattern) if workersOK, a

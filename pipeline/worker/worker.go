@@ -3,7 +3,8 @@
 // with a [Spec], recording everything it does in its own history file.
 //
 // It reads commands on stdin: "arm <term>" arms a failpoint (see package
-// failpoint), "stop" stops it gracefully. When stdin closes (the harness
+// failpoint), "zombie <failpoint>" a zombie pause there (the nemesis's
+// zombie fault; "zombie off" disarms it), "stop" stops it gracefully. When stdin closes (the harness
 // died) it exits, so a worker never outlives its harness. When an armed
 // failpoint fires it records a crash op naming the failpoint and the event
 // in flight, then SIGKILLs itself.
@@ -284,7 +285,12 @@ func readControl(r io.Reader, fp *failpoint.Set, state string, cancel func(), lo
 			log.Info("armed", "failpoint", t.String())
 		case "zombie":
 			// The nemesis's zombie fault: pause at this failpoint, to be
-			// replaced while stopped (failpoint.Set.ArmZombie).
+			// replaced while stopped (failpoint.Set.ArmZombie); "zombie
+			// off" disarms it.
+			if arg == "off" {
+				fp.ArmZombie("", nil)
+				continue
+			}
 			n, err := failpoint.ParseName(arg)
 			if err != nil {
 				log.Error("zombie", "err", err)
