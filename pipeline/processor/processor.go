@@ -175,6 +175,8 @@ type Processor struct {
 	// lastEnd is how the last transaction (or batch) ended, for a
 	// zombie's account of its late one.
 	lastEnd history.Entry
+	// lastEndErr is the error ending the last transaction, if any.
+	lastEndErr error
 }
 
 // New returns a processor reading kafka's events topic.
@@ -248,7 +250,7 @@ func (p *Processor) zombieError(err error) error {
 	switch v := p.lastEnd.Value; {
 	case p.lastEnd.Type == history.OK:
 		z.Committed = true
-	case v.Reason == "fenced":
+	case v.Reason == "fenced" || fenced(p.lastEndErr):
 		z.Fenced = true
 	case p.lastEnd.Type != 0:
 		z.Outcome = strings.TrimSpace(p.lastEnd.Type.String() + " " + v.Reason)
@@ -561,7 +563,7 @@ func (p *Processor) produceThenCommit(ctx context.Context, cl *kgo.Client, ins [
 	if err != nil {
 		typ, end.Error = history.Info, err.Error()
 	}
-	p.lastEnd = history.Entry{Type: typ, F: history.Txn, Value: end}
+	p.lastEnd, p.lastEndErr = history.Entry{Type: typ, F: history.Txn, Value: end}, err
 	if _, rerr := p.rec.Record(typ, history.Txn, end); rerr != nil {
 		return historyError{rerr}
 	}
@@ -634,7 +636,9 @@ func (p *Processor) transact(ctx context.Context, sess transactor, ins []*kgo.Re
 	id := tv.Txn
 	p.fp.Hit(failpoint.ProcessorAfterProduceBeforeCommit, tv)
 
-	abort := produceErr != nil || p.rng.Float64() < p.cfg.AbortRatio
+	// A zombie, resumed here, tries to commit: its late commit is what
+	// the zombie fault tests.
+	abort := produceErr != nil || p.rng.Float64() < p.cfg.AbortRatio && !p.fp.Zombie()
 	committed, err := sess.end(ctx, !abort)
 	end := history.Entry{Type: history.OK, F: history.Txn, Value: tv}
 	switch {
@@ -665,7 +669,7 @@ func (p *Processor) transact(ctx context.Context, sess transactor, ins []*kgo.Re
 		end.Type = history.Info
 		end.Value.Error = err.Error()
 	}
-	p.lastEnd = end
+	p.lastEnd, p.lastEndErr = end, err
 	if _, rerr := p.rec.Record(end.Type, end.F, end.Value); rerr != nil {
 		return false, historyError{rerr}
 	}
