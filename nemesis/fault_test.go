@@ -1,6 +1,12 @@
 package nemesis
 
-import "testing"
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
 
 func TestParseStepRoundTrip(t *testing.T) {
 	for _, s := range []string{
@@ -22,6 +28,7 @@ func TestParseStepRoundTrip(t *testing.T) {
 		"at 3s: split kafka bridge for 5s",
 		"at 1s: partition kafka-2 upstream for 1s",
 		"at 1s: roll broker for 1m0s",
+		"at 2s: zombie processor-0 for 6s",
 	} {
 		st, err := ParseStep(s)
 		if err != nil {
@@ -46,7 +53,11 @@ func TestParseStepErrors(t *testing.T) {
 		"at 0s: isolate kafka-1 ring for 1s", "at 0s: split kafka square for 1s", "at 0s: isolate kafka-1 upstream for 1s",
 		// A rolling restart needs its window, and takes no argument.
 		"at 1s: roll broker", "at 1s: roll broker 5s for 1m", "at 1s: roll broker upstream for 1m",
-		"at 0s: wipe broker-1 ring for 1s", "at 0s: wipe broker-1 2s"} {
+		"at 0s: wipe broker-1 ring for 1s", "at 0s: wipe broker-1 2s",
+		// A zombie needs its window (how long it stays paused), one
+		// processor, and takes no argument.
+		"at 2s: zombie processor-0", "at 2s: zombie processor-* for 6s", "at 2s: zombie processor-0 5s for 6s",
+		"at 2s: zombie processor-0 upstream for 6s", "at 2s: zombie processor-0 ring for 6s"} {
 		if _, err := ParseStep(s); err == nil {
 			t.Errorf("ParseStep(%q) succeeded", s)
 		}
@@ -74,5 +85,29 @@ func TestParseSplitHalves(t *testing.T) {
 	st, err := ParseStep("at 1s: split kafka halves for 2s")
 	if err != nil || st.Fault.Shape != "" || st.String() != "at 1s: split kafka for 2s" {
 		t.Fatalf("%+v %v", st, err)
+	}
+}
+
+// A zombie step says what it lacks: its window, or one processor.
+func TestParseZombie(t *testing.T) {
+	for _, tc := range []struct{ step, want string }{
+		{"at 2s: zombie processor-0 for 6s", ""},
+		{"at 2s: zombie processor-0", "zombie needs a window, how long the zombie stays paused"},
+		{"at 2s: zombie processor-* for 6s", "zombie takes one processor, not a pattern"},
+		{"at 2s: zombie processor-0 5s for 6s", "zombie takes no duration"},
+		{"at 2s: zombie processor-0 upstream for 6s", "zombie takes no direction"},
+	} {
+		st, err := ParseStep(tc.step)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("ParseStep(%q): %v", tc.step, err)
+		case tc.want == "" && (st.Fault.Kind != Zombie || st.Fault.Target != "processor-0" || st.For != 6*time.Second):
+			t.Errorf("ParseStep(%q) = %+v", tc.step, st)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("ParseStep(%q) = %v, want an error saying %q", tc.step, err, tc.want)
+		}
+	}
+	if slices.ContainsFunc(slices.Collect(maps.Values(Families())), func(ks []Kind) bool { return slices.Contains(ks, Zombie) }) {
+		t.Error("a random schedule may draw zombie; it needs a stage")
 	}
 }
