@@ -1,6 +1,7 @@
 package failpoint
 
 import (
+	"fmt"
 	"testing"
 )
 
@@ -96,4 +97,43 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A zombie pause fires once, at its failpoint only, before any kill term
+// there, and leaves the set a zombie; disarmed, it never fires.
+func TestZombiePause(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		arm    Name
+		paused []any
+	}{
+		{"armed", ProcessorAfterProduceBeforeCommit, []any{1}},
+		{"disarmed", "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var paused, crashed []any
+			s := NewSet(1, func(n Name, ctx any) { crashed = append(crashed, ctx) })
+			s.ArmZombie(tc.arm, func(n Name, ctx any) {
+				if !s.Zombie() {
+					t.Error("not a zombie while paused")
+				}
+				paused = append(paused, ctx)
+			})
+			s.Hit(ProcessorAfterCommitBeforePoll, 0)
+			for i := 1; i <= 3; i++ {
+				s.Hit(ProcessorAfterProduceBeforeCommit, i)
+			}
+			if fmt.Sprint(paused) != fmt.Sprint(tc.paused) || len(crashed) != 0 {
+				t.Errorf("paused %v, crashed %v; want paused %v", paused, crashed, tc.paused)
+			}
+			if s.Zombie() != (tc.paused != nil) {
+				t.Errorf("Zombie() = %v", s.Zombie())
+			}
+		})
+	}
+	var nilSet *Set
+	nilSet.Hit(ProcessorAfterProduceBeforeCommit, nil)
+	if nilSet.Zombie() {
+		t.Error("a nil set is a zombie")
+	}
 }

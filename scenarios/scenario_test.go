@@ -841,3 +841,28 @@ func TestStage(t *testing.T) {
 		t.Fatalf("stage.processor idempotent: variant %q, known-bad %v", got, s.KnownBad())
 	}
 }
+
+// A zombie step takes one built-in processor of the stage.
+func TestZombieStep(t *testing.T) {
+	for _, tc := range []struct {
+		yaml, err string
+	}{
+		{"broker: kafka\nstage:\n  processors: 2\nnemesis:\n  timeline: [\"at 1s: zombie processor-1 for 6s\"]\n", ""},
+		{"broker: kafka\nstage:\n  processor: random-id\nnemesis:\n  timeline: [\"at 1s: zombie processor-0 for 6s\"]\n", ""},
+		{"broker: kafka\nnemesis:\n  timeline: [\"at 1s: zombie processor-0 for 6s\"]\n", "zombie acts on a processor of the transactional stage; add a stage section"},
+		{"broker: kafka\nstage:\n  processors: 1\nnemesis:\n  timeline: [\"at 1s: zombie processor-1 for 6s\"]\n", `zombie takes one processor, not "processor-1"`},
+		{"broker: kafka\nstage:\n  processors: 1\nnemesis:\n  timeline: [\"at 1s: zombie relay-0 for 6s\"]\n", `zombie takes one processor, not "relay-0"`},
+		{"broker: kafka\nstage:\n  processors: 1\nnemesis:\n  timeline: [\"at 1s: zombie processor-0\"]\n", "zombie needs a window"},
+	} {
+		s, err := Parse("my.yaml", []byte(tc.yaml))
+		if err == nil {
+			err = s.Validate()
+		}
+		if tc.err == "" && err != nil {
+			t.Errorf("%q: %v", tc.yaml, err)
+		}
+		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%q: error %v, want %q", tc.yaml, err, tc.err)
+		}
+	}
+}
