@@ -439,8 +439,12 @@ func (p *Processor) sessionRandomID(ctx context.Context) error {
 	if _, _, err := cl.ProducerID(ctx); err != nil {
 		return fmt.Errorf("processor: init producer id: %w", err)
 	}
+	ids, err := topicIDs(ctx, cl, p.kafka.Topic)
+	if err != nil {
+		return fmt.Errorf("processor: %w", err)
+	}
 	return p.batches(ctx, cl.PollRecords, func(recs []*kgo.Record) error {
-		tx := groupIDOnly{cl: cl, tid: p.tid, group: p.cfg.Group, ins: recs}
+		tx := groupIDOnly{cl: cl, tid: p.tid, group: p.cfg.Group, topicIDs: ids, ins: recs}
 		for committed := false; !committed; {
 			var err error
 			if committed, err = p.transact(ctx, tx, recs); err != nil {
@@ -463,7 +467,34 @@ func (p *Processor) sessionRandomID(ctx context.Context) error {
 type groupIDOnly struct {
 	cl         *kgo.Client
 	tid, group string
-	ins        []*kgo.Record
+	// topicIDs name the input topics in a TxnOffsetCommit of v6 and
+	// later, which has ids, not names (kfake speaks it; Kafka 4.1 not).
+	topicIDs map[string][16]byte
+	ins      []*kgo.Record
+}
+
+// topicIDs looks up the ids of topics.
+func topicIDs(ctx context.Context, cl *kgo.Client, topics ...string) (map[string][16]byte, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("topic ids: %w", err)
+	}
+	out := map[string][16]byte{}
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			return nil, fmt.Errorf("topic ids: %w", err)
+		}
+		if t.Topic != nil {
+			out[*t.Topic] = t.TopicID
+		}
+	}
+	return out, nil
 }
 
 func (g groupIDOnly) begin() error { return g.cl.BeginTransaction() }
@@ -513,7 +544,7 @@ func (g groupIDOnly) commitOffsets(ctx context.Context) error {
 	}
 	for topic, parts := range next {
 		t := kmsg.NewTxnOffsetCommitRequestTopic()
-		t.Topic = topic
+		t.Topic, t.TopicID = topic, g.topicIDs[topic]
 		for part, off := range parts {
 			pt := kmsg.NewTxnOffsetCommitRequestTopicPartition()
 			pt.Partition, pt.Offset, pt.LeaderEpoch = part, off, -1

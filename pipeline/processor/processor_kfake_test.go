@@ -10,13 +10,16 @@ package processor
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -330,5 +333,61 @@ func TestKfakeCrashAfterProduce(t *testing.T) {
 				t.Errorf("batches ended %v: want all ok", ends)
 			}
 		})
+	}
+}
+
+// The known-bad random-id processor, without a zombie, is exactly once:
+// its offsets, committed by group id alone, are in its transactions, so
+// a restart after a commit goes on from them; and each start takes a
+// transactional.id of its own, so the restart fences nobody (which a
+// zombie needs, kafka-txn-stage-zombie on real Kafka).
+func TestKfakeRandomID(t *testing.T) {
+	const inputs = 60
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kcfg, outputs := kfakeStage(t, ctx, 3, inputs)
+	h := crashThenRestart(t, ctx, kcfg, outputs, RandomID, failpoint.ProcessorAfterCommitBeforePoll)
+	checkOutputs(t, ctx, kcfg, outputs, inputs)
+	ids := map[string]bool{}
+	for _, op := range h {
+		if op.F == history.Txn && op.Type == history.Invoke {
+			if !strings.HasPrefix(op.Value.TransactionalID, "processor-0-") {
+				t.Errorf("txn %s under transactional.id %q", op.Value.Txn, op.Value.TransactionalID)
+			}
+			ids[op.Value.TransactionalID] = true
+		}
+	}
+	if len(ids) != 2 {
+		t.Errorf("transactional.ids %v: want one per start, two", ids)
+	}
+}
+
+// A zombie's account of its late transaction: fenced (by reason, or by
+// the error ending any transaction), committed, or otherwise.
+func TestZombieError(t *testing.T) {
+	fencedErr := fmt.Errorf("end: %w", kerr.ProducerFenced)
+	for _, tc := range []struct {
+		name string
+		end  history.Entry
+		err  error
+		want string
+	}{
+		{"fenced", history.Entry{Type: history.Fail, Value: history.Value{Txn: "p:1", Reason: "fenced"}}, fencedErr, "zombie: late transaction p:1 fenced: yes"},
+		{"fenced abort", history.Entry{Type: history.Fail, Value: history.Value{Txn: "p:1", Reason: history.ReasonAbort}}, fencedErr, "zombie: late transaction p:1 fenced: yes"},
+		{"committed", history.Entry{Type: history.OK, Value: history.Value{Txn: "p:2"}}, nil, "zombie: late transaction p:2 fenced: no, committed"},
+		{"rebalance", history.Entry{Type: history.Fail, Value: history.Value{Txn: "p:3", Reason: "rebalance"}}, nil, "zombie: late transaction p:3 fenced: no, ended fail rebalance"},
+		{"none", history.Entry{}, nil, "zombie: late transaction (none ended) fenced: no, ended unknown"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Processor{lastEnd: tc.end, lastEndErr: tc.err}
+			z := p.zombieError(errors.New("session over"))
+			if got := z.Error(); got != tc.want+" (session over)" {
+				t.Errorf("got %q, want %q", got, tc.want+" (session over)")
+			}
+		})
+	}
+	p := &Processor{}
+	if herr := (historyError{errors.New("disk full")}); !errors.Is(p.zombieError(herr), herr) {
+		t.Error("a history error became a zombie's account")
 	}
 }
