@@ -57,9 +57,18 @@ func (e *Env) zombie(ctx context.Context, f Fault) (effect, error) {
 	}
 	if err != nil {
 		// Never paused, or not stopped: nothing to replace. Disarmed, in
-		// case it is still on its way there.
+		// case it is still on its way there; one that paused all the
+		// same before the disarm took is resumed at the heal (not
+		// replaced, it exits after its transaction and is restarted).
 		_ = e.Workers.Send(w, "zombie off")
-		return effect{undo: noop, bit: func() (string, error) {
+		return effect{undo: func(hctx context.Context) error {
+			if _, err := e.waitNote(hctx, w, len(seen), "paused at ", 0); err == nil {
+				if err := e.Workers.Signal(w, syscall.SIGCONT); err != nil && !errors.Is(err, supervisor.ErrNotRunning) {
+					return err
+				}
+			}
+			return nil
+		}, bit: func() (string, error) {
 			return "", fmt.Errorf("%s was never paused as a zombie: %w", w, err)
 		}}, nil
 	}
