@@ -80,8 +80,10 @@ const (
 	// processed come out twice. Both halves are needed: on Kafka >= 2.5
 	// the group generation fences a zombie even with a random
 	// transactional.id (franz-go's GroupTransactSession commits the
-	// offsets with it, gets ILLEGAL_GENERATION and aborts); with offsets
-	// committed by group id alone it does not (docs/pipeline.md).
+	// offsets with it and aborts once its membership is gone: on Kafka
+	// 4.1.1 such a zombie's late transaction ended fail, reason
+	// rebalance, and the run was valid); with offsets committed by group
+	// id alone it does not (docs/pipeline.md, "Transactional stage").
 	RandomID Variant = "random-id"
 )
 
