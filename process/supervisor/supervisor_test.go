@@ -2,9 +2,11 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -87,5 +89,80 @@ func TestArmExternal(t *testing.T) {
 	}
 	if err := s.Send("relay-0", "stop"); err == nil {
 		t.Error(`"stop" to an external worker: no error`)
+	}
+}
+
+// A worker's notes are kept in order; Stopped sees a SIGSTOP (the state
+// in /proc, whatever its command's name holds); a retired worker that
+// exits is neither a crash nor restarted.
+func TestNotesStoppedRetire(t *testing.T) {
+	s := newSup(t)
+	// Its notes on the hits pipe, then it waits; a name with a space and
+	// a parenthesis, as /proc/<pid>/stat's comm may hold.
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "odd (name")
+	if err := os.Symlink("/bin/sh", prog); err != nil {
+		t.Fatal(err)
+	}
+	script := `echo "note paused at x" >&3; echo "hit y" >&3; echo "note zombie: done" >&3; while :; do sleep 1; done`
+	if err := s.StartCommand(context.Background(), "processor-0", Command{Argv: []string{prog, "-c", script}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		notes, next := s.Notes("processor-0")
+		if len(notes) == 2 {
+			if notes[0] != "paused at x" || notes[1] != "zombie: done" {
+				t.Fatalf("notes %q", notes)
+			}
+			break
+		}
+		select {
+		case <-next:
+		case <-time.After(time.Until(deadline)):
+			t.Fatalf("notes %q after 10s", notes)
+		}
+	}
+	if n, _ := s.Hits("processor-0", "y"); n != 1 {
+		t.Errorf("hits of y: %d", n)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGCONT} {
+		if err := s.Signal("processor-0", sig); err != nil {
+			t.Fatal(err)
+		}
+		want := sig == syscall.SIGSTOP
+		for {
+			got, err := s.Stopped("processor-0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after %v: stopped %v", sig, got)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	exited, err := s.Retire("processor-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Signal("processor-0", syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	if st := s.ExitStatus("processor-0"); st != "signal: killed" {
+		t.Errorf("exit status %q", st)
+	}
+	if c, r := s.Stats("processor-0"); c != 0 || r != 0 {
+		t.Errorf("crashes, restarts = %d, %d; a retired worker has neither", c, r)
+	}
+	if _, err := s.Stopped("processor-0"); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Stopped of an exited worker: %v", err)
+	}
+	if _, err := s.Retire("processor-0"); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Retire of an exited worker: %v", err)
 	}
 }
