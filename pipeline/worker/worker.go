@@ -4,8 +4,9 @@
 //
 // It reads commands on stdin: "arm <term>" arms a failpoint (see package
 // failpoint), "zombie <failpoint>" a zombie pause there (the nemesis's
-// zombie fault; "zombie off" disarms it), "stop" stops it gracefully. When stdin closes (the harness
-// died) it exits, so a worker never outlives its harness. When an armed
+// zombie fault; "zombie off" disarms it), "stop" stops it gracefully.
+// When stdin closes (the harness died) it exits, so a worker never
+// outlives its harness. When an armed
 // failpoint fires it records a crash op naming the failpoint and the event
 // in flight, then SIGKILLs itself.
 package worker
