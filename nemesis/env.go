@@ -59,6 +59,9 @@ type Env struct {
 	// processor paused by the zombie fault) under its transactional.id
 	// and returns the replacement's name. Nil: no zombie fault.
 	Replace func(ctx context.Context, worker string) (replacement string, err error)
+	// ZombieExit bounds the wait for a resumed zombie to exit, after
+	// which it is killed, overriding the default 15s.
+	ZombieExit time.Duration
 	// HealTimeout bounds each heal, and the final heal of a schedule
 	// (which runs on a fresh context, because the schedule's own may be
 	// cancelled), overriding the default 2m: starting a killed Kafka

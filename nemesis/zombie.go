@@ -1,6 +1,7 @@
 package nemesis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,7 +29,8 @@ const (
 	// it is stopping.
 	zombieStop = 2 * time.Second
 	// zombieExit bounds the wait for the resumed zombie to end its late
-	// transaction and exit; then it is killed.
+	// transaction and exit, unless Env.ZombieExit says otherwise; then
+	// it is killed.
 	zombieExit = 15 * time.Second
 )
 
@@ -114,7 +116,7 @@ func (e *Env) resumeZombie(ctx context.Context, z *zombieRun) error {
 		}
 		z.resumed, z.pausedFor = true, time.Since(z.pausedAt)
 	}
-	t := time.NewTimer(zombieExit)
+	t := time.NewTimer(cmp.Or(e.ZombieExit, zombieExit))
 	defer t.Stop()
 	select {
 	case <-exited:

@@ -22,7 +22,8 @@ import (
 // takes "zombie <failpoint>" on stdin as a processor does and, in mode
 // "pauses", reaches nemesis.ZombiePoint every few milliseconds; resumed
 // after its pause, it reports its late transaction fenced and exits. In
-// mode "never" it never reaches the point.
+// mode "lingers" it does not exit then; in mode "never" it never reaches
+// the point.
 func init() {
 	mode, ok := strings.CutPrefix(os.Getenv(supervisor.SpecEnv), "zombie-worker:")
 	if !ok {
@@ -48,11 +49,14 @@ func init() {
 		os.Exit(0)
 	}()
 	for {
-		if mode == "pauses" {
+		if mode != "never" {
 			fp.Hit(nemesis.ZombiePoint, nil)
 		}
 		if fp.Zombie() {
 			failpoint.Note("zombie: late transaction t-1 fenced: yes (PRODUCER_FENCED)")
+			if mode == "lingers" {
+				select {} // until killed
+			}
 			os.Exit(0)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -79,7 +83,7 @@ func zombieEnv(t *testing.T, mode string) (*nemesis.Env, *supervisor.Supervisor,
 		t.Fatal(err)
 	}
 	var replaced []string
-	env := &nemesis.Env{Workers: sup, Recorder: rec, Log: slog.New(slog.DiscardHandler), HealTimeout: 20 * time.Second,
+	env := &nemesis.Env{Workers: sup, Recorder: rec, Log: slog.New(slog.DiscardHandler), HealTimeout: 20 * time.Second, ZombieExit: time.Second,
 		Replace: func(ctx context.Context, w string) (string, error) {
 			name := w + ".r1"
 			replaced = append(replaced, name)
@@ -103,6 +107,9 @@ func TestZombie(t *testing.T) {
 			"processor-0 paused (SIGSTOP) ", "paused at processor.after-produce-before-commit in t-1",
 			"replacement processor-0.r1 started", "processor-0 resumed (SIGCONT) after ",
 			"zombie late transaction t-1 fenced: yes (PRODUCER_FENCED)", "processor-0 exited (exit status 0), not restarted",
+		}, "", 1},
+		{"lingers", history.OK, []string{
+			"zombie late transaction t-1 fenced: yes (PRODUCER_FENCED)", "processor-0 exited (killed at the end of its window: signal: killed), not restarted",
 		}, "", 1},
 		{"never", history.Fail, nil, "processor-0 was never paused as a zombie: it did not reach processor.after-produce-before-commit within 5s", 0},
 	} {
@@ -138,6 +145,17 @@ func TestZombie(t *testing.T) {
 			}
 			if crashes, restarts := sup.Stats("processor-0"); crashes != 0 || restarts != 0 {
 				t.Errorf("processor-0: %d crashes, %d restarts; a retired worker has neither", crashes, restarts)
+			}
+			// Nothing is left behind once the run stops its workers.
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := sup.StopAll(sctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, pid := range sup.PIDs() {
+				if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+					t.Errorf("pid %d outlived the run: %v", pid, err)
+				}
 			}
 		})
 	}
