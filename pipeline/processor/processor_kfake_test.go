@@ -391,3 +391,57 @@ func TestZombieError(t *testing.T) {
 		t.Error("a history error became a zombie's account")
 	}
 }
+
+// A zombie: a processor paused with its transaction open (a zombie
+// pause that blocks instead of SIGSTOP) while another producer takes
+// its transactional.id, as its replacement's first InitProducerID does.
+// Resumed, the correct processor's late commit is fenced; the random-id
+// one's id was its own, so nothing fenced it and it commits. Either way
+// Run ends with a *ZombieError saying so, for the worker to exit on.
+func TestKfakeZombie(t *testing.T) {
+	for _, tc := range []struct {
+		variant          Variant
+		fenced, committed bool
+	}{{Transactional, true, false}, {RandomID, false, true}} {
+		t.Run(string(tc.variant), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			kcfg, outputs := kfakeStage(t, ctx, 3, 60)
+			paused, resume := make(chan struct{}), make(chan struct{})
+			fp := failpoint.NewSet(1, func(failpoint.Name, any) { t.Error("no failpoint is armed") })
+			fp.ArmZombie(failpoint.ProcessorAfterProduceBeforeCommit, func(failpoint.Name, any) {
+				close(paused)
+				<-resume
+			})
+			var buf syncBuffer
+			zombie := newVariant(t, kcfg, outputs, &buf, tc.variant, fp)
+			done := make(chan error, 1)
+			go func() { done <- zombie.Run(ctx) }()
+			select {
+			case <-paused:
+			case <-ctx.Done():
+				t.Fatal("the processor never reached its zombie pause")
+			}
+			// The replacement's InitProducerID, under the transactional.id
+			// the harness gives a replacement: the processor's Name.
+			repl, err := kgo.NewClient(append(kcfg.ClientOpts("replacement"), kgo.TransactionalID("processor-0"))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer repl.Close()
+			if _, _, err := repl.ProducerID(ctx); err != nil {
+				t.Fatal(err)
+			}
+			close(resume)
+			err = <-done
+			z, ok := errors.AsType[*ZombieError](err)
+			if !ok {
+				t.Fatalf("Run ended with %v, not a zombie's account", err)
+			}
+			t.Logf("%s: %v", zombie.TransactionalID(), z)
+			if z.Fenced != tc.fenced || z.Committed != tc.committed {
+				t.Errorf("fenced %v, committed %v; want %v, %v", z.Fenced, z.Committed, tc.fenced, tc.committed)
+			}
+		})
+	}
+}
