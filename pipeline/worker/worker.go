@@ -206,6 +206,7 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 		if err != nil {
 			return err
 		}
+		p.SetDatabase(db) // for its effect, if it writes one
 		return p.Run(ctx)
 	}
 	return fmt.Errorf("worker: unknown role %q (valid: producer, relay, consumer, processor)", spec.Role)
