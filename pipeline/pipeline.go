@@ -322,7 +322,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		return nil, err
 	}
 	if _, err := r.rec.Record(history.OK, history.Setup, history.Value{
-		Subscriptions: cfg.Subscriptions,
+		Subscriptions: declaredSubscriptions(cfg),
 		Detail:        fmt.Sprintf("broker=%s producer=%s relay=%s consumer=%s seed=%d", cfg.Broker, cfg.ProducerVariant, cfg.RelayVariant, cfg.ConsumerVariant, cfg.Seed),
 	}); err != nil {
 		return nil, err

@@ -48,6 +48,12 @@ type Stage struct {
 	// at-least-once one. The checker leaves such a stage unknown (no
 	// reader had an aborted record to skip), so no scenario asks for it.
 	NoAborts bool
+	// Effect is what the processors also write to PostgreSQL per input
+	// inside their loop, overriding the default processor.NoEffect: the
+	// boundary of Kafka's exactly-once. Its rows and apply ops are the
+	// subscription StageConsumer's, so the checker judges them like a
+	// subscription's and sets them beside the topics.
+	Effect processor.Effect
 }
 
 // StageConsumer is the stage's consumer group, before the run's
@@ -122,6 +128,7 @@ func (r *Deployment) processorSpec(name, tid string) worker.Spec {
 		Variant: r.cfg.Stage.Variant,
 		Name:    tid, Group: r.broker.Qualify(StageConsumer), Outputs: r.stageOutputs(),
 		AbortRatio: r.cfg.Stage.AbortRatio, Seed: spec.Seed,
+		Effect: r.cfg.Stage.Effect, Subscription: StageConsumer,
 	}
 	return spec
 }
@@ -290,6 +297,9 @@ func checkStage(cfg Config) error {
 	if v := cfg.Stage.Variant; v != "" && !slices.Contains(processor.Variants(), v) {
 		return fmt.Errorf("pipeline: unknown processor variant %q (valid: %s)", v, processor.VariantNames())
 	}
+	if err := checkStageEffect(cfg); err != nil {
+		return err
+	}
 	if cfg.Stage.AbortRatio < 0 || cfg.Stage.AbortRatio >= 1 {
 		return fmt.Errorf("pipeline: stage abort ratio %g is not in [0, 1)", cfg.Stage.AbortRatio)
 	}
@@ -299,4 +309,35 @@ func checkStage(cfg Config) error {
 		}
 	}
 	return nil
+}
+
+// checkStageEffect refuses a stage's database effect the run cannot
+// judge: one whose subscription name a subscription of the run also
+// has, or in a workload with poison events (the processor applies every
+// input; it has no dead-letter path).
+func checkStageEffect(cfg Config) error {
+	e := cfg.Stage.Effect
+	if !e.Writes() {
+		return nil
+	}
+	if !slices.Contains(processor.Effects(), e) {
+		return fmt.Errorf("pipeline: unknown stage effect %q (valid: %s)", e, processor.EffectNames())
+	}
+	if slices.Contains(cfg.Subscriptions, StageConsumer) {
+		return fmt.Errorf("pipeline: the stage's effect is subscription %q, and the run has a subscription of that name", StageConsumer)
+	}
+	if cfg.PoisonRatio > 0 {
+		return errors.New("pipeline: the stage's effect applies every input and dead-letters none: no poison events with it")
+	}
+	return nil
+}
+
+// declaredSubscriptions are the subscriptions the setup op declares: the
+// run's, and the stage effect's, which owes every committed event its
+// effect as they do.
+func declaredSubscriptions(cfg Config) []string {
+	if cfg.Stage == nil || !cfg.Stage.Effect.Writes() {
+		return cfg.Subscriptions
+	}
+	return append(slices.Clone(cfg.Subscriptions), StageConsumer)
 }

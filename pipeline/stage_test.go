@@ -9,6 +9,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/internal/testenv"
+	"github.com/deliverycheck/deliverycheck/pipeline/processor"
 )
 
 // The correct transactional stage, its processor killed -9 mid-run once
@@ -59,5 +60,50 @@ func TestStageKillProcessor(t *testing.T) {
 	}
 	if crashes, restarts := r.Supervisor().Stats("processor-0"); crashes < 1 || restarts < 1 {
 		t.Errorf("processor-0: %d crashes, %d restarts; want the kill and a restart", crashes, restarts)
+	}
+}
+
+// The processor's database effect, with no fault at all: the aborts on
+// purpose alone have its inputs read again. A plain effect is then
+// written again (exactly once on the topics, at least once on the
+// database: duplicate-effect in subscription processor); through the
+// inbox, once.
+func TestStageDatabaseEffect(t *testing.T) {
+	testenv.SkipIfShort(t, "runs Kafka and PostgreSQL")
+	for _, tt := range []struct {
+		effect   processor.Effect
+		valid    checker.Validity
+		boundary string
+	}{
+		{processor.PlainEffect, checker.Invalid, "exactly once on Kafka's topics; at least once on the database"},
+		{processor.InboxEffect, checker.Valid, "exactly once on Kafka's topics; exactly once on the database"},
+	} {
+		t.Run(string(tt.effect), func(t *testing.T) {
+			cfg := Config{Broker: "kafka", Producers: 2, Rate: 60, Subscriptions: []string{"inventory"}, Stage: &Stage{Effect: tt.effect}}
+			res, _ := runPipelineWith(t, cfg, 3*time.Second, nil, effectivelyOnce())
+			st := res.TxnStage
+			if st == nil || st.Database == nil {
+				t.Fatalf("no database half: stage %+v", st)
+			}
+			t.Logf("%s: %s %v; boundary %q; database %+v; transactions %+v, %d retried", tt.effect, res.Valid, res.Reasons, st.Boundary, *st.Database, st.Transactions, st.Retried)
+			if res.Valid != tt.valid || st.Boundary != tt.boundary {
+				t.Fatalf("verdict %s, boundary %q; want %s, %q", res.Valid, st.Boundary, tt.valid, tt.boundary)
+			}
+			if st.Transactions.Aborted == 0 || st.Retried == 0 {
+				t.Fatalf("transactions %+v, %d retried: nothing was read again", st.Transactions, st.Retried)
+			}
+			var dups int64
+			for _, an := range res.Anomalies {
+				if an.Subscription == StageConsumer && an.Kind != checker.DuplicateEffect {
+					t.Errorf("%d %s in %s", an.Count, an.Kind, an.Subscription)
+				}
+				if an.Subscription == StageConsumer && an.Kind == checker.DuplicateEffect {
+					dups = int64(an.Count)
+				}
+			}
+			if tt.effect == processor.PlainEffect && (dups == 0 || dups != st.Database.Duplicated) {
+				t.Errorf("%d duplicate-effect in %s, %d events duplicated in the database half", dups, StageConsumer, st.Database.Duplicated)
+			}
+		})
 	}
 }

@@ -183,3 +183,51 @@ func TestTxnStageEscapes(t *testing.T) {
 		}
 	}
 }
+
+// The boundary: the report sets the topics' half and the database's
+// side by side under the sentence that joins them, and the JUnit output
+// ends with that sentence too. The database half names the effect's
+// subscription, which the history names: escaped.
+func TestTxnStageBoundaryShown(t *testing.T) {
+	res := txnStageResult(t, "txn-stage-db-boundary", func(op *history.Op) {
+		if op.Value.Consumer == "processor" {
+			op.Value.Consumer = xssSub
+		}
+	})
+	const sentence = "exactly once on Kafka's topics; at least once on the database"
+	if st := res.TxnStage; st == nil || st.Boundary != sentence || st.Database == nil || st.Database.Subscription != xssSub {
+		t.Fatalf("stage %+v", st)
+	}
+	var b bytes.Buffer
+	if err := HTML(&b, Record{Scenario: "txn"}, res); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	for _, re := range []*regexp.Regexp{rawScript, rawHandler, rawImgOrSVG} {
+		if m := re.FindString(page); m != "" {
+			t.Errorf("%q in the page", m)
+		}
+	}
+	half := regexp.MustCompile(`(?s)<div class="grid boundary">\s*<div class="side ok"><b>Kafka's topics</b><div class="big">exactly once</div></div>\s*` +
+		`<div class="side bad"><b>the database</b> <span class="muted">\(effects of email&#39;&#34;&gt;&lt;svg onload=alert\(2\)&gt;\)</span><div class="big">at least once</div>` +
+		`<div class="muted">3 events, 6 effects: 3 events twice</div></div>\s*</div>\s*<p class="summary">exactly once on Kafka&#39;s topics; at least once on the database</p>`)
+	if !half.MatchString(page) {
+		i := strings.Index(page, `<div class="grid boundary">`)
+		t.Errorf("the two halves and the sentence are not shown side by side:\n%s", page[max(i, 0):min(len(page), max(i, 0)+900)])
+	}
+	b.Reset()
+	if err := JUnit(&b, Record{Scenario: "txn"}, res); err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		Suites []struct {
+			SystemOut string `xml:"system-out"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(b.Bytes(), &s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Suites) != 1 || !strings.HasSuffix(strings.TrimSpace(s.Suites[0].SystemOut), "Transactional stage: "+sentence+".") {
+		t.Errorf("JUnit system-out does not end with the boundary: %+v", s.Suites)
+	}
+}

@@ -355,6 +355,7 @@ func detect(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario, o
 			if measured[s.Name] {
 				checkBaseline(t, r)
 			}
+			checkStageBoundary(t, s, r)
 			if n := len(s.Nemesis.Timeline); n > 0 && r.Counts.Faults == 0 {
 				t.Errorf("%d timeline faults, none in the history", n)
 			}

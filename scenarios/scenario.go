@@ -197,6 +197,18 @@ type Stage struct {
 	// `read_committed`, the default and correct, or `read_uncommitted`,
 	// known-bad: it reads the records of aborted transactions.
 	Reader string `yaml:"reader,omitempty" enum:"isolation level"`
+	// Effect is what the processors also write to PostgreSQL per input,
+	// inside their loop, before the Kafka transaction ends (the seeds'
+	// boundary of exactly-once): `none`, the default; `plain`, known-bad
+	// for the database (an effects row per input: every input read
+	// again, after an abort on purpose or a crash, writes it again, so
+	// `abort_ratio` alone duplicates it); or `inbox`, the fix (in the
+	// same database transaction an inbox mark keyed by the event id, and
+	// the effect only if the mark is new). The effect is subscription
+	// `processor`'s, judged like any subscription's (`duplicate-effect`,
+	// `lost`) and shown beside the topics: "exactly once on Kafka's
+	// topics; at least once on the database". Not with poison events.
+	Effect processor.Effect `yaml:"effect,omitempty" enum:"processor effect"`
 }
 
 // Command is an external component: a program the harness starts,
@@ -582,6 +594,7 @@ func (s Scenario) pipelineStage() *pipeline.Stage {
 		AbortRatio:      s.Stage.AbortRatio,
 		ReadUncommitted: s.Stage.Reader == ReadUncommitted,
 		Variant:         s.Stage.Processor,
+		Effect:          s.Stage.Effect,
 	}
 }
 
@@ -694,14 +707,16 @@ func (s Scenario) StandbyKind() string {
 // replica, a min ISR of 1, or unclean leader election; classic queues on
 // a replicated RabbitMQ, where each lives on one node of several; a
 // transactional stage whose processor commits offsets outside its
-// transaction or has none, or whose output topics are read
-// read_uncommitted).
+// transaction or has none, whose output topics are read
+// read_uncommitted, or whose processor writes a database effect without
+// an inbox).
 func (s Scenario) KnownBad() bool {
 	correctRelay := s.Variants.Relay == relay.Polling || s.Variants.Relay == relay.Debezium
 	b := s.Broker
 	badSetting := s.Postgres.Standby == "async" || b.ReplicationFactor == 1 || b.MinInsyncReplicas == 1 || b.UncleanLeaderElection ||
 		b.QueueType == "classic" && b.Nodes > 1 ||
-		s.Stage != nil && (s.Stage.Reader == ReadUncommitted || s.Stage.Processor == processor.OffsetsAfter || s.Stage.Processor == processor.Idempotent || s.Stage.Processor == processor.RandomID)
+		s.Stage != nil && (s.Stage.Reader == ReadUncommitted || s.Stage.Processor == processor.OffsetsAfter || s.Stage.Processor == processor.Idempotent || s.Stage.Processor == processor.RandomID ||
+			s.Stage.Effect == processor.PlainEffect)
 	return s.Variants.Producer != producer.Outbox || !correctRelay || s.Variants.Consumer != consumer.Inbox || badSetting
 }
 

@@ -297,6 +297,12 @@ func TestParseErrors(t *testing.T) {
 			[]string{"my.yaml:4: stage.abort_ratio: the idempotent processor has no transaction to abort; leave abort_ratio out"}},
 		{"stage abort ratio", "broker: kafka\nstage:\n  abort_ratio: 0\n",
 			[]string{"my.yaml:3: stage.abort_ratio: must be > 0, got 0"}},
+		{"stage effect", "broker: kafka\nstage:\n  effect: twice\n",
+			[]string{`my.yaml:3: stage.effect: unknown processor effect "twice" (valid: none, plain, inbox)`}},
+		{"stage effect with poison events", "broker: kafka\nworkload:\n  poison_ratio: 0.1\nstage:\n  effect: inbox\n",
+			[]string{"my.yaml:5: stage.effect: the processor applies every input and dead-letters none: leave workload.poison_ratio out"}},
+		{"stage effect's subscription taken", "broker: kafka\nworkload:\n  subscriptions: [processor]\nstage:\n  effect: plain\n",
+			[]string{`my.yaml:5: stage.effect: the effect is subscription "processor"'s, and workload.subscriptions has one of that name`}},
 		{"stage anomaly without a stage", "broker: kafka\nexpect:\n  verdict: invalid\n  anomaly: aborted-visible\n",
 			[]string{"my.yaml:4: expect.anomaly: aborted-visible is an anomaly of the transactional stage, and the scenario has no stage section"}},
 		{"processor failpoint on a relay", "broker: kafka\nstage: {processors: 1}\nnemesis:\n  failpoints:\n    relay-0: processor.after-commit-before-poll\n",
@@ -839,6 +845,17 @@ func TestStage(t *testing.T) {
 	}
 	if got := s.PipelineConfig().Stage.Variant; got != processor.Idempotent || !s.KnownBad() {
 		t.Fatalf("stage.processor idempotent: variant %q, known-bad %v", got, s.KnownBad())
+	}
+	// The database effect: without an inbox it is known-bad, with one
+	// it is the fix.
+	for e, bad := range map[processor.Effect]bool{processor.PlainEffect: true, processor.InboxEffect: false, processor.NoEffect: false} {
+		s, err := Parse("my.yaml", []byte("broker: kafka\nstage:\n  effect: "+string(e)+"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.PipelineConfig().Stage.Effect; got != e || s.KnownBad() != bad {
+			t.Errorf("stage.effect %s: effect %q, known-bad %v", e, got, s.KnownBad())
+		}
 	}
 }
 

@@ -245,6 +245,8 @@ func enumValues(what string) []string {
 		return strs(consumer.Variants())
 	case "processor variant":
 		return strs(processor.Variants())
+	case "processor effect":
+		return strs(processor.Effects())
 	case "fault family":
 		return slices.Sorted(maps.Keys(nemesis.Families()))
 	case "guarantee preset":

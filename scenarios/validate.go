@@ -117,6 +117,7 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	if st := s.Stage; st != nil && st.Reader != "" && !slices.Contains(IsolationLevels(), st.Reader) {
 		fail("stage.reader", "%s", unknownName("isolation level", st.Reader, IsolationLevels()))
 	}
+	s.checkStageEffect(fail)
 	if isKafka && s.Broker.QueueType != "" {
 		fail("broker.queue_type", "queue types are RabbitMQ's; Kafka has a topic")
 	}
@@ -582,6 +583,30 @@ func (s Scenario) End() time.Duration {
 // checkReplication checks the replicated Kafka's topic settings: they
 // exist only on Kafka with more than one node, and a min ISR above the
 // replication factor would refuse every acks=all write.
+// checkStageEffect checks stage.effect: a known effect, whose
+// subscription (the stage's, pipeline.StageConsumer) no workload
+// subscription shares, in a workload without poison events (the
+// processor applies every input and dead-letters none).
+func (s Scenario) checkStageEffect(fail func(path, format string, args ...any)) {
+	st := s.Stage
+	if st == nil || st.Effect == "" {
+		return
+	}
+	if !slices.Contains(processor.Effects(), st.Effect) {
+		fail("stage.effect", "%s", unknownName("processor effect", string(st.Effect), strs(processor.Effects())))
+		return
+	}
+	if !st.Effect.Writes() {
+		return
+	}
+	if slices.Contains(s.Workload.Subscriptions, pipeline.StageConsumer) {
+		fail("stage.effect", "the effect is subscription %q's, and workload.subscriptions has one of that name", pipeline.StageConsumer)
+	}
+	if s.Workload.PoisonRatio > 0 {
+		fail("stage.effect", "the processor applies every input and dead-letters none: leave workload.poison_ratio out")
+	}
+}
+
 func (s Scenario) checkReplication(fail func(path, format string, args ...any)) {
 	b := s.Broker
 	for _, f := range []struct {

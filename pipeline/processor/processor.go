@@ -17,6 +17,8 @@
 // OffsetsAfter commits its offsets outside its transaction, Idempotent
 // has no transaction at all, RandomID takes a new transactional.id on
 // every start and sends its offsets to the transaction by group id alone.
+// Config.Effect has it also write an effect to PostgreSQL per input
+// inside its loop (effect.go): the boundary of Kafka's exactly-once.
 //
 // A processor paused by the nemesis's zombie fault (failpoint.Set.ArmZombie)
 // is replaced while stopped; resumed, it ends the transaction in hand (its
@@ -36,6 +38,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -131,6 +134,15 @@ type Config struct {
 	// overriding the default 2s (a killed processor's inputs wait that
 	// long for its replacement).
 	SessionTimeout time.Duration `json:"session_timeout"`
+	// Effect is what the processor also writes to the database per
+	// input, inside its loop, before its transaction ends, overriding
+	// the default NoEffect (effect.go). It needs SetDatabase.
+	Effect Effect `json:"effect,omitempty"`
+	// Subscription names the effect: the consumer of its effects rows,
+	// inbox marks and apply ops (the stage's consumer group as its
+	// txn-stage op names it, so the checker judges the effect as that
+	// subscription's). Required with an effect.
+	Subscription string `json:"subscription,omitempty"`
 }
 
 func (c *Config) defaults() error {
@@ -145,6 +157,9 @@ func (c *Config) defaults() error {
 	}
 	if !slices.Contains(Variants(), c.Variant) {
 		return fmt.Errorf("processor: unknown variant %q (valid: %s)", c.Variant, VariantNames())
+	}
+	if err := c.checkEffect(); err != nil {
+		return err
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 50
@@ -179,6 +194,11 @@ type Processor struct {
 	lastEnd history.Entry
 	// lastEndErr is the error ending the last transaction, if any.
 	lastEndErr error
+	// db is where Config.Effect is written; effectFailures counts the
+	// effects that failed in a row, each aborting its transaction and
+	// waiting a backoff before the next poll.
+	db             *pgxpool.Pool
+	effectFailures int
 }
 
 // New returns a processor reading kafka's events topic.
@@ -270,6 +290,9 @@ func (e historyError) Unwrap() error { return e.error }
 // with the same transactional.id, which aborts whatever the old one left
 // open; only a failure to write the history is returned.
 func (p *Processor) Run(ctx context.Context) error {
+	if p.cfg.Effect.Writes() && p.db == nil {
+		return fmt.Errorf("processor: effect %s without a database", p.cfg.Effect)
+	}
 	retry := backoff.Policy{Base: 100 * time.Millisecond, Cap: 2 * time.Second}
 	for failures := 0; ctx.Err() == nil; failures++ {
 		began := time.Now()
@@ -586,8 +609,14 @@ func (p *Processor) produceThenCommit(ctx context.Context, cl *kgo.Client, ins [
 	if err != nil {
 		return err
 	}
+	var effectErr error
+	if produceErr == nil {
+		if effectErr, err = p.effect(ctx, tv, ins); err != nil {
+			return err
+		}
+	}
 	p.fp.Hit(failpoint.ProcessorAfterProduceBeforeCommit, tv)
-	err = produceErr
+	err = cmpErr(produceErr, effectErr)
 	if err == nil {
 		err = cl.CommitRecords(ctx, ins...)
 	}
@@ -603,6 +632,8 @@ func (p *Processor) produceThenCommit(ctx context.Context, cl *kgo.Client, ins [
 	switch {
 	case produceErr != nil:
 		return fmt.Errorf("processor: produce %s: %w", tv.Txn, err)
+	case effectErr != nil:
+		return fmt.Errorf("processor: effect of %s: %w", tv.Txn, err)
 	case err != nil:
 		return fmt.Errorf("processor: commit offsets of %s: %w", tv.Txn, err)
 	}
@@ -666,12 +697,20 @@ func (p *Processor) transact(ctx context.Context, sess transactor, ins []*kgo.Re
 	if err != nil {
 		return false, err
 	}
+	var effectErr error
+	if produceErr == nil {
+		// The database effect, before the transaction ends: Kafka's
+		// transaction does not cover it (effect.go).
+		if effectErr, err = p.effect(ctx, tv, ins); err != nil {
+			return false, err
+		}
+	}
 	id := tv.Txn
 	p.fp.Hit(failpoint.ProcessorAfterProduceBeforeCommit, tv)
 
 	// A zombie, resumed here, tries to commit: its late commit is what
 	// the zombie fault tests.
-	abort := produceErr != nil || p.rng.Float64() < p.cfg.AbortRatio && !p.fp.Zombie()
+	abort := produceErr != nil || effectErr != nil || p.rng.Float64() < p.cfg.AbortRatio && !p.fp.Zombie()
 	committed, err := sess.end(ctx, !abort)
 	end := history.Entry{Type: history.OK, F: history.Txn, Value: tv}
 	switch {
@@ -685,13 +724,15 @@ func (p *Processor) transact(ctx context.Context, sess transactor, ins []*kgo.Re
 		switch {
 		case produceErr != nil:
 			end.Value.Reason, end.Value.Error = "produce-failed", produceErr.Error()
+		case effectErr != nil:
+			end.Value.Reason, end.Value.Error = "effect-failed", effectErr.Error()
 		case abort:
 			end.Value.Reason = history.ReasonAbort
 		default:
 			end.Value.Reason = "rebalance"
 		}
 		if err != nil {
-			end.Value.Error = errors.Join(produceErr, err).Error()
+			end.Value.Error = errors.Join(produceErr, effectErr, err).Error()
 		}
 	case fenced(err):
 		// A newer producer with our transactional.id took over: the
@@ -709,6 +750,7 @@ func (p *Processor) transact(ctx context.Context, sess transactor, ins []*kgo.Re
 	if err != nil {
 		return false, fmt.Errorf("processor: end transaction %s: %w", id, err)
 	}
+	p.effectBackoff(ctx, effectErr)
 	return end.Type == history.OK, nil
 }
 

@@ -400,7 +400,7 @@ func TestZombieError(t *testing.T) {
 // Run ends with a *ZombieError saying so, for the worker to exit on.
 func TestKfakeZombie(t *testing.T) {
 	for _, tc := range []struct {
-		variant          Variant
+		variant           Variant
 		fenced, committed bool
 	}{{Transactional, true, false}, {RandomID, false, true}} {
 		t.Run(string(tc.variant), func(t *testing.T) {

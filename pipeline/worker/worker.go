@@ -209,6 +209,7 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 		if err != nil {
 			return err
 		}
+		p.SetDatabase(db) // for its effect, if it writes one
 		err = p.Run(ctx)
 		if z, ok := errors.AsType[*processor.ZombieError](err); ok {
 			// Replaced while paused: the nemesis learns how its late
