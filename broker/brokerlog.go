@@ -94,6 +94,8 @@ type wholeRead struct {
 	committed bool
 
 	partitions int // the topic's, once the offsets are listed
+	// ends are the offsets each partition is read to, once listed.
+	ends map[int32]int64
 }
 
 // read lists the offsets, calls listed with the sum of the ends, then
@@ -127,8 +129,10 @@ func (w *wholeRead) read(ctx context.Context, cfg KafkaConfig, listed func(total
 	want := map[int32]int64{} // partition → its end, for those not read to it yet
 	var total int64
 	var errs []error
+	w.ends = map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
 		w.partitions++
+		w.ends[o.Partition] = o.Offset
 		if s, ok := starts.Lookup(o.Topic, o.Partition); ok && s.Offset > 0 {
 			errs = append(errs, fmt.Errorf("partition %d starts at offset %d: records before it were deleted", o.Partition, s.Offset))
 		}
