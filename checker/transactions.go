@@ -930,7 +930,7 @@ func (j *txnJudge) abortedRead() {
 		name := st.topics[row.at.topic]
 		j.stats[k].AbortedVisible++
 		j.fs = append(j.fs, txnFinding{kind: AbortedVisible, topic: name, order: row.at, event: row.event, source: row.source, label: row.event,
-			match: txnMatch{in: row.in, hasIn: true, txns: j.txnsOf(row.in)},
+			match:  txnMatch{in: row.in, hasIn: true, txns: j.txnsOf(row.in)},
 			detail: fmt.Sprintf("record p%d@%d of %s (input %s) read by %s, and not visible read_committed after the drain: its transaction aborted", row.at.partition, row.at.offset, name, row.in, sg.reader)})
 	}
 }
