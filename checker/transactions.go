@@ -656,13 +656,26 @@ func (j *txnJudge) withoutLineage() {
 	if !j.visible {
 		j.reason("no transaction was recorded, and the final read found no record in the output topics")
 	}
-	switch {
-	case j.abortedSeen > 0:
-	case j.uncommittedComplete:
-		j.reason("no transaction was recorded, and the output topics read uncommitted hold no record the committed read does not: no transaction aborted, so no reader ever had an aborted record to skip")
-	default:
-		j.reason("no transaction was recorded, and the output topics were not read uncommitted whole, so whether any transaction aborted is not known")
+	var unread []string
+	for k, t := range j.outs {
+		if j.stats[k].Uncommitted != "complete" {
+			unread = append(unread, j.st.topics[t])
+		}
 	}
+	switch {
+	case len(unread) > 0:
+		j.reason("no transaction was recorded, and %s not read uncommitted whole, so which records aborted (and whether a reader read one) is not known", topicNames(unread))
+	case j.abortedSeen == 0:
+		j.reason("no transaction was recorded, and the output topics read uncommitted hold no record the committed read does not: no transaction aborted, so no reader ever had an aborted record to skip")
+	}
+}
+
+// topicNames says "output topic a" or "output topics a, b were".
+func topicNames(topics []string) string {
+	if len(topics) == 1 {
+		return "output topic " + topics[0] + " was"
+	}
+	return "output topics " + strings.Join(topics, ", ") + " were"
 }
 
 // outputs judges each input against the final read of the output
