@@ -38,6 +38,7 @@ compile: vet
 	$(GO) test -count=1 -c -o $(CURDIR)/.testbin/ ./... >/dev/null
 	rm -rf $(CURDIR)/.testbin
 	cd examples/consumer && $(GO) vet ./... && $(GO) vet -tags buggy ./...
+	cd examples/processor && $(GO) vet ./... && $(GO) vet -tags buggy ./...
 	$(MAKE) --no-print-directory node-example
 
 # The Node.js example consumer's packages (amqplib, kafkajs, pg), exactly

@@ -169,7 +169,8 @@ type System struct {
 // inputs. A reader (reader-0) reads the output topics during the whole
 // run, the drain waits for the stage, and the final read reads the output
 // topics and their offsets. The checker then judges Kafka's exactly-once
-// per input record. Kafka only. Give it at least one field
+// per input record. system.processor replaces the processors with a
+// team's command. Kafka only. Give it at least one field
 // (`stage: {processors: 1}`): as for every optional section, an empty
 // mapping is no stage.
 type Stage struct {
