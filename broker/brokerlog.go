@@ -92,6 +92,11 @@ type wholeRead struct {
 	// the last stable offset can only be seen reached through the
 	// markers that end transactions.
 	committed bool
+	// control keeps control records in a read_uncommitted read too (the
+	// caller skips them): a topic written in transactions ends each
+	// partition with a marker, the only record at the last offset before
+	// its high-water mark.
+	control bool
 
 	partitions int // the topic's, once the offsets are listed
 	// ends are the offsets each partition is read to, once listed.
@@ -156,7 +161,7 @@ func (w *wholeRead) read(ctx context.Context, cfg KafkaConfig, listed func(total
 		from[w.topic][p] = kgo.NewOffset().At(0)
 	}
 	opts := append(cfg.clientOpts(w.client), kgo.ConsumePartitions(from), kgo.FetchIsolationLevel(isolation))
-	if w.committed {
+	if w.committed || w.control {
 		opts = append(opts, kgo.KeepControlRecords())
 	}
 	cl, err := kgo.NewClient(opts...)

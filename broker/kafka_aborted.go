@@ -39,10 +39,13 @@ func KafkaAbortedRecords(ctx context.Context, cfg KafkaConfig, committed OutputL
 		visible[[2]int64{r.Partition, r.Offset}] = true
 	}
 	var total int64
-	w := wholeRead{what: "kafka uncommitted output log", client: "output-log", topic: committed.Topic}
+	w := wholeRead{what: "kafka uncommitted output log", client: "output-log", topic: committed.Topic, control: true}
 	err := w.read(ctx, cfg.withDefaults(), func(int64) {}, func(r *kgo.Record) {
-		total++
 		rec := ParseOutputRecord(r)
+		if rec.Control {
+			return
+		}
+		total++
 		end, ok := committed.Ends[rec.Partition]
 		if ok && rec.Offset < end && !visible[[2]int64{rec.Partition, rec.Offset}] {
 			out.Records = append(out.Records, rec)
