@@ -11,44 +11,55 @@ import (
 	"github.com/deliverycheck/deliverycheck/scenarios"
 )
 
-// TestExampleProcessor runs examples/processor, a team's transactional
-// processor that records no lineage, through its own scenario files: the
-// correct build comes out valid although its failpoints crashed it with
-// a transaction open and right after a commit, judged from the output
-// topics alone (the harness's uncommitted read finds the aborted
-// records); the buggy build, which commits its input offsets after the
+// TestExampleProcessor runs the example team processors through their
+// own scenario files: each correct build comes out valid although its
+// failpoints crashed it with a transaction open and right after a
+// commit; each buggy build, which commits its input offsets after the
 // transaction, is caught writing outputs twice (output-duplicate).
+// examples/processor (Go, franz-go) records no lineage: it is judged
+// from the output topics alone, the harness's uncommitted read finding
+// the aborted records. examples/consumer-node's processor (Node.js,
+// kafkajs) posts its transactions as lineage through the endpoint.
 func TestExampleProcessor(t *testing.T) {
 	shared.Get(t)
-	runs := []struct {
-		file, tags string
-	}{{"scenario.yaml", ""}, {"scenario-buggy.yaml", "buggy"}}
-	bins := make([]string, len(runs))
-	for i, r := range runs {
-		bins[i] = buildExampleIn(t, "processor", r.tags)
+	type run struct {
+		dir, file string
+		command   []string // nil: the scenario's own
+		lineage   bool
 	}
+	runs := []run{
+		{"processor", "scenario.yaml", []string{buildExampleIn(t, "processor", "")}, false},
+		{"processor", "scenario-buggy.yaml", []string{buildExampleIn(t, "processor", "buggy")}, false},
+	}
+	installNodeExample(t)
+	runs = append(runs, run{"consumer-node", "scenario-processor.yaml", nil, true}, run{"consumer-node", "scenario-processor-buggy.yaml", nil, true})
 	lanes := []*pipelinetest.Servers{&shared, &lane2}
 	var wg sync.WaitGroup
-	for i, r := range runs {
+	for i, servers := range lanes {
 		wg.Go(func() {
-			t.Run(r.file, func(t *testing.T) { runExampleProcessor(t, lanes[i%len(lanes)], r.file, bins[i]) })
+			for j := i; j < len(runs); j += len(lanes) {
+				r := runs[j]
+				t.Run(r.dir+"/"+r.file, func(t *testing.T) { runExampleProcessor(t, servers, r.dir, r.file, r.command, r.lineage) })
+			}
 		})
 	}
 	wg.Wait()
 }
 
-func runExampleProcessor(t *testing.T, servers *pipelinetest.Servers, file, bin string) {
-	s, err := scenarios.Load(filepath.Join("..", "examples", "processor", file))
+func runExampleProcessor(t *testing.T, servers *pipelinetest.Servers, dir, file string, command []string, lineage bool) {
+	s, err := scenarios.Load(filepath.Join("..", "examples", dir, file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.System.Processor.Command = []string{bin}
+	if command != nil {
+		s.System.Processor.Command = command
+	}
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
 	if os.Getenv("DELIVERYCHECK_KEEP") != "" {
-		out = filepath.Join(os.TempDir(), "deliverycheck-example", "processor", file)
+		out = filepath.Join(os.TempDir(), "deliverycheck-example", dir, file)
 	}
 	o := runScenarioOn(t, servers, s, 1, out)
 	r := o.Result
@@ -63,8 +74,11 @@ func runExampleProcessor(t *testing.T, servers *pipelinetest.Servers, file, bin 
 	if st == nil {
 		t.Fatal("no transactional stage in the result")
 	}
-	if st.Transactions.Begun != 0 {
+	switch {
+	case !lineage && st.Transactions.Begun != 0:
 		t.Errorf("the example records no lineage, yet %d transactions were recorded", st.Transactions.Begun)
+	case lineage && (st.Transactions.Committed == 0 || st.Transactions.Aborted == 0):
+		t.Errorf("the example's lineage: %+v", st.Transactions)
 	}
 	if st.Inputs == 0 {
 		t.Error("no input reached the stage")
