@@ -13,8 +13,8 @@ import (
 // processor-0 with the failpoints it declares, and resolve its directory
 // against the file's.
 func TestExampleProcessorScenariosLoad(t *testing.T) {
-	for _, f := range []string{"scenario.yaml", "scenario-buggy.yaml"} {
-		s, err := Load(filepath.Join("..", "examples", "processor", f))
+	for _, f := range []string{"processor/scenario.yaml", "processor/scenario-buggy.yaml", "consumer-node/scenario-processor.yaml", "consumer-node/scenario-processor-buggy.yaml"} {
+		s, err := Load(filepath.Join("..", "examples", f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -23,7 +23,7 @@ func TestExampleProcessorScenariosLoad(t *testing.T) {
 		if p == nil || cfg.Stage == nil {
 			t.Fatalf("%s: system = %+v, stage = %+v", f, cfg.System, cfg.Stage)
 		}
-		want, _ := filepath.Abs(filepath.Join("..", "examples", "processor"))
+		want, _ := filepath.Abs(filepath.Join("..", "examples", filepath.Dir(f)))
 		if p.Dir != want {
 			t.Errorf("%s: dir = %q, want %q", f, p.Dir, want)
 		}
@@ -31,12 +31,14 @@ func TestExampleProcessorScenariosLoad(t *testing.T) {
 			t.Errorf("%s: team failpoints = %q", f, fps)
 		}
 	}
-	bad, err := Load(filepath.Join("..", "examples", "processor", "scenario-buggy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bad.Expect.Verdict != checker.Invalid || bad.Expect.Anomaly != checker.OutputDuplicate {
-		t.Errorf("buggy expect = %+v", bad.Expect)
+	for _, f := range []string{"processor/scenario-buggy.yaml", "consumer-node/scenario-processor-buggy.yaml"} {
+		bad, err := Load(filepath.Join("..", "examples", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bad.Expect.Verdict != checker.Invalid || bad.Expect.Anomaly != checker.OutputDuplicate {
+			t.Errorf("%s: expect = %+v", f, bad.Expect)
+		}
 	}
 }
 
