@@ -38,6 +38,7 @@ compile: vet
 	$(GO) test -count=1 -c -o $(CURDIR)/.testbin/ ./... >/dev/null
 	rm -rf $(CURDIR)/.testbin
 	cd examples/consumer && $(GO) vet ./... && $(GO) vet -tags buggy ./...
+	cd examples/processor && $(GO) vet ./... && $(GO) vet -tags buggy ./...
 	$(MAKE) --no-print-directory node-example
 
 # The Node.js example consumer's packages (amqplib, kafkajs, pg), exactly
@@ -46,7 +47,7 @@ compile: vet
 node-example:
 	cd examples/consumer-node && $(NPM) ci --no-audit --no-fund --loglevel=error \
 		&& for f in *.js src/*.js; do $(NODE) --check $$f || exit 1; done \
-		&& $(NODE) -e "require('./src/main'); require('./src/settle'); require('./src/settle-buggy')"
+		&& $(NODE) -e "require('./src/main'); require('./src/settle'); require('./src/settle-buggy'); require('./src/processor')"
 
 # Both runtimes are tested, and every server-backed test runs: a missing
 # server, tool or container engine fails the run instead of skipping the

@@ -92,8 +92,15 @@ type wholeRead struct {
 	// the last stable offset can only be seen reached through the
 	// markers that end transactions.
 	committed bool
+	// control keeps control records in a read_uncommitted read too (the
+	// caller skips them): a topic written in transactions ends each
+	// partition with a marker, the only record at the last offset before
+	// its high-water mark.
+	control bool
 
 	partitions int // the topic's, once the offsets are listed
+	// ends are the offsets each partition is read to, once listed.
+	ends map[int32]int64
 }
 
 // read lists the offsets, calls listed with the sum of the ends, then
@@ -127,8 +134,10 @@ func (w *wholeRead) read(ctx context.Context, cfg KafkaConfig, listed func(total
 	want := map[int32]int64{} // partition → its end, for those not read to it yet
 	var total int64
 	var errs []error
+	w.ends = map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
 		w.partitions++
+		w.ends[o.Partition] = o.Offset
 		if s, ok := starts.Lookup(o.Topic, o.Partition); ok && s.Offset > 0 {
 			errs = append(errs, fmt.Errorf("partition %d starts at offset %d: records before it were deleted", o.Partition, s.Offset))
 		}
@@ -152,7 +161,7 @@ func (w *wholeRead) read(ctx context.Context, cfg KafkaConfig, listed func(total
 		from[w.topic][p] = kgo.NewOffset().At(0)
 	}
 	opts := append(cfg.clientOpts(w.client), kgo.ConsumePartitions(from), kgo.FetchIsolationLevel(isolation))
-	if w.committed {
+	if w.committed || w.control {
 		opts = append(opts, kgo.KeepControlRecords())
 	}
 	cl, err := kgo.NewClient(opts...)

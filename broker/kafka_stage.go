@@ -44,13 +44,18 @@ type OutputRecord struct {
 	// Control is a transaction marker (commit or abort), which a read
 	// that keeps control records returns; it carries no event.
 	Control bool
+	// HasInput: both input headers are there and parse. Without them
+	// InputPartition and InputOffset are zero, which names no input.
+	HasInput bool
 }
 
 // ParseOutputRecord reads r's position and the headers naming its input.
 // A header that is missing or does not parse leaves its field zero (an
-// event id "" says the record is not the stage's).
+// event id "" says the record is not the stage's; HasInput false that
+// it names no input).
 func ParseOutputRecord(r *kgo.Record) OutputRecord {
 	out := OutputRecord{Topic: r.Topic, Partition: int64(r.Partition), Offset: r.Offset, Control: r.Attrs.IsControl()}
+	var hasPart, hasOff bool
 	for _, h := range r.Headers {
 		switch h.Key {
 		case HeaderEventID:
@@ -58,11 +63,16 @@ func ParseOutputRecord(r *kgo.Record) OutputRecord {
 		case HeaderSource:
 			out.Source = string(h.Value)
 		case HeaderInputPartition:
-			out.InputPartition, _ = strconv.ParseInt(string(h.Value), 10, 64)
+			var err error
+			out.InputPartition, err = strconv.ParseInt(string(h.Value), 10, 64)
+			hasPart = err == nil
 		case HeaderInputOffset:
-			out.InputOffset, _ = strconv.ParseInt(string(h.Value), 10, 64)
+			var err error
+			out.InputOffset, err = strconv.ParseInt(string(h.Value), 10, 64)
+			hasOff = err == nil
 		}
 	}
+	out.HasInput = hasPart && hasOff
 	return out
 }
 
@@ -72,6 +82,9 @@ type OutputLog struct {
 	// Detail says in words how much was read.
 	Detail  string
 	Records []OutputRecord
+	// Ends are the offsets each partition was read to (its last stable
+	// offset, or its high watermark), by partition.
+	Ends map[int64]int64
 }
 
 // KafkaCommittedLog reads every partition of topic with read_committed
@@ -95,6 +108,7 @@ func KafkaCommittedLog(ctx context.Context, cfg KafkaConfig, topic string) (Outp
 			out.Records = append(out.Records, rec)
 		}
 	})
+	out.Ends = endsOf(w)
 	if err != nil {
 		return out, err
 	}

@@ -96,6 +96,13 @@ type TopicStats struct {
 	AbortedVisible int64 `json:"aborted_visible"`
 	OutOfOrder     int64 `json:"out_of_order"`
 	LeftOpen       int64 `json:"left_open"`
+	// Uncommitted is how the harness's read_uncommitted read of the
+	// topic ended (complete, failed; absent when the history has none),
+	// and Aborted the records it found that the read_committed read did
+	// not (absent: none): records of aborted transactions, whoever
+	// wrote them.
+	Uncommitted string `json:"uncommitted,omitempty"`
+	Aborted     int64  `json:"aborted,omitempty"`
 }
 
 // DatabaseStats counts, per committed event, the effects the processor
@@ -252,6 +259,10 @@ type txnState struct {
 	rows   []outRow
 	closed map[int64]string
 	parts  []partRow
+	// The records the uncommitted read found aborted (table aborted),
+	// and how each topic's uncommitted read closed.
+	abortedRows   []outRow
+	abortedClosed map[int64]string
 }
 
 // txnState returns the shard's stage, starting one if it has none: an
@@ -260,7 +271,7 @@ type txnState struct {
 func (s *shard) txnState() *txnState {
 	if s.txnStage == nil {
 		s.txnStage = &txnState{topicIdx: map[string]int64{}, txnByKey: map[string]int32{}, perProc: map[string]int{},
-			written: map[recPos]written{}, seen: map[recPos]sighting{}, closed: map[int64]string{}}
+			written: map[recPos]written{}, seen: map[recPos]sighting{}, closed: map[int64]string{}, abortedClosed: map[int64]string{}}
 	}
 	return s.txnStage
 }
@@ -272,7 +283,7 @@ func txnOwned(op *history.Op) bool {
 	case history.Txn, history.TxnInput, history.TxnOutput, history.OutputRead:
 		return true
 	case history.FinalRead:
-		return op.Value.Table == history.TableOutput || op.Value.Table == history.TablePartition
+		return op.Value.Table == history.TableOutput || op.Value.Table == history.TablePartition || op.Value.Table == history.TableAborted
 	}
 	return false
 }
@@ -351,9 +362,13 @@ func (st *txnState) op(op *history.Op) {
 		return
 	}
 	if op.Type != history.OK {
-		if op.F == history.FinalRead && v.Table == history.TableOutput && v.Event == "" && v.Topic != "" {
-			if i := st.topic(v.Topic); st.closed[i] != "complete" {
-				st.closed[i] = "failed"
+		if op.F == history.FinalRead && v.Event == "" && v.Topic != "" {
+			closed := st.closed
+			if v.Table == history.TableAborted {
+				closed = st.abortedClosed
+			}
+			if i := st.topic(v.Topic); v.Table != history.TablePartition && closed[i] != "complete" {
+				closed[i] = "failed"
 			}
 		}
 		return
@@ -371,6 +386,10 @@ func (st *txnState) op(op *history.Op) {
 		switch {
 		case v.Table == history.TablePartition:
 			st.parts = append(st.parts, partRow{topic: st.topic(v.Topic), partition: v.Partition, lso: v.LastStableOffset, hwm: v.HighWatermark})
+		case v.Table == history.TableAborted && v.Event == "":
+			st.abortedClosed[st.topic(v.Topic)] = "complete"
+		case v.Table == history.TableAborted:
+			st.abortedRows = append(st.abortedRows, outRow{at: recPos{st.topic(v.Topic), v.Partition, v.Offset}, in: inPos{v.InputPartition, v.InputOffset}, event: v.Event, source: v.Source})
 		case v.Event == "":
 			st.closed[st.topic(v.Topic)] = "complete"
 		default:
@@ -402,8 +421,9 @@ func (st *txnState) sight(v *history.Value, reader string, hasIn bool) {
 
 // newAttempt forgets the final read's rows: a new attempt started.
 func (st *txnState) newAttempt() {
-	st.inputs, st.rows, st.parts = st.inputs[:0], st.rows[:0], st.parts[:0]
+	st.inputs, st.rows, st.parts, st.abortedRows = st.inputs[:0], st.rows[:0], st.parts[:0], st.abortedRows[:0]
 	clear(st.closed)
+	clear(st.abortedClosed)
 }
 
 // txnFinding is one finding of the stage before grouping.
@@ -482,6 +502,12 @@ type txnJudge struct {
 	allComplete bool
 	// inputsKnown: the final read read the input topic whole.
 	inputsKnown bool
+	// uncommittedComplete: the uncommitted read of every output topic
+	// closed ok; abortedSeen counts the aborted records it found;
+	// visible: the final read found a record in an output topic.
+	uncommittedComplete bool
+	abortedSeen         int64
+	visible             bool
 	// reads are the txn-input ops, sorted by input.
 	reads []txnReadRec
 	// ins are the inputs (the input topic's records, and the inputs the
@@ -531,10 +557,26 @@ func newTxnJudge(st *txnState, inputsKnown bool) *txnJudge {
 	j.stats = make([]TopicStats, len(j.outs))
 	j.complete = make([]bool, len(j.outs))
 	j.allComplete = len(j.outs) > 0
+	j.uncommittedComplete = len(j.outs) > 0
 	for k, t := range j.outs {
-		j.stats[k] = TopicStats{Topic: st.topics[t], Read: cmp.Or(st.closed[t], "missing")}
+		j.stats[k] = TopicStats{Topic: st.topics[t], Read: cmp.Or(st.closed[t], "missing"), Uncommitted: st.abortedClosed[t]}
 		j.complete[k] = st.closed[t] == "complete"
 		j.allComplete = j.allComplete && j.complete[k]
+		j.uncommittedComplete = j.uncommittedComplete && st.abortedClosed[t] == "complete"
+	}
+	seen := make(map[recPos]bool, len(st.abortedRows))
+	for _, row := range st.abortedRows {
+		if k := j.slot[row.at.topic]; k >= 0 && !seen[row.at] {
+			seen[row.at] = true
+			j.stats[k].Aborted++
+			j.abortedSeen++
+		}
+	}
+	for _, row := range st.rows {
+		if j.slot[row.at.topic] >= 0 {
+			j.visible = true
+			break
+		}
 	}
 	j.res.Topics = j.stats
 	j.reads = slices.Clone(st.reads)
@@ -583,11 +625,11 @@ func (j *txnJudge) transactions() {
 	}
 	switch {
 	case c.Begun == 0:
-		j.reason("no transaction was recorded")
+		j.withoutLineage()
 	case c.Committed == 0:
 		j.reason("no transaction committed")
 	}
-	if c.Begun > 0 && c.Aborted == 0 {
+	if c.Begun > 0 && c.Aborted == 0 && j.abortedSeen == 0 {
 		j.reason("no transaction aborted, so no reader ever had an aborted record to skip")
 	}
 	for i := 0; i < len(j.reads); {
@@ -603,6 +645,37 @@ func (j *txnJudge) transactions() {
 		}
 		i = k
 	}
+}
+
+// withoutLineage decides what the transactions' ops would have, for a
+// processor that records none (a team's, docs/contract.md "Processor"),
+// from what the harness saw itself: a record visible read_committed
+// shows a transaction committed, a record of the uncommitted read the
+// committed read does not have (an aborted row) that one aborted.
+func (j *txnJudge) withoutLineage() {
+	if !j.visible {
+		j.reason("no transaction was recorded, and the final read found no record in the output topics")
+	}
+	var unread []string
+	for k, t := range j.outs {
+		if j.stats[k].Uncommitted != "complete" {
+			unread = append(unread, j.st.topics[t])
+		}
+	}
+	switch {
+	case len(unread) > 0:
+		j.reason("no transaction was recorded, and %s not read uncommitted whole, so which records aborted (and whether a reader read one) is not known", topicNames(unread))
+	case j.abortedSeen == 0:
+		j.reason("no transaction was recorded, and the output topics read uncommitted hold no record the committed read does not: no transaction aborted, so no reader ever had an aborted record to skip")
+	}
+}
+
+// topicNames says "output topic a" or "output topics a, b were".
+func topicNames(topics []string) string {
+	if len(topics) == 1 {
+		return "output topic " + topics[0] + " was"
+	}
+	return "output topics " + strings.Join(topics, ", ") + " were"
 }
 
 // outputs judges each input against the final read of the output
@@ -825,6 +898,7 @@ func (j *txnJudge) aborted() {
 		}
 	}
 	slices.SortFunc(looks, func(x, y look) int { return compareRec(x.at, y.at) })
+	j.abortedRead()
 	for _, lk := range looks {
 		w := st.written[lk.at]
 		if lk.hasIn && lk.in != w.in || !lk.hasIn && lk.event != w.event {
@@ -840,6 +914,37 @@ func (j *txnJudge) aborted() {
 		j.fs = append(j.fs, txnFinding{kind: AbortedVisible, topic: name, order: lk.at, event: w.event, label: w.event,
 			match:  txnMatch{in: w.in, hasIn: true, txns: append(j.txnsOf(w.in), t.key)},
 			detail: fmt.Sprintf("record p%d@%d of %s (input %s) read by %s, written by transaction %s (%s)", lk.at.partition, lk.at.offset, name, w.in, lk.reader, t.id, why)})
+	}
+}
+
+// abortedRead judges aborted-visible for the records the harness found
+// aborted itself (table aborted: read uncommitted, not read committed)
+// and no aborted transaction's op names (those are judged by their
+// transactions): each one a reader read during the run. The final read
+// cannot have read them: they are what it did not read.
+func (j *txnJudge) abortedRead() {
+	st := j.st
+	done := make(map[recPos]bool, len(st.abortedRows))
+	rows := slices.Clone(st.abortedRows)
+	slices.SortFunc(rows, func(x, y outRow) int { return compareRec(x.at, y.at) })
+	for _, row := range rows {
+		k := j.slot[row.at.topic]
+		if k < 0 || done[row.at] {
+			continue
+		}
+		done[row.at] = true
+		if w, ok := st.written[row.at]; ok && st.txns[w.txn].outcome == history.Fail {
+			continue // its transaction's ops judge it
+		}
+		sg, ok := st.seen[row.at]
+		if !ok || sg.hasIn && sg.in != row.in || !sg.hasIn && sg.event != row.event {
+			continue // not read, or another record at the same position
+		}
+		name := st.topics[row.at.topic]
+		j.stats[k].AbortedVisible++
+		j.fs = append(j.fs, txnFinding{kind: AbortedVisible, topic: name, order: row.at, event: row.event, source: row.source, label: row.event,
+			match:  txnMatch{in: row.in, hasIn: true, txns: j.txnsOf(row.in)},
+			detail: fmt.Sprintf("record p%d@%d of %s (input %s) read by %s, and not visible read_committed after the drain: its transaction aborted", row.at.partition, row.at.offset, name, row.in, sg.reader)})
 	}
 }
 
@@ -1021,7 +1126,7 @@ func (a *analyzer) txnAnomalies(r *Result, st *txnState, fs []txnFinding, replay
 			case op.F == history.TxnInput:
 				hit = byIn[inPos{v.Partition, v.Offset}]
 			case op.F == history.TxnOutput || op.F == history.OutputRead ||
-				op.F == history.FinalRead && v.Table == history.TableOutput && v.Event != "":
+				op.F == history.FinalRead && (v.Table == history.TableOutput || v.Table == history.TableAborted) && v.Event != "":
 				hit = byIn[inPos{v.InputPartition, v.InputOffset}]
 				if op.F == history.TxnOutput && len(byPart) > 0 {
 					if t, ok := st.topicIdx[v.Topic]; ok {

@@ -178,6 +178,16 @@ const (
 	// last_stable_offset, high_watermark. A last stable offset below the
 	// high watermark means a transaction is still open there.
 	TablePartition = "partition"
+	// TableAborted is a record of an output topic of the transactional
+	// stage that the harness read after the drain read_uncommitted and
+	// not read_committed, below the last stable offset the committed read
+	// went to: a record of an aborted transaction, whoever wrote it (the
+	// processor need not say): topic, partition, offset, event, source,
+	// input_partition, input_offset. A row without an event closes the
+	// uncommitted read of one topic (topic named): ok when all of it was
+	// read and compared, fail or info when it could not be (error says
+	// why).
+	TableAborted = "aborted"
 )
 
 // Op is one line of a history.

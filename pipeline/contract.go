@@ -29,7 +29,7 @@ import (
 // needs to join the run, with every endpoint behind the harness's proxies
 // so network faults reach it. docs/contract.md is the reference.
 const (
-	EnvRole         = "DELIVERYCHECK_ROLE"         // "relay" or "consumer"
+	EnvRole         = "DELIVERYCHECK_ROLE"         // "relay", "consumer" or "processor"
 	EnvSubscription = "DELIVERYCHECK_SUBSCRIPTION" // consumers: the subscription, the "consumer" of its effect rows
 	EnvPostgresDSN  = "DELIVERYCHECK_POSTGRES_DSN" // the run's database
 	EnvBroker       = "DELIVERYCHECK_BROKER"       // "kafka" or "rabbitmq"
@@ -44,6 +44,12 @@ const (
 	EnvSource       = "DELIVERYCHECK_EVENT_SOURCE"
 	EnvMaxAttempts  = "DELIVERYCHECK_MAX_ATTEMPTS"
 	EnvSeed         = "DELIVERYCHECK_SEED"
+	// A processor's (docs/contract.md, "Processor"): the stage's output
+	// topics, comma-separated; the transactional.id to use, stable across
+	// its restarts; the share of transactions to abort on purpose.
+	EnvKafkaOutputTopics = "DELIVERYCHECK_KAFKA_OUTPUT_TOPICS"
+	EnvTransactionalID   = "DELIVERYCHECK_TRANSACTIONAL_ID"
+	EnvAbortRatio        = "DELIVERYCHECK_ABORT_RATIO"
 )
 
 // ErrContract marks an error in what the scenario says about the system
@@ -115,6 +121,9 @@ func (r *Deployment) contractEnv(name, role, sub string) []string {
 		if sub != "" {
 			env[EnvKafkaGroup] = b.Qualify(sub)
 		}
+		if role == worker.RoleProcessor {
+			r.processorEnv(env, name)
+		}
 	case "rabbitmq":
 		urls := b.URLs()
 		env[EnvAMQPURL] = urls[0]
@@ -161,6 +170,9 @@ func commandField(sys System, role, sub string) string {
 	if role == worker.RoleRelay {
 		return "system.relay.command"
 	}
+	if role == worker.RoleProcessor {
+		return "system.processor.command"
+	}
 	if f := "system.consumers." + sub + ".command"; sys.Where[f] != "" {
 		return f
 	}
@@ -176,6 +188,11 @@ func checkSystem(ctx context.Context, db *pgxpool.Pool, broker string, sys Syste
 	if sys.Relay != nil {
 		if err := (supervisor.Command{Argv: sys.Relay.Command, Dir: sys.Relay.Dir}).Check(); err != nil {
 			return sys.errorIn(commandField(sys, worker.RoleRelay, ""), err)
+		}
+	}
+	if sys.Processor != nil {
+		if err := (supervisor.Command{Argv: sys.Processor.Command, Dir: sys.Processor.Dir}).Check(); err != nil {
+			return sys.errorIn(commandField(sys, worker.RoleProcessor, ""), err)
 		}
 	}
 	for _, sub := range slices.Sorted(maps.Keys(sys.Consumers)) {

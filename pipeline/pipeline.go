@@ -202,6 +202,10 @@ type System struct {
 	// Consumers replaces the built-in consumers of a subscription, by
 	// subscription name.
 	Consumers map[string]External
+	// Processor, when set, replaces the transactional stage's built-in
+	// processors: Stage.Processors processes of this command
+	// (docs/contract.md, "Processor").
+	Processor *External
 	// EffectsQuery returns one row per effect the team's consumers
 	// applied: columns event_id and consumer, and optionally
 	// aggregate_id, version, source and applied_at,

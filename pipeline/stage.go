@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/deliverycheck/deliverycheck/broker"
@@ -110,6 +111,12 @@ func (r *Deployment) startStage(ctx context.Context) error {
 		return err
 	}
 	for i := range r.cfg.Stage.Processors {
+		if ext := r.cfg.System.Processor; ext != nil {
+			if err := r.startExternal(ctx, processorName(i), worker.RoleProcessor, StageConsumer, *ext); err != nil {
+				return err
+			}
+			continue
+		}
 		name := processorName(i)
 		if err := r.start(ctx, r.processorSpec(name, name)); err != nil {
 			return err
@@ -187,8 +194,8 @@ func (r *Deployment) startReader(outputs []string) error {
 	done := make(chan error, 1)
 	go func() {
 		err := broker.KafkaReadOutputs(ctx, r.broker.Kafka(), outputs, !r.cfg.Stage.ReadUncommitted, func(o broker.OutputRecord) error {
-			if o.Event == "" {
-				return nil // not the stage's: nothing to name its input by
+			if o.Event == "" || !o.HasInput {
+				return nil // nothing to name its input by (the final read says so)
 			}
 			_, err := rec.Record(history.OK, history.OutputRead, history.Value{
 				Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Event: o.Event, Source: o.Source,
@@ -222,32 +229,22 @@ func (r *Deployment) stopStageReader() {
 // stageRows reads the output topics into final-read rows: per topic, its
 // records read_committed up to the last stable offsets (table output),
 // closed by a row without an event (info with the error when the read
-// failed); then every output partition's offsets (table partition).
+// failed), then the records its read_uncommitted read adds below those
+// offsets, the aborted ones (table aborted), closed the same way; then
+// every output partition's offsets (table partition).
 func (r *Deployment) stageRows(ctx context.Context) []history.Entry {
 	var rows []history.Entry
 	outputs := r.stageOutputs()
 	for _, topic := range outputs {
 		l, err := broker.KafkaCommittedLog(ctx, r.broker.Kafka(), topic)
-		var anonymous int
-		for _, o := range l.Records {
-			if o.Event == "" {
-				anonymous++
-				continue
-			}
-			rows = append(rows, finalRow(history.Value{
-				Table: history.TableOutput, Topic: o.Topic, Partition: o.Partition, Offset: o.Offset,
-				Event: o.Event, Source: o.Source, InputPartition: o.InputPartition, InputOffset: o.InputOffset,
-			}))
+		rows = append(rows, r.outputRows(history.TableOutput, topic, l.Records, l.Detail, err)...)
+		var ab broker.AbortedLog
+		if err == nil {
+			ab, err = broker.KafkaAbortedRecords(ctx, r.broker.Kafka(), l)
+		} else {
+			err = fmt.Errorf("not compared: the read_committed read of %s failed", topic)
 		}
-		if err == nil && anonymous > 0 {
-			err = fmt.Errorf("%d of %d records in %s carry no %s header", anonymous, len(l.Records), topic, broker.HeaderEventID)
-		}
-		done := finalRow(history.Value{Table: history.TableOutput, Topic: topic, Detail: l.Detail})
-		if err != nil {
-			r.log.Warn("read an output topic", "topic", topic, "err", err)
-			done.Type, done.Value.Error = history.Info, err.Error()
-		}
-		rows = append(rows, done)
+		rows = append(rows, r.outputRows(history.TableAborted, topic, ab.Records, ab.Detail, err)...)
 	}
 	offs, err := broker.KafkaPartitionOffsets(ctx, r.broker.Kafka(), outputs...)
 	if err != nil {
@@ -262,6 +259,42 @@ func (r *Deployment) stageRows(ctx context.Context) []history.Entry {
 		}))
 	}
 	return rows
+}
+
+// outputRows are the final-read rows of table of one output topic's
+// records, closed by a row without an event: ok with detail, or info
+// with the error of the read (err) or the records no row can name. A
+// record without an event-id header, or without input-partition and
+// input-offset headers, names no input (docs/contract.md, "Processor"):
+// it gets no row and makes the read incomplete.
+func (r *Deployment) outputRows(table, topic string, recs []broker.OutputRecord, detail string, err error) []history.Entry {
+	rows := make([]history.Entry, 0, len(recs)+1)
+	var anonymous, noInput int
+	for _, o := range recs {
+		switch {
+		case o.Event == "":
+			anonymous++
+		case !o.HasInput:
+			noInput++
+		default:
+			rows = append(rows, finalRow(history.Value{
+				Table: table, Topic: o.Topic, Partition: o.Partition, Offset: o.Offset,
+				Event: o.Event, Source: o.Source, InputPartition: o.InputPartition, InputOffset: o.InputOffset,
+			}))
+		}
+	}
+	if err == nil && anonymous > 0 {
+		err = fmt.Errorf("%d of %d records in %s carry no %s header", anonymous, len(recs), topic, broker.HeaderEventID)
+	}
+	if err == nil && noInput > 0 {
+		err = fmt.Errorf("%d of %d records in %s do not carry both %s and %s headers (decimal): they name no input", noInput, len(recs), topic, broker.HeaderInputPartition, broker.HeaderInputOffset)
+	}
+	done := finalRow(history.Value{Table: table, Topic: topic, Detail: detail})
+	if err != nil {
+		r.log.Warn("read an output topic", "topic", topic, "table", table, "err", err)
+		done.Type, done.Value.Error = history.Info, err.Error()
+	}
+	return append(rows, done)
 }
 
 // stagePending is what the drain waits for in the stage: the processors'
@@ -340,4 +373,17 @@ func declaredSubscriptions(cfg Config) []string {
 		return cfg.Subscriptions
 	}
 	return append(slices.Clone(cfg.Subscriptions), StageConsumer)
+}
+
+// processorEnv adds what a team's processor (system.processor) needs
+// besides what every Kafka component gets: the output topics, its
+// transactional.id and the abort ratio. The consumer group
+// (DELIVERYCHECK_KAFKA_GROUP) and DELIVERYCHECK_SUBSCRIPTION come with
+// the stage's consumer name, StageConsumer.
+func (r *Deployment) processorEnv(env map[string]string, name string) {
+	env[EnvKafkaOutputTopics] = strings.Join(r.stageOutputs(), ",")
+	// The process name today: stable across restarts, so a restart
+	// fences its dead or paused predecessor.
+	env[EnvTransactionalID] = name
+	env[EnvAbortRatio] = strconv.FormatFloat(r.cfg.Stage.AbortRatio, 'g', -1, 64)
 }

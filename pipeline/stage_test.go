@@ -58,6 +58,13 @@ func TestStageKillProcessor(t *testing.T) {
 	if st.Delivery != checker.ExactlyOnce {
 		t.Errorf("delivery %s, want exactly-once", st.Delivery)
 	}
+	// The harness's own view agrees with the processor's lineage: the
+	// aborted transactions' records are in the log, read uncommitted only.
+	for _, ts := range st.Topics {
+		if ts.Uncommitted != "complete" || ts.Aborted == 0 {
+			t.Errorf("%s: uncommitted read %q found %d aborted records; want it complete, with the aborted transactions' records", ts.Topic, ts.Uncommitted, ts.Aborted)
+		}
+	}
 	if crashes, restarts := r.Supervisor().Stats("processor-0"); crashes < 1 || restarts < 1 {
 		t.Errorf("processor-0: %d crashes, %d restarts; want the kill and a restart", crashes, restarts)
 	}

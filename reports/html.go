@@ -410,7 +410,7 @@ func newExampleView(ex checker.Example, sub string) exampleView {
 			notes = append(notes, "txn "+op.Value.Txn)
 		}
 		switch {
-		case op.F == history.TxnOutput || op.F == history.OutputRead || op.Value.Table == history.TableOutput && op.Value.Event != "":
+		case op.F == history.TxnOutput || op.F == history.OutputRead || (op.Value.Table == history.TableOutput || op.Value.Table == history.TableAborted) && op.Value.Event != "":
 			notes = append(notes, fmt.Sprintf("input p%d@%d", op.Value.InputPartition, op.Value.InputOffset))
 		case op.Value.Table == history.TablePartition:
 			notes = append(notes, fmt.Sprintf("last stable offset %d, high watermark %d", op.Value.LastStableOffset, op.Value.HighWatermark))

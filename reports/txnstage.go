@@ -1,6 +1,7 @@
 package reports
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -133,6 +134,8 @@ type recordLine struct {
 	Read    string // the readers during the run
 	Final   bool   // in the final read_committed read
 	Class   string // bad: an aborted record was seen; info: its transaction is undecided
+
+	partition, offset int64 // to sort by
 }
 
 // topicLines lays out, from an example's ops, its input's records in each
@@ -157,6 +160,7 @@ func topicLines(ops []history.Op) []topicLine {
 		line, i int
 		txn     string
 		readers []string
+		aborted bool // the harness found it aborted (table aborted)
 	}
 	var lines []topicLine
 	recs := map[[3]string]*rec{}
@@ -172,7 +176,7 @@ func topicLines(ops []history.Op) []topicLine {
 			reader = op.Process
 		case op.F == history.Deliver:
 			reader = "delivered to " + v.Consumer
-		case op.F == history.FinalRead && v.Table == history.TableOutput && v.Event != "":
+		case op.F == history.FinalRead && (v.Table == history.TableOutput || v.Table == history.TableAborted) && v.Event != "":
 		default:
 			continue
 		}
@@ -185,13 +189,15 @@ func topicLines(ops []history.Op) []topicLine {
 				lines = append(lines, topicLine{Topic: v.Topic})
 			}
 			r = &rec{line: li, i: len(lines[li].Records)}
-			lines[li].Records = append(lines[li].Records, recordLine{Where: fmt.Sprintf("p%d@%d", v.Partition, v.Offset)})
+			lines[li].Records = append(lines[li].Records, recordLine{Where: fmt.Sprintf("p%d@%d", v.Partition, v.Offset), partition: v.Partition, offset: v.Offset})
 			recs[k] = r
 		}
 		rl := &lines[r.line].Records[r.i]
 		switch {
 		case op.F == history.TxnOutput:
 			r.txn = v.Txn
+		case op.F == history.FinalRead && v.Table == history.TableAborted:
+			r.aborted = true
 		case op.F == history.FinalRead:
 			rl.Final = true
 		case !slices.Contains(r.readers, reader):
@@ -201,6 +207,14 @@ func topicLines(ops []history.Op) []topicLine {
 	for _, r := range recs {
 		rl := &lines[r.line].Records[r.i]
 		rl.Read = strings.Join(r.readers, ", ")
+		if r.txn == "" && r.aborted {
+			// A processor that records no transaction: the harness's
+			// uncommitted read says this one aborted.
+			rl.Written = "aborted (read uncommitted, not committed)"
+			if rl.Read != "" {
+				rl.Class = "bad"
+			}
+		}
 		if r.txn != "" {
 			o := outcome[r.txn]
 			if o == "" {
@@ -214,6 +228,12 @@ func topicLines(ops []history.Op) []topicLine {
 				rl.Class = "info"
 			}
 		}
+	}
+	// In log order, whichever op named a record first.
+	for _, l := range lines {
+		slices.SortFunc(l.Records, func(x, y recordLine) int {
+			return cmp.Or(cmp.Compare(x.partition, y.partition), cmp.Compare(x.offset, y.offset))
+		})
 	}
 	return lines
 }

@@ -135,10 +135,38 @@ func TestTxnStageJUnit(t *testing.T) {
 	}
 }
 
+// Without the processor's lineage, the harness's aborted rows say which
+// records aborted: the one billing read is marked bad all the same.
+func TestTxnStageExampleTopicsWithoutLineage(t *testing.T) {
+	res := txnStageResult(t, "txn-stage-team-read-uncommitted", nil)
+	i := slices.IndexFunc(res.Anomalies, func(a checker.Anomaly) bool { return a.Kind == checker.AbortedVisible })
+	if i < 0 {
+		t.Fatalf("no aborted-visible: %+v", res.Anomalies)
+	}
+	var lines []string
+	for _, tl := range newAnomalyView(i, res.Anomalies[i]).Examples[0].Topics {
+		for _, r := range tl.Records {
+			lines = append(lines, strings.Join([]string{tl.Topic, r.Where, r.Written, r.Read, map[bool]string{true: "visible"}[r.Final], r.Class}, "|"))
+		}
+	}
+	want := []string{
+		"run.invoices|p0@0|aborted (read uncommitted, not committed)|delivered to billing||bad",
+		"run.invoices|p0@2||reader-0, delivered to billing|visible|",
+		"run.revenue|p0@0|aborted (read uncommitted, not committed)|||",
+		"run.revenue|p0@2||reader-0|visible|",
+	}
+	if !slices.Equal(lines, want) {
+		t.Errorf("topic lines\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	if st := res.TxnStage; st.Transactions.Begun != 0 || st.Topics[0].Aborted != 1 || st.Topics[0].Uncommitted != "complete" {
+		t.Errorf("stage %+v", st)
+	}
+}
+
 // The stage's results validate against the published schema.
 func TestTxnStageResultsSchema(t *testing.T) {
 	sch := compileSchema(t)
-	for _, name := range []string{"txn-stage-valid", "txn-stage-read-uncommitted", "txn-stage-db-boundary"} {
+	for _, name := range []string{"txn-stage-valid", "txn-stage-read-uncommitted", "txn-stage-db-boundary", "txn-stage-team-valid", "txn-stage-team-read-uncommitted"} {
 		var b bytes.Buffer
 		if err := WriteResultsJSON(&b, Record{Scenario: name}, txnStageResult(t, name, nil)); err != nil {
 			t.Fatal(err)

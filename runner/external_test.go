@@ -19,17 +19,24 @@ import (
 // dir, as its Makefile would into bin/.
 func buildExample(t *testing.T, tags string) string {
 	t.Helper()
+	return buildExampleIn(t, "consumer", tags)
+}
+
+// buildExampleIn builds examples/<dir> (with tags, if any) into a temp
+// dir, as its Makefile would into bin/.
+func buildExampleIn(t *testing.T, dir, tags string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	bin := filepath.Join(t.TempDir(), "consumer")
+	bin := filepath.Join(t.TempDir(), dir)
 	args := []string{"build", "-o", bin}
 	if tags != "" {
 		args = append(args, "-tags", tags)
 	}
 	cmd := exec.CommandContext(ctx, "go", append(args, ".")...)
-	cmd.Dir = filepath.Join("..", "examples", "consumer")
+	cmd.Dir = filepath.Join("..", "examples", dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the example consumer: %v\n%s", err, out)
+		t.Fatalf("build examples/%s: %v\n%s", dir, err, out)
 	}
 	return bin
 }

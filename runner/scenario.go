@@ -149,5 +149,8 @@ func external(s scenarios.Scenario, cfg pipeline.Config) []reports.External {
 			add("consumer-"+sub+"-", strings.Join(c.Command, " "), team["consumer-"+sub+"-0"])
 		}
 	}
+	if c := cfg.System.Processor; c != nil {
+		add("processor-", strings.Join(c.Command, " "), team["processor-0"])
+	}
 	return out
 }

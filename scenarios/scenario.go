@@ -134,6 +134,10 @@ type System struct {
 	// Consumers replaces the built-in consumers of the subscriptions it
 	// names, a command each; it wins over consumer.
 	Consumers map[string]*Command `yaml:"consumers,omitempty" key:"subscription"`
+	// Processor replaces the built-in processors of the transactional
+	// stage (processor-0, ...) with a command (docs/contract.md,
+	// "Processor"); only with a stage section, so Kafka only.
+	Processor *Command `yaml:"processor,omitempty"`
 	// EffectsQuery returns one row per effect the team's consumers applied:
 	// `event_id`, `consumer`; optionally `aggregate_id`, `version`,
 	// `source`, `committed_at` (when the effect committed:
@@ -165,7 +169,8 @@ type System struct {
 // inputs. A reader (reader-0) reads the output topics during the whole
 // run, the drain waits for the stage, and the final read reads the output
 // topics and their offsets. The checker then judges Kafka's exactly-once
-// per input record. Kafka only. Give it at least one field
+// per input record. system.processor replaces the processors with a
+// team's command. Kafka only. Give it at least one field
 // (`stage: {processors: 1}`): as for every optional section, an empty
 // mapping is no stage.
 type Stage struct {
@@ -244,6 +249,9 @@ func (s Scenario) TeamFailpoints() map[string][]string {
 func (s Scenario) commandOf(w string) *Command {
 	if strings.HasPrefix(w, "relay-") {
 		return s.System.Relay
+	}
+	if strings.HasPrefix(w, "processor-") {
+		return s.System.Processor
 	}
 	if sub, ok := strings.CutPrefix(w, "consumer-"); ok {
 		if i := strings.LastIndexByte(sub, '-'); i >= 0 {
@@ -640,6 +648,10 @@ func (s Scenario) pipelineSystem() pipeline.System {
 		e := ext(s.System.Relay)
 		sys.Relay = &e
 	}
+	if s.System.Processor != nil {
+		e := ext(s.System.Processor)
+		sys.Processor = &e
+	}
 	for _, sub := range s.Workload.Subscriptions {
 		if c := s.System.consumerFor(sub); c != nil {
 			if sys.Consumers == nil {
@@ -683,7 +695,7 @@ func (s System) clone() System {
 		y.Command, y.Env, y.Failpoints = slices.Clone(x.Command), maps.Clone(x.Env), slices.Clone(x.Failpoints)
 		return &y
 	}
-	c.Relay, c.Consumer = cmd(s.Relay), cmd(s.Consumer)
+	c.Relay, c.Consumer, c.Processor = cmd(s.Relay), cmd(s.Consumer), cmd(s.Processor)
 	if s.Consumers != nil {
 		c.Consumers = make(map[string]*Command, len(s.Consumers))
 		for k, v := range s.Consumers {

@@ -179,7 +179,7 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 			fail("system.consumers."+sub, "%q is not a workload subscription (have %s)", sub, strings.Join(w.Subscriptions, ", "))
 		}
 	}
-	cmds := map[string]*Command{"system.relay": sys.Relay, "system.consumer": sys.Consumer}
+	cmds := map[string]*Command{"system.relay": sys.Relay, "system.consumer": sys.Consumer, "system.processor": sys.Processor}
 	for sub, c := range sys.Consumers {
 		cmds["system.consumers."+sub] = c
 	}
@@ -219,6 +219,7 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	if sys.Relay != nil && s.Variants.Producer != producer.Outbox {
 		fail("system.relay", "the %s producer runs no relay", s.Variants.Producer)
 	}
+	s.checkTeamProcessor(fail)
 
 	// Nemesis.
 	workers := s.workers()
@@ -644,4 +645,23 @@ func (s Scenario) checkReplication(fail func(path, format string, args ...any)) 
 // subscriptions', then the transactional stage's.
 func anomalyKinds() []checker.Kind {
 	return slices.Concat(checker.AnomalyKinds(), checker.TxnStageKinds())
+}
+
+// checkTeamProcessor checks system.processor: it replaces the processors
+// of the transactional stage, so it needs one (and so Kafka), and the
+// built-in processor's variant has nothing to pick among.
+func (s Scenario) checkTeamProcessor(fail func(path, format string, args ...any)) {
+	if s.System.Processor == nil {
+		return
+	}
+	switch {
+	case s.Broker.Kind == "rabbitmq":
+		fail("system.processor", "a processor is the transactional stage's, and the stage is Kafka's (transactions over its topics); use broker: kafka")
+	case s.Stage == nil:
+		fail("system.processor", "replaces the processors of the transactional stage, and the scenario has no stage section; add one, e.g. stage: {processors: 1}")
+	case s.Stage.Processor != "":
+		fail("stage.processor", "system.processor replaces the built-in processor; drop stage.processor (%s)", s.Stage.Processor)
+	case s.Stage.Effect != "" && s.Stage.Effect != processor.NoEffect:
+		fail("stage.effect", "the database effect is the built-in processor's (a team's processor cannot be told to write it): drop stage.effect (%s)", s.Stage.Effect)
+	}
 }

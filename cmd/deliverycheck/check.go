@@ -169,8 +169,16 @@ func printSummary(w io.Writer, r *checker.Result, paths []string, out string) {
 		}
 	}
 	if st := r.TxnStage; st != nil {
-		fmt.Fprintf(w, "  transactional stage %s: %d transactions (%d committed, %d aborted); %s on Kafka's topics", st.Consumer,
-			st.Transactions.Begun, st.Transactions.Committed, st.Transactions.Aborted, st.Delivery.Words())
+		txns := fmt.Sprintf("%d transactions (%d committed, %d aborted)", st.Transactions.Begun, st.Transactions.Committed, st.Transactions.Aborted)
+		if st.Transactions.Begun == 0 {
+			// A processor without lineage: what the harness saw itself.
+			var aborted int64
+			for _, tp := range st.Topics {
+				aborted += tp.Aborted
+			}
+			txns = fmt.Sprintf("no transaction recorded, %d aborted records in its output topics", aborted)
+		}
+		fmt.Fprintf(w, "  transactional stage %s: %s; %s on Kafka's topics", st.Consumer, txns, st.Delivery.Words())
 		if st.Database != nil {
 			fmt.Fprintf(w, "; %s on the database", st.Database.Delivery.Words())
 		}

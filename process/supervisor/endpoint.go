@@ -41,6 +41,9 @@ const maxHistoryBody = 4 << 20
 var harnessOnly = map[history.F]bool{
 	history.Setup: true, history.Fault: true, history.Drain: true, history.FinalRead: true,
 	history.Crash: true, history.Restart: true,
+	// The stage's declaration: its output topics are the harness's to
+	// say (a processor's own would redefine what the checker owes).
+	history.TxnStage: true,
 }
 
 // endpoint is the server; it exists from the first external worker on.

@@ -305,6 +305,7 @@ func TestEndpointHistory(t *testing.T) {
 		{"no type", `{"f":"deliver","value":{"event":"a"}}`, 400, "line 1: history: invalid op: it has no type"},
 		{"no f", `{"type":"ok","value":{"event":"a"}}`, 400, "line 1: no f"},
 		{"harness only", `{"type":"ok","f":"deliver"}` + "\n\n" + `{"type":"ok","f":"final-read","value":{"table":"effects","event":"x"}}`, 400, `line 3: f "final-read" is written by the harness only`},
+		{"the stage is the harness's", `{"type":"ok","f":"txn-stage","value":{"topics":["x"]}}`, 400, `line 1: f "txn-stage" is written by the harness only`},
 		{"bad utf-8 id", `{"type":"ok","f":"deliver","value":{"event":"\ud800"}}`, 400, "not valid UTF-8"},
 		{"recorded", `{"type":"ok","f":"deliver","value":{"event":"a","consumer":"inventory","attempt":2},"time":5,"process":"someone-else"}` + "\n" + `{"type":"ok","f":"ack","value":{"event":"a","consumer":"inventory"}}` + "\n", 204, ""},
 	} {
