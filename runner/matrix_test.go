@@ -271,17 +271,18 @@ type lane struct {
 }
 
 // matrixLanes splits the catalogue into the replicated scenarios, each
-// on servers of its own, and two lanes of single-node ones, alternately
-// on the two shared sets (a scenario's faults kill and cut the servers
-// it runs on, so two never share a set). A single-node run mostly waits
+// on servers of its own, and three lanes of single-node ones, in turn on
+// the three shared sets (a scenario's faults kill and cut the servers it
+// runs on, so two never share a set). A single-node run mostly waits
 // (fault windows, restarts, drains): one kept this 2-core machine's CPU
-// 11% busy, so two lanes take half the time. The replicated ones do not
-// run beside anything: a wiped RabbitMQ node's rejoin hung past the
-// heal's 2 minutes in 2 of 2 runs beside two lanes (bad-classic-empty-disk,
-// the node up but never probed), and never alone.
+// 11% busy, and three lanes still leave it about half idle (the 53
+// single-node scenarios took 3m08s of wall and 3m06s of CPU). The
+// replicated ones do not run beside anything: a wiped RabbitMQ node's
+// rejoin hung past the heal's 2 minutes in 2 of 2 runs beside two lanes
+// (bad-classic-empty-disk, the node up but never probed), and never alone.
 func matrixLanes(t *testing.T, all []scenarios.Scenario) (replicated []scenarios.Scenario, single []lane) {
 	t.Helper()
-	single = []lane{{servers: &shared}, {servers: &lane2}}
+	single = []lane{{servers: &shared}, {servers: &lane2}, {servers: &lane3}}
 	n := 0
 	for _, s := range all {
 		s.Seed = 1 // any: only the servers it asks for matter here
@@ -293,7 +294,7 @@ func matrixLanes(t *testing.T, all []scenarios.Scenario) (replicated []scenarios
 			replicated = append(replicated, s)
 			continue
 		}
-		single[n%2].scenarios = append(single[n%2].scenarios, s)
+		single[n%len(single)].scenarios = append(single[n%len(single)].scenarios, s)
 		n++
 	}
 	return replicated, single
