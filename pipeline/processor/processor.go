@@ -14,8 +14,8 @@
 // read_committed reader has something to skip.
 //
 // Config.Variant swaps in known-bad processors for the checker to catch:
-// OffsetsAfter commits its offsets outside its transaction, Idempotent
-// has no transaction at all.
+// OffsetsAfter and OffsetsBefore commit their offsets outside their
+// transactions, Idempotent has no transaction at all.
 package processor
 
 import (
@@ -52,6 +52,14 @@ const (
 	// processor.after-commit-before-poll) has the restarted processor
 	// read the inputs again and write their outputs twice.
 	OffsetsAfter Variant = "offsets-after"
+	// OffsetsBefore is known-bad: the input offsets are committed first,
+	// outside any transaction, and the outputs written after, in
+	// transactions until one commits. A crash between the two (failpoint
+	// processor.after-produce-before-commit: the outputs acknowledged,
+	// their transaction open) has the restart fence and abort that
+	// transaction and go on past the committed offsets: those inputs'
+	// outputs are lost.
+	OffsetsBefore Variant = "offsets-before"
 	// Idempotent is known-bad: no transactions at all. An idempotent
 	// producer (franz-go's default without a transactional.id: no
 	// duplicates from its own retries) in the group, auto-commit off,
@@ -65,7 +73,7 @@ const (
 )
 
 // Variants lists every processor variant, the correct one first.
-func Variants() []Variant { return []Variant{Transactional, OffsetsAfter, Idempotent} }
+func Variants() []Variant { return []Variant{Transactional, OffsetsAfter, Idempotent, OffsetsBefore} }
 
 // VariantNames lists the variants for an error message.
 func VariantNames() string {
@@ -184,6 +192,8 @@ func (p *Processor) Run(ctx context.Context) error {
 			session = p.sessionOffsetsAfter
 		case Idempotent:
 			session = p.sessionIdempotent
+		case OffsetsBefore:
+			session = p.sessionOffsetsBefore
 		}
 		err := session(ctx)
 		if time.Since(began) > time.Minute {
