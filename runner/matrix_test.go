@@ -355,6 +355,9 @@ func detect(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario, o
 			if measured[s.Name] {
 				checkBaseline(t, r)
 			}
+			if kinds, ok := stageBittenBy[s.Name]; ok {
+				checkStageBitten(t, o, kinds)
+			}
 			if n := len(s.Nemesis.Timeline); n > 0 && r.Counts.Faults == 0 {
 				t.Errorf("%d timeline faults, none in the history", n)
 			}
