@@ -185,12 +185,13 @@ type Stage struct {
 	// `transactional`, the default and correct (in the transaction that
 	// writes the outputs); `offsets-after`, known-bad (after that
 	// transaction commits, outside it: a crash between the two writes
-	// the outputs again); `idempotent`, known-bad (no transaction: an
+	// the outputs again); or `idempotent`, known-bad (no transaction: an
 	// idempotent producer writes the outputs, then the offsets are
 	// committed; a crash between the two writes the outputs again, and
-	// `abort_ratio` does not apply); or `offsets-before`, known-bad
-	// (before the transaction that writes the outputs, outside it: a
-	// crash between the two loses those outputs).
+	// `abort_ratio` does not apply).
+	// `offsets-before` is known-bad too: the offsets are committed
+	// before the transaction that writes the outputs, outside it; a crash
+	// between the two loses those outputs.
 	Processor processor.Variant `yaml:"processor,omitempty" enum:"processor variant"`
 	// Reader is the isolation level of the reader of the output topics:
 	// `read_committed`, the default and correct, or `read_uncommitted`,
@@ -692,15 +693,16 @@ func (s Scenario) StandbyKind() string {
 // or a setting is (an asynchronous standby; a Kafka topic with one
 // replica, a min ISR of 1, or unclean leader election; classic queues on
 // a replicated RabbitMQ, where each lives on one node of several; a
-// transactional stage whose processor is not the transactional one (it
-// commits offsets outside its transaction or has none), or whose output
-// topics are read read_uncommitted).
+// transactional stage whose processor commits offsets outside its
+// transaction or has none, or whose output topics are read
+// read_uncommitted).
 func (s Scenario) KnownBad() bool {
 	correctRelay := s.Variants.Relay == relay.Polling || s.Variants.Relay == relay.Debezium
 	b := s.Broker
 	badSetting := s.Postgres.Standby == "async" || b.ReplicationFactor == 1 || b.MinInsyncReplicas == 1 || b.UncleanLeaderElection ||
 		b.QueueType == "classic" && b.Nodes > 1 ||
-		s.Stage != nil && (s.Stage.Reader == ReadUncommitted || s.Stage.Processor != "" && s.Stage.Processor != processor.Transactional)
+		s.Stage != nil && (s.Stage.Reader == ReadUncommitted || s.Stage.Processor == processor.OffsetsAfter || s.Stage.Processor == processor.Idempotent ||
+			s.Stage.Processor == processor.OffsetsBefore)
 	return s.Variants.Producer != producer.Outbox || !correctRelay || s.Variants.Consumer != consumer.Inbox || badSetting
 }
 
