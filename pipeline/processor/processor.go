@@ -235,6 +235,13 @@ func (p *Processor) groupOpts() []kgo.Opt {
 		kgo.RebalanceTimeout(p.cfg.TransactionTimeout),
 		// Each batch is flushed before its commit: no linger.
 		kgo.ProducerLinger(0),
+		// A produce answered CONCURRENT_TRANSACTIONS (on three nodes,
+		// often the first produce to a partition right after a commit,
+		// its markers not yet written there) or NOT_LEADER is retried
+		// after a metadata refresh, which the default 5s minimum age
+		// held back: the transaction stalled 5s, or 10s and more after a
+		// leader moved.
+		kgo.MetadataMinAge(250*time.Millisecond),
 	)
 }
 
