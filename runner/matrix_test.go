@@ -357,6 +357,9 @@ func detect(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario, o
 				checkBaseline(t, r)
 			}
 			checkStageBoundary(t, s, r)
+			if kinds, ok := stageBittenBy[s.Name]; ok {
+				checkStageBitten(t, o, kinds)
+			}
 			if n := len(s.Nemesis.Timeline); n > 0 && r.Counts.Faults == 0 {
 				t.Errorf("%d timeline faults, none in the history", n)
 			}

@@ -193,10 +193,13 @@ type Stage struct {
 	// the outputs again); or `idempotent`, known-bad (no transaction: an
 	// idempotent producer writes the outputs, then the offsets are
 	// committed; a crash between the two writes the outputs again, and
-	// `abort_ratio` does not apply); or `random-id`, known-bad (a new
+	// `abort_ratio` does not apply); `random-id`, known-bad (a new
 	// random transactional.id on every start, offsets sent to the
 	// transaction by group id alone: a zombie's late commit is not
-	// fenced and writes its outputs again).
+	// fenced and writes its outputs again); or `offsets-before`,
+	// known-bad (the offsets committed before the transaction that
+	// writes the outputs, outside it: a crash between the two loses
+	// those outputs).
 	Processor processor.Variant `yaml:"processor,omitempty" enum:"processor variant"`
 	// Reader is the isolation level of the reader of the output topics:
 	// `read_committed`, the default and correct, or `read_uncommitted`,
@@ -728,6 +731,7 @@ func (s Scenario) KnownBad() bool {
 	badSetting := s.Postgres.Standby == "async" || b.ReplicationFactor == 1 || b.MinInsyncReplicas == 1 || b.UncleanLeaderElection ||
 		b.QueueType == "classic" && b.Nodes > 1 ||
 		s.Stage != nil && (s.Stage.Reader == ReadUncommitted || s.Stage.Processor == processor.OffsetsAfter || s.Stage.Processor == processor.Idempotent || s.Stage.Processor == processor.RandomID ||
+			s.Stage.Processor == processor.OffsetsBefore ||
 			s.Stage.Effect == processor.PlainEffect)
 	return s.Variants.Producer != producer.Outbox || !correctRelay || s.Variants.Consumer != consumer.Inbox || badSetting
 }

@@ -14,9 +14,10 @@
 // read_committed reader has something to skip.
 //
 // Config.Variant swaps in known-bad processors for the checker to catch:
-// OffsetsAfter commits its offsets outside its transaction, Idempotent
-// has no transaction at all, RandomID takes a new transactional.id on
-// every start and sends its offsets to the transaction by group id alone.
+// OffsetsAfter and OffsetsBefore commit their offsets outside their
+// transactions, Idempotent has no transaction at all, RandomID takes a
+// new transactional.id on every start and sends its offsets to the
+// transaction by group id alone.
 // Config.Effect has it also write an effect to PostgreSQL per input
 // inside its loop (effect.go): the boundary of Kafka's exactly-once.
 //
@@ -63,6 +64,14 @@ const (
 	// processor.after-commit-before-poll) has the restarted processor
 	// read the inputs again and write their outputs twice.
 	OffsetsAfter Variant = "offsets-after"
+	// OffsetsBefore is known-bad: the input offsets are committed first,
+	// outside any transaction, and the outputs written after, in
+	// transactions until one commits. A crash between the two (failpoint
+	// processor.after-produce-before-commit: the outputs acknowledged,
+	// their transaction open) has the restart fence and abort that
+	// transaction and go on past the committed offsets: those inputs'
+	// outputs are lost.
+	OffsetsBefore Variant = "offsets-before"
 	// Idempotent is known-bad: no transactions at all. An idempotent
 	// producer (franz-go's default without a transactional.id: no
 	// duplicates from its own retries) in the group, auto-commit off,
@@ -91,7 +100,9 @@ const (
 )
 
 // Variants lists every processor variant, the correct one first.
-func Variants() []Variant { return []Variant{Transactional, OffsetsAfter, Idempotent, RandomID} }
+func Variants() []Variant {
+	return []Variant{Transactional, OffsetsAfter, Idempotent, RandomID, OffsetsBefore}
+}
 
 // VariantNames lists the variants for an error message.
 func VariantNames() string {
@@ -304,6 +315,8 @@ func (p *Processor) Run(ctx context.Context) error {
 			session = p.sessionIdempotent
 		case RandomID:
 			session = p.sessionRandomID
+		case OffsetsBefore:
+			session = p.sessionOffsetsBefore
 		}
 		err := session(ctx)
 		if time.Since(began) > time.Minute {
@@ -346,6 +359,13 @@ func (p *Processor) groupOpts() []kgo.Opt {
 		kgo.RebalanceTimeout(p.cfg.TransactionTimeout),
 		// Each batch is flushed before its commit: no linger.
 		kgo.ProducerLinger(0),
+		// A produce answered CONCURRENT_TRANSACTIONS (on three nodes,
+		// often the first produce to a partition right after a commit,
+		// its markers not yet written there) or NOT_LEADER is retried
+		// after a metadata refresh, which the default 5s minimum age
+		// held back: the transaction stalled 5s, or 10s and more after a
+		// leader moved.
+		kgo.MetadataMinAge(250*time.Millisecond),
 	)
 }
 
