@@ -373,7 +373,9 @@ func detect(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario, o
 // positive rate of the correct ones to DELIVERYCHECK_MATRIX_OUT (default
 // matrix.md). A known-bad run whose losses are found at another stage
 // than lostAt's is not counted as caught. DELIVERYCHECK_MATRIX_ONLY keeps the scenarios whose name
-// starts with one of its comma-separated prefixes.
+// starts with one of its comma-separated prefixes. It runs the scenarios
+// as TestDetectionMatrix does (matrixLanes): each replicated one alone,
+// then the single-node ones in lanes, each scenario a subtest.
 func TestDetectionRates(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("DELIVERYCHECK_MATRIX_SEEDS"))
 	if n <= 0 {
@@ -387,17 +389,25 @@ func TestDetectionRates(t *testing.T) {
 	if os.Getenv("DELIVERYCHECK_KEEP") != "" {
 		out = filepath.Join(os.TempDir(), "deliverycheck-rates")
 	}
-	var lines []string
-	var fpRuns, fp int
 	only := strings.Split(os.Getenv("DELIVERYCHECK_MATRIX_ONLY"), ",") // name prefixes, e.g. "bad-"
+	var picked []scenarios.Scenario
 	for _, s := range scenarios.Builtin() {
-		if !slices.ContainsFunc(only, func(p string) bool { return strings.HasPrefix(s.Name, strings.TrimSpace(p)) }) {
-			continue
+		if slices.ContainsFunc(only, func(p string) bool { return strings.HasPrefix(s.Name, strings.TrimSpace(p)) }) {
+			picked = append(picked, s)
 		}
+	}
+	var (
+		mu         sync.Mutex
+		lines      []string
+		fpRuns, fp int
+	)
+	// rate runs s n times on servers (nil: its own replicated ones) and
+	// adds its row.
+	rate := func(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario) {
 		hits := 0
 		var unknown int
 		for seed := 1; seed <= n; seed++ {
-			o := runScenario(t, s, uint64(seed), out)
+			o := runScenarioOn(t, servers, s, uint64(seed), out)
 			ok, why := met(o)
 			if misplaced := misplacedLosses(t, s.Name, o.Result); ok && len(misplaced) > 0 {
 				// Caught, but blamed on the wrong stage: not a hit.
@@ -414,6 +424,8 @@ func TestDetectionRates(t *testing.T) {
 		}
 		kind := "correct"
 		rate := fmt.Sprintf("%d/%d valid", hits, n)
+		mu.Lock()
+		defer mu.Unlock()
 		if s.Expect.Verdict == checker.Invalid {
 			kind = "known-bad (" + string(s.Expect.Anomaly) + ")"
 			rate = fmt.Sprintf("%d/%d caught (%.0f%%)", hits, n, 100*float64(hits)/float64(n))
@@ -424,6 +436,21 @@ func TestDetectionRates(t *testing.T) {
 		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %s | %d |", s.Name, s.Broker.Kind, kind, rate, unknown))
 		t.Log(lines[len(lines)-1])
 	}
+	// As in TestDetectionMatrix: the replicated scenarios alone, then
+	// the single-node ones in lanes.
+	replicated, single := matrixLanes(t, picked)
+	for _, s := range replicated {
+		t.Run(s.Name, func(t *testing.T) { rate(t, nil, s) })
+	}
+	var wg sync.WaitGroup
+	for _, l := range single {
+		wg.Go(func() {
+			for _, s := range l.scenarios {
+				t.Run(s.Name, func(t *testing.T) { rate(t, l.servers, s) })
+			}
+		})
+	}
+	wg.Wait()
 	slices.Sort(lines)
 	table := "| scenario | broker | kind | result | unknown |\n|---|---|---|---|---|\n" + strings.Join(lines, "\n") +
 		fmt.Sprintf("\n\nFalse positives of the correct pipelines: %d of %d runs.\n", fp, fpRuns)
