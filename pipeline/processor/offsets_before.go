@@ -17,25 +17,19 @@ import (
 // offsets are committed nothing brings the inputs back: a crash before a
 // transaction commits loses their outputs.
 func (p *Processor) sessionOffsetsBefore(ctx context.Context) error {
-	cl, err := kgo.NewClient(append(p.clientOpts(), kgo.DisableAutoCommit())...)
+	cl, err := p.plainTransactional(ctx)
 	if err != nil {
-		return fmt.Errorf("processor: %w", err)
+		return err
 	}
 	defer cl.Close()
-	if _, _, err := cl.ProducerID(ctx); err != nil {
-		return fmt.Errorf("processor: init producer id: %w", err)
-	}
 	return p.batches(ctx, cl.PollRecords, func(recs []*kgo.Record) error {
 		if err := cl.CommitRecords(ctx, recs...); err != nil {
 			return fmt.Errorf("processor: commit offsets before the outputs: %w", err)
 		}
-		for committed := false; !committed; {
-			var err error
-			if committed, err = p.transact(ctx, plainClient{cl}, recs); err != nil {
-				return err
-			}
+		if err := p.untilCommitted(ctx, plainClient{cl}, recs); err != nil {
+			return err
 		}
-		p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.cfg.Name})
+		p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.tid})
 		return nil
 	})
 }

@@ -422,25 +422,49 @@ func (p *Processor) batches(ctx context.Context, poll func(context.Context, int)
 	return nil
 }
 
+// plainTransactional opens the known-bad variants' client: a plain
+// transactional client in the group, auto-commit off (their offsets are
+// theirs to commit), its producer id initialised, which fences what an
+// earlier incarnation under the same transactional.id left open.
+func (p *Processor) plainTransactional(ctx context.Context) (*kgo.Client, error) {
+	cl, err := kgo.NewClient(append(p.clientOpts(), kgo.DisableAutoCommit())...)
+	if err != nil {
+		return nil, fmt.Errorf("processor: %w", err)
+	}
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("processor: init producer id: %w", err)
+	}
+	return cl, nil
+}
+
+// untilCommitted writes recs' outputs in transactions through tx until
+// one commits (each abort on purpose reads nothing again: the batch is
+// in hand), for the variants that commit their offsets outside the
+// group session.
+func (p *Processor) untilCommitted(ctx context.Context, tx transactor, recs []*kgo.Record) error {
+	for committed := false; !committed; {
+		var err error
+		if committed, err = p.transact(ctx, tx, recs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // sessionOffsetsAfter is session for the known-bad OffsetsAfter: a plain
 // transactional client in the group, auto-commit off; each batch's
 // outputs are written in transactions until one commits, and only then
 // are its offsets committed, outside any transaction.
 func (p *Processor) sessionOffsetsAfter(ctx context.Context) error {
-	cl, err := kgo.NewClient(append(p.clientOpts(), kgo.DisableAutoCommit())...)
+	cl, err := p.plainTransactional(ctx)
 	if err != nil {
-		return fmt.Errorf("processor: %w", err)
+		return err
 	}
 	defer cl.Close()
-	if _, _, err := cl.ProducerID(ctx); err != nil {
-		return fmt.Errorf("processor: init producer id: %w", err)
-	}
 	return p.batches(ctx, cl.PollRecords, func(recs []*kgo.Record) error {
-		for committed := false; !committed; {
-			var err error
-			if committed, err = p.transact(ctx, plainClient{cl}, recs); err != nil {
-				return err
-			}
+		if err := p.untilCommitted(ctx, plainClient{cl}, recs); err != nil {
+			return err
 		}
 		p.fp.Hit(failpoint.ProcessorAfterCommitBeforePoll, history.Value{Txn: p.lastTxn, TransactionalID: p.tid})
 		if err := cl.CommitRecords(ctx, recs...); err != nil {

@@ -19,14 +19,11 @@ import (
 // transactions until one commits, each sending the batch's offsets to
 // the transaction by group id alone (groupIDOnly).
 func (p *Processor) sessionRandomID(ctx context.Context) error {
-	cl, err := kgo.NewClient(append(p.clientOpts(), kgo.DisableAutoCommit())...)
+	cl, err := p.plainTransactional(ctx)
 	if err != nil {
-		return fmt.Errorf("processor: %w", err)
+		return err
 	}
 	defer cl.Close()
-	if _, _, err := cl.ProducerID(ctx); err != nil {
-		return fmt.Errorf("processor: init producer id: %w", err)
-	}
 	ids, err := topicIDs(ctx, cl, p.kafka.Topic)
 	if err != nil {
 		return fmt.Errorf("processor: %w", err)
