@@ -2,8 +2,6 @@ package containers
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -72,10 +70,10 @@ func (r *Runtime) NewKafkaCluster(nodes *Nodes, image string, o local.KafkaClust
 	if heap <= 0 {
 		heap = local.KafkaClusterHeapMB
 	}
-	// One cluster id, every node's storage formatted with it.
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	clusterID := base64.RawURLEncoding.EncodeToString(b[:])
+	// One cluster id, every node's storage formatted with it (never
+	// with a leading '-': the image's kafka-storage format took one for a
+	// flag and refused to start, in 1 run of 64).
+	clusterID := local.KafkaUUID()
 	env := map[string]string{
 		"CLUSTER_ID":      clusterID,
 		"KAFKA_HEAP_OPTS": fmt.Sprintf("-Xmx%dm -Xms%dm", heap, max(heap/2, 64)),

@@ -165,7 +165,7 @@ func (k *Kafka) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start kafka: %w", err)
 	}
-	if err := formatKafka(prep, k.data, kafkaNodeID, kafkaUUID()); err != nil {
+	if err := formatKafka(prep, k.data, kafkaNodeID, KafkaUUID()); err != nil {
 		return fmt.Errorf("start kafka: %w", err)
 	}
 	if err := runKafka(ctx, k.base, prep.brokerSpec(k.dir, k.heapMB, k.logPath, ""), k.Endpoint(), kafkaNodeID, k.logPath); err != nil {
@@ -258,7 +258,7 @@ func formatKafka(p *kafkaPrep, data string, nodeID int, clusterID string) error 
 		return fmt.Errorf("format: %w", err)
 	}
 	meta := fmt.Sprintf("#written by deliverycheck, as kafka-storage format does\nnode.id=%d\ndirectory.id=%s\nversion=1\ncluster.id=%s\n",
-		nodeID, kafkaUUID(), clusterID)
+		nodeID, KafkaUUID(), clusterID)
 	if err := os.WriteFile(filepath.Join(data, "meta.properties"), []byte(meta), 0o644); err != nil {
 		return fmt.Errorf("format: %w", err)
 	}
@@ -280,10 +280,10 @@ func kafkaDirectoryID(data string) string {
 	return "none"
 }
 
-// kafkaUUID returns a random Kafka Uuid in its base64 form. Like Kafka's
+// KafkaUUID returns a random Kafka Uuid in its base64 form. Like Kafka's
 // Uuid.randomUuid it avoids a leading '-', which command-line tools would
 // take for a flag.
-func kafkaUUID() string {
+func KafkaUUID() string {
 	for {
 		var b [16]byte
 		_, _ = rand.Read(b[:])
@@ -706,7 +706,7 @@ func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard.Guar
 		"-Djava.io.tmpdir=" + filepath.Join(run, "tmp"),
 		"-Dlog4j2.configurationFile=" + filepath.Join(run, "log4j2.properties"),
 		"-cp", p.classpath, "kafka.tools.StorageTool", "format",
-		"-t", kafkaUUID(), "-c", filepath.Join(run, "server.properties"),
+		"-t", KafkaUUID(), "-c", filepath.Join(run, "server.properties"),
 	}}
 	fp, err := process.Start(fmtSpec, g)
 	if err != nil {

@@ -143,7 +143,7 @@ func NewKafkaCluster(o KafkaClusterOptions) (*KafkaCluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &KafkaCluster{own: own, net: o.Network, version: o.Version, heapMB: o.HeapMB, clusterID: kafkaUUID()}
+	c := &KafkaCluster{own: own, net: o.Network, version: o.Version, heapMB: o.HeapMB, clusterID: KafkaUUID()}
 	for i, name := range o.Nodes {
 		// The nodes' dirs are in the cluster's, so one dir holds a run's
 		// Kafka; each node's guard still removes its own.

@@ -556,7 +556,9 @@ func (n *RabbitMQNode) Endpoint() string {
 
 // ClusterView is the node's own view of its cluster: the nodes it sees
 // running (itself included) and those it recorded a partition from since
-// it started (a record, not the present), by name (rabbitmq-1), sorted. It asks the node from inside its
+// it started (a record, not the present), by name (rabbitmq-1), sorted;
+// an error while its rabbit application is down or autoheal is at work
+// on it (RabbitMQClusterView). It asks the node from inside its
 // namespace, so a partition does not stop the question, only the node's
 // answer to it.
 func (n *RabbitMQNode) ClusterView(ctx context.Context) (running, partitions []string, err error) {
@@ -570,17 +572,30 @@ type RabbitMQEval func(ctx context.Context, expr string) (string, error)
 // RabbitMQClusterView is a node's view of its cluster, asked through eval
 // (see [RabbitMQNode.ClusterView]).
 func RabbitMQClusterView(ctx context.Context, eval RabbitMQEval) (running, partitions []string, err error) {
+	// The third field is the rabbit application's state and the fourth
+	// autoheal's (field 7 of rabbit_node_monitor's state record, the same
+	// from 3.x to 4.0): not_healing when idle.
 	out, err := eval(ctx, `lists:flatten([`+
 		`lists:join(",", [atom_to_list(N) || N <- lists:sort(rabbit_mnesia:cluster_nodes(running))]), "|", `+
-		`lists:join(",", [atom_to_list(N) || N <- lists:sort(rabbit_node_monitor:partitions())])]).`)
+		`lists:join(",", [atom_to_list(N) || N <- lists:sort(rabbit_node_monitor:partitions())]), "|", `+
+		`atom_to_list(rabbit:is_running()), "|", `+
+		`io_lib:format("~w", [case catch sys:get_state(rabbit_node_monitor, 2000) of S when is_tuple(S), tuple_size(S) >= 7 -> element(7, S); Other -> Other end])]).`)
 	if err != nil {
 		return nil, nil, err
 	}
-	r, p, ok := strings.Cut(out, "|")
-	if !ok {
+	f := strings.SplitN(out, "|", 4)
+	if len(f) != 4 {
 		return nil, nil, fmt.Errorf("cluster view: unexpected answer %q", out)
 	}
-	return nodeNames(r), nodeNames(p), nil
+	// A node autoheal is about to restart, or is restarting, may still
+	// list every node as running: it is not part of a whole cluster.
+	if f[2] != "true" {
+		return nil, nil, errors.New("cluster view: the rabbit application is not running")
+	}
+	if f[3] != "not_healing" {
+		return nil, nil, fmt.Errorf("cluster view: autoheal in progress (%s)", f[3])
+	}
+	return nodeNames(f[0]), nodeNames(f[1]), nil
 }
 
 // QueueLeader is the node's view of quorum queue name in vhost: its
