@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sync/errgroup"
 
@@ -253,15 +254,33 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	return c, nil
 }
 
+// addLink starts the link called name, not yet pointing anywhere. A link
+// keeps its port across Refuse and Accept, so it takes one from freeport,
+// which no outgoing connection can hold when it listens again; another
+// process may have bound it meanwhile (freeport knows only its own), so a
+// port in use is traded for the next, a few times.
+func (c *Cluster) addLink(name string) (*link.Link, error) {
+	var errs []error
+	for range 5 {
+		port, err := freeport.Take(1)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: link %s: %w", name, err)
+		}
+		l, err := c.links.Add(name, "127.0.0.1:"+strconv.Itoa(port[0]), "127.0.0.1:1")
+		if err == nil {
+			return l, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, err
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
 // provision creates one service (not started) and the link in front of it.
 func (c *Cluster) provision(name string, opts local.Options, cfg Config) error {
-	// A link keeps its port across Refuse and Accept, so it takes one no
-	// outgoing connection can hold when it listens again.
-	port, err := freeport.Take(1)
-	if err != nil {
-		return fmt.Errorf("cluster: link %s: %w", name, err)
-	}
-	l, err := c.links.Add(name, "127.0.0.1:"+strconv.Itoa(port[0]), "127.0.0.1:1")
+	l, err := c.addLink(name)
 	if err != nil {
 		return err
 	}
@@ -429,14 +448,10 @@ func (c *Cluster) startContainerNodes(ctx context.Context, cfg Config, nodes []s
 // provisionReplicated creates a replicated service of n nodes (not
 // started) and one link per node.
 func (c *Cluster) provisionReplicated(name string, n int, opts local.Options, cfg Config) error {
-	ports, err := freeport.Take(n)
-	if err != nil {
-		return fmt.Errorf("cluster: links of %s: %w", name, err)
-	}
 	ro := local.ReplicatedOptions{Options: opts, Network: c.net}
 	var links []*link.Link
 	for i := range n {
-		l, err := c.links.Add(NodeName(name, i), "127.0.0.1:"+strconv.Itoa(ports[i]), "127.0.0.1:1")
+		l, err := c.addLink(NodeName(name, i))
 		if err != nil {
 			return err
 		}
@@ -506,18 +521,14 @@ func (c *Cluster) provisionReplicated(name string, n int, opts local.Options, cf
 // started), a link per node, and the database link, which points at the
 // primary and follows it through a failover.
 func (c *Cluster) provisionStandby(opts local.Options, cfg Config) error {
-	ports, err := freeport.Take(3)
-	if err != nil {
-		return fmt.Errorf("cluster: links of %s: %w", Postgres, err)
-	}
-	db, err := c.links.Add(Postgres, "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:1")
+	db, err := c.addLink(Postgres)
 	if err != nil {
 		return err
 	}
 	ro := local.ReplicatedOptions{Options: opts, Network: c.net}
 	var links []*link.Link
 	for i := range 2 {
-		l, err := c.links.Add(NodeName(Postgres, i), "127.0.0.1:"+strconv.Itoa(ports[1+i]), "127.0.0.1:1")
+		l, err := c.addLink(NodeName(Postgres, i))
 		if err != nil {
 			return err
 		}

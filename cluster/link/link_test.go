@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -240,5 +241,22 @@ func TestToxicsDoNotLogToStderr(t *testing.T) {
 	link.NewServer()
 	if zlog.Trace().Enabled() || zlog.Error().Enabled() {
 		t.Fatal("zerolog's global logger is enabled: toxics would log on stderr")
+	}
+}
+
+// TestAddPortInUse: a link on a port another process holds fails with an
+// error that is EADDRINUSE, which the cluster's addLink trades for
+// another port.
+func TestAddPortInUse(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	s := link.NewServer()
+	defer s.Close()
+	_, err = s.Add("taken", held.Addr().String(), "127.0.0.1:1")
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("Add on a port in use: %v, want EADDRINUSE", err)
 	}
 }
