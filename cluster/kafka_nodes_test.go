@@ -155,6 +155,11 @@ func (k *kafkaNodes) clientWith(t *testing.T, opts []kgo.Opt, avoid ...int32) *k
 	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
+		// A topic every node's metadata shows in sync may still be
+		// unknown to its leader for a moment (each broker applies the
+		// KRaft metadata log on its own): UNKNOWN_TOPIC_OR_PARTITION is
+		// retried until the produce's deadline, not 4 times (CI).
+		kgo.UnknownTopicRetries(-1),
 		kgo.ProduceRequestTimeout(3 * time.Second),
 		kgo.RequestTimeoutOverhead(2 * time.Second),
 		kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond }),
