@@ -604,7 +604,7 @@ func (r *Deployment) progress(ctx context.Context, since time.Time) (progress, e
 	err := r.db.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM outbox WHERE published_at IS NULL),
 		(SELECT count(*) FROM effects),
-		(SELECT count(*) FROM inbox) + (SELECT count(*) FROM inbox_unchecked),
+		(SELECT count(*) FROM inbox) + (SELECT count(*) FROM inbox_unchecked) + (SELECT count(*) FROM inbox_keyed),
 		(SELECT count(*) FROM dead_letters),
 		(SELECT count(*) FROM relay_idle WHERE polled_at > $1)`, since).Scan(&p.unpublished, &p.effects, &p.inbox, &p.dlq, &p.idleRelays)
 	if err != nil {
