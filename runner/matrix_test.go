@@ -119,6 +119,9 @@ var lostAt = map[string]checker.Stage{
 	// rows committed before the failover, and effects applied before it
 	// (with their inbox marks), are not on the new primary.
 	"bad-async-standby": checker.LostInFailover,
+	// The inbox keyed by id alone turned the second source's event
+	// away as a duplicate of the first source's with the same id.
+	"bad-inbox-by-id": checker.DeduplicatedAgainstOtherSource,
 }
 
 // misplacedLosses says what is wrong with where r's lost events were
