@@ -15,10 +15,11 @@ CREATE TABLE IF NOT EXISTS orders (
 -- aggregatetype, aggregateid, type, payload) plus the event's source, the
 -- aggregate version it carries, and the relay's published marker. seq is
 -- the relay's polling order; it is assigned at insert, not at commit, which
--- is exactly what the high-water-mark relay gets wrong.
+-- is exactly what the high-water-mark relay gets wrong. An event is its
+-- (source, id), as in CloudEvents: two sources may use the same id.
 CREATE TABLE IF NOT EXISTS outbox (
     seq           bigserial PRIMARY KEY,
-    id            text NOT NULL UNIQUE,
+    id            text NOT NULL,
     aggregatetype text NOT NULL,
     aggregateid   text NOT NULL,
     type          text NOT NULL,
