@@ -30,6 +30,12 @@ type Event struct {
 	Version int64
 	Type    string
 	Payload []byte
+	// TraceParent is the W3C trace context of this publish, sent as the
+	// traceparent header when set. It says which trace the message
+	// belongs to, not which event it is: a relay starts a new span (and,
+	// with no stored context, a new trace) for every publish attempt, so
+	// a republished event carries a different one.
+	TraceParent string
 }
 
 // Header names carried with every message, so a consumer (ours or not)
@@ -40,19 +46,25 @@ const (
 	HeaderKey     = "aggregate-id"
 	HeaderVersion = "version"
 	HeaderType    = "type"
-	HeaderReason  = "dlq-reason"
-	HeaderAttempt = "dlq-attempts"
+	// HeaderTraceParent is W3C Trace Context's header.
+	HeaderTraceParent = "traceparent"
+	HeaderReason      = "dlq-reason"
+	HeaderAttempt     = "dlq-attempts"
 )
 
 // Headers renders e's identity as string headers.
 func (e Event) Headers() map[string]string {
-	return map[string]string{
+	h := map[string]string{
 		HeaderEventID: e.ID,
 		HeaderSource:  e.Source,
 		HeaderKey:     e.Key,
 		HeaderVersion: strconv.FormatInt(e.Version, 10),
 		HeaderType:    e.Type,
 	}
+	if e.TraceParent != "" {
+		h[HeaderTraceParent] = e.TraceParent
+	}
+	return h
 }
 
 // EventFromHeaders rebuilds an Event from headers and payload. Missing or
@@ -63,6 +75,7 @@ func EventFromHeaders(h map[string]string, payload []byte) Event {
 	return Event{
 		ID: h[HeaderEventID], Source: h[HeaderSource], Key: h[HeaderKey],
 		Version: v, Type: h[HeaderType], Payload: payload,
+		TraceParent: h[HeaderTraceParent],
 	}
 }
 

@@ -130,7 +130,7 @@ func (v *view) examples(r *Result, opts Options, replay func(restart func(), fn 
 			if op.Value.Event == "" {
 				continue
 			}
-			slots, ok := want[[2]string{op.Value.Source, op.Value.Event}]
+			slots, ok := want[[2]string{op.Value.Source, v.aliases.resolve(op).Value.Event}]
 			if !ok {
 				continue
 			}

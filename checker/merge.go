@@ -37,6 +37,11 @@ type view struct {
 	// txnReasons say why the transactional stage's facts are not
 	// established (transactions.go).
 	txnReasons []string
+	// aliases are the analyzer's (identity.go); byID is every event of
+	// an id, built only when a lost event may have been deduplicated
+	// against another source's (view.otherSource).
+	aliases aliases
+	byID    map[string][]int32
 }
 
 func (v *view) se(s *gsub, i int) subEvent {
@@ -59,6 +64,7 @@ func (v *view) facts(f facts, s *gsub, si, i int, e *event, se *subEvent) facts 
 	if se.flags&sBrokerDLQ != 0 {
 		f.brokerAttempt = v.brokerAttempt(s, i)
 	}
+	f.otherSource = v.otherSource(s, i, se)
 	return f
 }
 
@@ -79,7 +85,7 @@ func (a *analyzer) merge() *view {
 		s.byID, s.bySource, s.keys, s.pending = nil, nil, nil, nil
 	}
 	a.foldEvents()
-	v := &view{}
+	v := &view{aliases: a.aliases}
 	// Events: each shard's are in first-appearance order; merge them.
 	total := 0
 	for _, s := range a.shards {

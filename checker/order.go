@@ -35,6 +35,9 @@ func (s *shard) apply(op *history.Op, ei int32, e *event, si int32, se *subEvent
 		return
 	case history.Fail, history.Info:
 		delete(s.pending, pk)
+		if op.Type == history.Fail && duplicateReason(op.Value.Reason) {
+			se.flags |= sDupRefused
+		}
 		return
 	}
 	inv := op.Time

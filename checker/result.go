@@ -176,6 +176,12 @@ const (
 	// and no effect is in the ledger: the consumer's effect was rolled
 	// back or never made durable.
 	RolledBack Stage = "rolled-back"
+	// DeduplicatedAgainstOtherSource: delivered to the subscription,
+	// whose inbox turned it away as a duplicate (an apply fail with
+	// reason duplicate) while it had applied only another source's event
+	// with the same id, never this one: its inbox keys events by id
+	// alone, and CloudEvents identifies one by source + id.
+	DeduplicatedAgainstOtherSource Stage = "deduplicated-against-another-source"
 )
 
 // The points of the pipeline an unknown stage lies between, in order.
@@ -203,6 +209,11 @@ func stageOf(seen, notReached int) stage { return stage(seen<<4 | notReached) }
 // that it sorts first.
 const stageFailover = stage(pointCommitted << 4)
 
+// stageOtherSource is DeduplicatedAgainstOtherSource, packed after
+// never-delivered and before rolled-back: it was delivered, and the
+// consumer's inbox, not its rollback, lost it.
+const stageOtherSource = stage(pointDelivered << 4)
+
 var definiteStages = map[stage]Stage{
 	stageFailover:                           LostInFailover,
 	stageOf(pointCommitted, pointPublished): NeverPublished,
@@ -210,6 +221,7 @@ var definiteStages = map[stage]Stage{
 	stageOf(pointConfirmed, pointInBroker):  AbsentFromBroker,
 	stageOf(pointInBroker, pointDelivered):  NeverDelivered,
 	stageOf(pointDelivered, pointApplied):   RolledBack,
+	stageOtherSource:                        DeduplicatedAgainstOtherSource,
 }
 
 // Stage names st: a definite stage, or unknown-between-X-and-Y.
@@ -255,6 +267,8 @@ func (s Stage) Meaning(sub string) string {
 		return "in the broker, never delivered to " + sub
 	case RolledBack:
 		return "delivered to " + sub + ", its effect rolled back"
+	case DeduplicatedAgainstOtherSource:
+		return "delivered to " + sub + ", deduplicated against another source's event with the same id"
 	}
 	x, y, ok := s.Between()
 	if !ok {

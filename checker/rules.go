@@ -214,6 +214,9 @@ const (
 	// sSeen: some op of the subscription names the event (a deliver, an
 	// apply of any type, an ack...): the consumer was handed it.
 	sSeen
+	// sDupRefused: an apply fail says the inbox turned it away as a
+	// duplicate (identity.go).
+	sDupRefused
 )
 
 // subEvent is what one subscription did with one event.
@@ -443,6 +446,10 @@ type facts struct {
 	// ended, 0 if none did: what the database acknowledged before then
 	// may be gone after it.
 	failoverEnd int64
+	// otherSource is the source of another event with the same id that
+	// the subscription applied, when it turned this one away as a
+	// duplicate and never applied it (identity.go); "" if not so.
+	otherSource string
 }
 
 // judge judges what one subscription did with event e (se): it counts
@@ -541,8 +548,12 @@ func judge(st *SubscriptionStats, e *event, se *subEvent, f facts, add func(Kind
 	default:
 		st.Lost++
 		ls := lostStage(e, se, f)
-		if ls == stageFailover {
+		switch {
+		case ls == stageFailover:
 			detail = "committed before the failover, and its outbox row is not in the database after it"
+		case f.otherSource != "":
+			ls = stageOtherSource
+			detail = "deduplicated against another source's event: " + f.otherSource + " has the same id"
 		}
 		add(Lost, b, ls, detail)
 	}

@@ -22,6 +22,8 @@ type analyzer struct {
 	done   sync.WaitGroup // the shards still on the current batch
 	ops    int64
 	cuts   []history.Cut
+	// aliases: the ids relays published committed events as (identity.go).
+	aliases aliases
 }
 
 // batch is a run of ops handed to every shard.
@@ -63,6 +65,7 @@ type shard struct {
 	openFaults        map[faultKey]int // invoked, not yet completed: index in faults
 	nodeOps           []nodeOp         // crash, restart and leader ops of servers (nodes.go)
 	txnStage          *txnState        // the transactional stage, nil if none (transactions.go)
+	aliases           aliases          // the analyzer's, read only while a batch is folded
 }
 
 // subscription is what one subscription did with the events of a shard.
@@ -93,7 +96,7 @@ func (s *subscription) at(e int32) *subEvent {
 
 func newAnalyzer(opts Options, eventsHint int) *analyzer {
 	opts = opts.withDefaults()
-	a := &analyzer{opts: opts, seed: maphash.MakeSeed()}
+	a := &analyzer{opts: opts, seed: maphash.MakeSeed(), aliases: aliases{}}
 	n := opts.Shards
 	for i := range n {
 		s := &shard{
@@ -109,6 +112,7 @@ func newAnalyzer(opts Options, eventsHint int) *analyzer {
 			last:     -1,
 			lastSub:  -1,
 			recent:   new([recentEvents]recentEvent),
+			aliases:  a.aliases,
 		}
 		a.shards = append(a.shards, s)
 	}
@@ -143,6 +147,7 @@ func (a *analyzer) stop() {
 func (a *analyzer) observe(ops []history.Op) {
 	base := a.ops
 	a.ops += int64(len(ops))
+	a.aliases.learn(ops)
 	if len(a.work) == 0 {
 		a.shards[0].observe(ops, base)
 		return
@@ -187,7 +192,7 @@ func (s *shard) observe(ops []history.Op, base int64) {
 	var lastEvent, lastSource string
 	lastOwner := -1
 	for i := range ops {
-		op := &ops[i]
+		op := s.aliases.resolve(&ops[i])
 		v := &op.Value
 		owner := lastOwner
 		switch {

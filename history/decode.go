@@ -125,7 +125,7 @@ func checkOp(op *Op, mayHaveFFFD bool) error {
 	for _, f := range [...]struct{ name, s string }{
 		{"event", op.Value.Event}, {"source", op.Value.Source}, {"key", op.Value.Key},
 		{"consumer", op.Value.Consumer}, {"process", op.Process},
-		{"topic", op.Value.Topic}, {"txn", op.Value.Txn},
+		{"topic", op.Value.Topic}, {"txn", op.Value.Txn}, {"published_as", op.Value.PublishedAs},
 	} {
 		if strings.ContainsRune(f.s, utf8.RuneError) {
 			return &InvalidOpError{Problem: fmt.Sprintf("its %s %q is not valid UTF-8 text: invalid bytes, or a lone surrogate escape such as \\ud800, read as U+FFFD, so two different ids could read as one; write identities as valid UTF-8", f.name, f.s)}
@@ -438,6 +438,8 @@ func (d *decoder) value(v *Value) error {
 			v.HighWatermark, err = d.int()
 		case "topics":
 			v.Topics, err = d.strings()
+		case "published_as":
+			v.PublishedAs, err = d.str(false)
 		default:
 			err = errSlow
 		}

@@ -58,6 +58,7 @@ func (op Op) AppendJSON(dst []byte) []byte {
 	dst = appendIntField(dst, n, "last_stable_offset", v.LastStableOffset)
 	dst = appendIntField(dst, n, "high_watermark", v.HighWatermark)
 	dst = appendStrsField(dst, n, "topics", v.Topics)
+	dst = appendStrField(dst, n, "published_as", v.PublishedAs)
 	return append(dst, "}}"...)
 }
 

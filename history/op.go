@@ -256,6 +256,12 @@ type Value struct {
 	HighWatermark    int64 `json:"high_watermark,omitempty"`
 	// Topics lists a transactional stage's output topics, on a Stage op.
 	Topics []string `json:"topics,omitempty"`
+	// PublishedAs is, on a publish op, the event id the message carried
+	// on the wire when it is not value.event, the committed event's id (a
+	// relay that mints an id per attempt). The checker then judges every
+	// op and row naming that id under value.source as the committed
+	// event's (docs/history.md, "Identity").
+	PublishedAs string `json:"published_as,omitempty"`
 }
 
 // History is a sequence of ops ordered by Time, Index numbering them from 0.

@@ -84,6 +84,19 @@ func knownBad() []faultCase {
 		{name: "unconfirmed relay loses what a broker crash took", brokers: []string{"rabbitmq"}, d: 5 * time.Second,
 			cfg:    Config{Producers: 2, Rate: 100, RelayVariant: relay.Unconfirmed, Subscriptions: []string{"inventory"}},
 			during: pauseThenKillBroker(2 * time.Second), wantKind: checker.Lost},
+		// Identity (issue 24), each on the broker its bad-* built-in
+		// does not use.
+		{name: "inbox-by-id drops the second source's event with a shared id", brokers: []string{"rabbitmq"}, d: 3 * time.Second,
+			cfg:      Config{Producers: 2, Rate: 80, ConsumerVariant: consumer.InboxByID, Sources: []string{"/orders", "/returns"}, Subscriptions: []string{"inventory"}},
+			wantKind: checker.Lost},
+		{name: "new-id-per-attempt relay duplicates on a crash after publish", brokers: []string{"kafka"}, d: 3 * time.Second,
+			cfg: Config{Producers: 2, Rate: 80, RelayVariant: relay.NewIDPerAttempt, Subscriptions: []string{"inventory"},
+				Failpoints: map[string][]string{"relay-0": {"relay.after-publish-before-mark=kill(1)"}}},
+			wantKind: checker.DuplicateEffect, crashes: map[string]int{"relay-0": 1}},
+		{name: "inbox-by-trace duplicates on a crash after publish", brokers: []string{"rabbitmq"}, d: 3 * time.Second,
+			cfg: Config{Producers: 2, Rate: 80, ConsumerVariant: consumer.InboxByTrace, Subscriptions: []string{"inventory"},
+				Failpoints: map[string][]string{"relay-0": {"relay.after-publish-before-mark=kill(1)"}}},
+			wantKind: checker.DuplicateEffect, crashes: map[string]int{"relay-0": 1}},
 	}
 }
 

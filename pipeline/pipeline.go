@@ -64,6 +64,10 @@ type Config struct {
 	Keys        int
 	PoisonRatio float64
 	AbortRatio  float64
+	// Sources are the events' sources, overriding the producer's default
+	// (/orders); with two or more they share event ids (see
+	// producer.Config.Sources).
+	Sources []string
 
 	Relays       int
 	RelayVariant relay.Variant
@@ -414,6 +418,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		spec.Producer = producer.Config{
 			Variant: cfg.ProducerVariant, Keys: cfg.Keys, Rate: cfg.Rate,
 			PoisonRatio: cfg.PoisonRatio, AbortRatio: cfg.AbortRatio, Seed: cfg.Seed + uint64(group[0]),
+			Sources:     slices.Clone(cfg.Sources),
 			Transaction: cfg.System.Transaction,
 			// What :topic or :exchange binds: the name the team's relay
 			// gets in its environment (contractEnv).
@@ -604,7 +609,7 @@ func (r *Deployment) progress(ctx context.Context, since time.Time) (progress, e
 	err := r.db.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM outbox WHERE published_at IS NULL),
 		(SELECT count(*) FROM effects),
-		(SELECT count(*) FROM inbox) + (SELECT count(*) FROM inbox_unchecked),
+		(SELECT count(*) FROM inbox) + (SELECT count(*) FROM inbox_unchecked) + (SELECT count(*) FROM inbox_keyed),
 		(SELECT count(*) FROM dead_letters),
 		(SELECT count(*) FROM relay_idle WHERE polled_at > $1)`, since).Scan(&p.unpublished, &p.effects, &p.inbox, &p.dlq, &p.idleRelays)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/internal/testenv"
+	"github.com/deliverycheck/deliverycheck/pipeline"
 	"github.com/deliverycheck/deliverycheck/pipeline/pipelinetest"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 	"github.com/deliverycheck/deliverycheck/scenarios"
@@ -119,6 +120,9 @@ var lostAt = map[string]checker.Stage{
 	// rows committed before the failover, and effects applied before it
 	// (with their inbox marks), are not on the new primary.
 	"bad-async-standby": checker.LostInFailover,
+	// The inbox keyed by id alone turned the second source's event
+	// away as a duplicate of the first source's with the same id.
+	"bad-inbox-by-id": checker.DeduplicatedAgainstOtherSource,
 }
 
 // misplacedLosses says what is wrong with where r's lost events were
@@ -320,6 +324,13 @@ func detect(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario, o
 			if len(s.Nemesis.Failpoints) > 0 && r.Counts.Crashes == 0 {
 				t.Error("failpoints were armed but no crash is in the history")
 			}
+			if len(s.Workload.Sources) > 1 {
+				if n := sharedIDs(t, o.Dir); n == 0 {
+					t.Error("the workload lists several sources but no event id committed under more than one: the shared ids were never exercised")
+				} else {
+					t.Logf("%d event ids committed under more than one source", n)
+				}
+			}
 			if s.Variants.Relay == relay.Debezium && r.Counts.Crashes > 0 && r.Valid == checker.Valid {
 				// At-least-once: a killed Connect republishes what it
 				// had not flushed, and the report counts it.
@@ -457,4 +468,44 @@ func TestDetectionRates(t *testing.T) {
 	if err := os.WriteFile(dest, []byte(table), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// sharedIDs counts the event ids the producers of the run in dir
+// committed (commit ok) under more than one source: what a workload with
+// several sources must exercise, or a consumer keyed by the id alone has
+// nothing to get wrong.
+func sharedIDs(t *testing.T, dir string) int {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, pipeline.HistoryDir, "producer-*.jsonl"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no producer history in %s (%v)", dir, err)
+	}
+	sources := map[string]map[string]bool{}
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, _, err := history.Read(f, filepath.Base(name))
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range h {
+			if op.F != history.Commit || op.Type != history.OK {
+				continue
+			}
+			if sources[op.Value.Event] == nil {
+				sources[op.Value.Event] = map[string]bool{}
+			}
+			sources[op.Value.Event][op.Value.Source] = true
+		}
+	}
+	n := 0
+	for _, srcs := range sources {
+		if len(srcs) > 1 {
+			n++
+		}
+	}
+	return n
 }

@@ -432,6 +432,12 @@ type Workload struct {
 	// AbortRatio is the share of transactions aborted after publishing;
 	// only the publish-then-commit producer does that (its phantoms).
 	AbortRatio float64 `yaml:"abort_ratio" range:">=0,<1"`
+	// Sources are the CloudEvents sources events come from, overriding
+	// the default [/orders]. With two or more, each producer takes them
+	// in turn and every round shares one event id, so the same id occurs
+	// under each source, as CloudEvents allows (an event is its source +
+	// id): an inbox keyed by the id alone drops all but one.
+	Sources []string `yaml:"sources,omitempty" check:"source"`
 	// Subscriptions are the independent consumer groups / queues, each
 	// with its own inbox, overriding the default [inventory, email].
 	Subscriptions []string `yaml:"subscriptions" check:"name"`
@@ -571,6 +577,7 @@ func (s Scenario) PipelineConfig() pipeline.Config {
 		Keys:              s.Workload.Keys,
 		PoisonRatio:       s.Workload.PoisonRatio,
 		AbortRatio:        s.Workload.AbortRatio,
+		Sources:           slices.Clone(s.Workload.Sources),
 		Relays:            s.Workload.Relays,
 		RelayVariant:      s.Variants.Relay,
 		RelayBatch:        s.Workload.RelayBatch,

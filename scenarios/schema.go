@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -277,6 +278,8 @@ func checkText(check, v string) (string, string) {
 		}
 	case "image":
 		return v, checkImage(v)
+	case "source":
+		return v, checkSource(v)
 	case "statement":
 		if _, err := producer.Bind(v); err != nil {
 			return v, err.Error()
@@ -328,6 +331,15 @@ var nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 func checkName(v string) string {
 	if len(v) > 63 || !nameRe.MatchString(v) {
 		return fmt.Sprintf("want lowercase letters, digits and '-' (at most 63, not starting with '-'), got %q", v)
+	}
+	return ""
+}
+
+// checkSource accepts a CloudEvents source: a non-empty URI reference,
+// here anything without spaces or control characters, at most 255 bytes.
+func checkSource(v string) string {
+	if v == "" || len(v) > 255 || strings.IndexFunc(v, func(r rune) bool { return r <= ' ' || r == 0x7f || r == utf8.RuneError }) >= 0 {
+		return fmt.Sprintf("want a CloudEvents source such as /orders (a URI reference, no spaces), got %q", v)
 	}
 	return ""
 }

@@ -134,6 +134,7 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 	if s.Variants.Relay == relay.Unroutable && len(s.Broker.Unbound) == 0 && s.Expect.Verdict == checker.Invalid {
 		fail("broker.unbound", "the unroutable relay only loses events when a subscription is unbound; list one here")
 	}
+	s.checkIdentity(fail)
 
 	// Producer variants. Only publish-then-commit aborts transactions, and
 	// the direct-publishing producers must not get a relay (it would
@@ -663,5 +664,23 @@ func (s Scenario) checkTeamProcessor(fail func(path, format string, args ...any)
 		fail("stage.processor", "system.processor replaces the built-in processor; drop stage.processor (%s)", s.Stage.Processor)
 	case s.Stage.Effect != "" && s.Stage.Effect != processor.NoEffect:
 		fail("stage.effect", "the database effect is the built-in processor's (a team's processor cannot be told to write it): drop stage.effect (%s)", s.Stage.Effect)
+	}
+}
+
+// checkIdentity checks the workload's sources and the variants that get
+// an event's identity wrong (issue 24): they need what exposes them.
+func (s Scenario) checkIdentity(fail func(field, format string, args ...any)) {
+	seen := map[string]bool{}
+	for _, src := range s.Workload.Sources {
+		if seen[src] {
+			fail("workload.sources", "source %q is listed twice; each round of sources shares one event id, so a source twice would commit one event twice", src)
+		}
+		seen[src] = true
+	}
+	if s.Variants.Consumer == consumer.InboxByID && len(s.Workload.Sources) < 2 && s.Expect.Verdict == checker.Invalid {
+		fail("workload.sources", "the inbox-by-id consumer only loses events when two sources share an id; list two sources here")
+	}
+	if s.Variants.Consumer == consumer.InboxByTrace && s.Variants.Relay == relay.Debezium {
+		fail("variants.consumer", "inbox-by-trace keys its inbox by the traceparent header, which the debezium relay does not send; use the polling relay")
 	}
 }

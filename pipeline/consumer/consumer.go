@@ -53,17 +53,33 @@ const (
 	CheckThenAct Variant = "check-then-act"
 	// NoVersionGuard is known-bad: applies v7 after v8.
 	NoVersionGuard Variant = "no-version-guard"
+	// InboxByID is known-bad: its inbox is keyed by (consumer, event id),
+	// leaving out the source. CloudEvents identifies an event by source +
+	// id, so a second source's event with an id the first already used
+	// is turned away as a duplicate: lost.
+	InboxByID Variant = "inbox-by-id"
+	// InboxByTrace is known-bad: its inbox is keyed by (consumer, trace
+	// id of the traceparent header). A trace id is no event identity: the
+	// relay starts a new one on every publish attempt, so a republished
+	// event passes the inbox and is applied again.
+	InboxByTrace Variant = "inbox-by-trace"
 )
 
 // Variants lists every consumer variant.
-func Variants() []Variant { return []Variant{Inbox, AckFirst, NoInbox, CheckThenAct, NoVersionGuard} }
+func Variants() []Variant {
+	return []Variant{Inbox, AckFirst, NoInbox, CheckThenAct, NoVersionGuard, InboxByID, InboxByTrace}
+}
 
 // ParseVariant checks a variant name.
 func ParseVariant(s string) (Variant, error) {
 	if slices.Contains(Variants(), Variant(s)) {
 		return Variant(s), nil
 	}
-	return "", fmt.Errorf("consumer: unknown variant %q (valid: inbox, ack-first, no-inbox, check-then-act, no-version-guard)", s)
+	valid := make([]string, 0, len(Variants()))
+	for _, v := range Variants() {
+		valid = append(valid, string(v))
+	}
+	return "", fmt.Errorf("consumer: unknown variant %q (valid: %s)", s, strings.Join(valid, ", "))
 }
 
 // Config tunes one consumer process.
@@ -148,7 +164,7 @@ func New(cfg Config, db *pgxpool.Pool, sub broker.Subscriber, rec *history.Recor
 	return &Consumer{
 		cfg: cfg, db: db, sub: sub, rec: rec, fp: fp,
 		retry:    backoff.Policy{Base: cfg.BackoffBase, Cap: cfg.BackoffCap},
-		applySQL: applySQL(cfg.Variant != NoInbox, cfg.Variant != NoVersionGuard),
+		applySQL: applySQL(cfg.Variant != NoInbox, keyed(cfg.Variant), cfg.Variant != NoVersionGuard),
 	}, nil
 }
 
@@ -408,7 +424,11 @@ func (c *Consumer) txBatch(ctx context.Context, ds []*broker.Delivery, vs []hist
 	} else {
 		for _, i := range order {
 			d := ds[i]
-			b.Queue(c.applySQL, c.cfg.Subscription, d.Source, d.ID, d.Key, d.Version).QueryRow(func(row pgx.Row) error {
+			args := []any{c.cfg.Subscription, d.Source, d.ID, d.Key, d.Version}
+			if keyed(c.cfg.Variant) {
+				args = append(args, dedupeKey(c.cfg.Variant, d))
+			}
+			b.Queue(c.applySQL, args...).QueryRow(func(row pgx.Row) error {
 				return row.Scan(&counts[i][0], &counts[i][1])
 			})
 		}
@@ -505,18 +525,24 @@ var errCommitUnknown = errors.New("commit outcome unknown")
 // applySQL is the consumer transaction's work as one statement, for every
 // variant but check-then-act (whose flaw needs a window between its
 // check and its act). In order: the inbox row (skipped without an inbox;
-// a conflict means a duplicate and stops here); the projection, whose
+// in inbox_keyed under the dedupe key $6 when keyed; a conflict means a
+// duplicate and stops here); the projection, whose
 // ON CONFLICT DO UPDATE locks the aggregate's row and, with the version
 // guard, updates it only if the event is not older than what is applied
 // (re-checked against the latest committed version when it had to wait,
 // so two workers on one aggregate serialise); then the ledger row, only
 // if the projection moved. It returns how many inbox rows and effects it
 // wrote.
-func applySQL(inbox, guard bool) string {
+func applySQL(inbox, keyed, guard bool) string {
 	var b strings.Builder
 	b.WriteString("WITH ")
 	from := ""
-	if inbox {
+	switch {
+	case inbox && keyed:
+		b.WriteString(`i AS (INSERT INTO inbox_keyed (consumer, dedupe_key, source, event_id) VALUES ($1, $6, $2, $3)
+	ON CONFLICT DO NOTHING RETURNING 1), `)
+		from = " FROM i"
+	case inbox:
 		b.WriteString(`i AS (INSERT INTO inbox (consumer, source, event_id) VALUES ($1, $2, $3)
 	ON CONFLICT DO NOTHING RETURNING 1), `)
 		from = " FROM i"
@@ -536,6 +562,34 @@ SELECT `)
 	}
 	b.WriteString(`, (SELECT count(*) FROM e)`)
 	return b.String()
+}
+
+// keyed reports whether variant v dedupes in inbox_keyed, by a key other
+// than the event's (source, id).
+func keyed(v Variant) bool { return v == InboxByID || v == InboxByTrace }
+
+// dedupeKey is what a keyed variant's inbox takes as d's identity: the
+// event id alone (inbox-by-id), or the trace id of its traceparent
+// (inbox-by-trace; a delivery without a well-formed one falls back to its
+// source and id, so a relay that sends none does not make every event one).
+func dedupeKey(v Variant, d *broker.Delivery) string {
+	if v == InboxByID {
+		return d.ID
+	}
+	if id, ok := traceID(d.TraceParent); ok {
+		return id
+	}
+	return d.Source + " " + d.ID
+}
+
+// traceID returns the trace-id field of a W3C traceparent
+// (version-traceid-parentid-flags).
+func traceID(tp string) (string, bool) {
+	parts := strings.Split(tp, "-")
+	if len(parts) != 4 || len(parts[1]) != 32 {
+		return "", false
+	}
+	return parts[1], true
 }
 
 // applyAllSQL is [applySQL] for many deliveries in one statement, for the

@@ -46,6 +46,12 @@ type Config struct {
 	Variant Variant `json:"variant"`
 	// Source is the CloudEvents-style source of every event.
 	Source string `json:"source"`
+	// Sources, when it has two or more, replaces Source: ops take the
+	// sources in turn and each round of them shares one event id, so
+	// every id occurs once under each source. CloudEvents identifies an
+	// event by source + id and lets two sources use the same id; a
+	// consumer that dedupes by id alone drops the second.
+	Sources []string `json:"sources,omitempty"`
 	// Keys is how many aggregates (orders) ops are spread over.
 	Keys int `json:"keys"`
 	// KeyPrefix names the aggregates, e.g. "order-" gives order-0, order-1...
@@ -85,6 +91,10 @@ type Producer struct {
 	fp  *failpoint.Set
 	pub broker.Publisher // dual-write and publish-then-commit only
 	rng *mrand.Rand
+	// round is the next of Config.Sources, and roundID the id its round
+	// shares.
+	round   int
+	roundID string
 }
 
 // New returns a producer. pub is needed only by the dual-write and
@@ -212,13 +222,29 @@ func (p *Producer) Once(ctx context.Context) error {
 	key := p.cfg.KeyPrefix + strconv.Itoa(p.rng.IntN(p.cfg.Keys))
 	poison := p.cfg.PoisonRatio > 0 && p.rng.Float64() < p.cfg.PoisonRatio
 	abort := p.cfg.Variant == PublishThenCommit && p.cfg.AbortRatio > 0 && p.rng.Float64() < p.cfg.AbortRatio
-	v := history.Value{Event: NewEventID(), Source: p.cfg.Source, Key: key, Poison: poison}
+	source, id := p.nextIdentity()
+	v := history.Value{Event: id, Source: source, Key: key, Poison: poison}
 	switch p.cfg.Variant {
 	case PublishThenCommit:
 		return p.publishThenCommit(ctx, v, abort)
 	default:
 		return p.commitThenMaybePublish(ctx, v)
 	}
+}
+
+// nextIdentity returns the source and id of the next event: a new id
+// under Config.Source, or, with several Config.Sources, the next source in
+// turn and the id its round shares (a new one at each round's start).
+func (p *Producer) nextIdentity() (source, id string) {
+	if len(p.cfg.Sources) < 2 {
+		return p.cfg.Source, NewEventID()
+	}
+	if p.round == 0 {
+		p.roundID = NewEventID()
+	}
+	source = p.cfg.Sources[p.round]
+	p.round = (p.round + 1) % len(p.cfg.Sources)
+	return source, p.roundID
 }
 
 func (p *Producer) commitThenMaybePublish(ctx context.Context, v history.Value) error {
@@ -251,7 +277,7 @@ func (p *Producer) publishDirect(ctx context.Context, v history.Value) error {
 	if err != nil || !ok {
 		return err
 	}
-	if _, err := p.db.Exec(ctx, `UPDATE outbox SET published_at = now() WHERE id = $1`, v.Event); err != nil {
+	if _, err := p.db.Exec(ctx, `UPDATE outbox SET published_at = now() WHERE id = $1 AND source = $2`, v.Event, v.Source); err != nil {
 		// Only the drain's bookkeeping suffers; the event is out.
 		return nil
 	}

@@ -9,9 +9,13 @@ package relay
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,6 +26,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/internal/backoff"
+	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 )
 
 // Variant is how the relay finds rows and publishes them.
@@ -47,6 +52,13 @@ const (
 	// Transient is known-bad (RabbitMQ): confirmed but not persistent,
 	// so a classic queue loses what it holds when the broker restarts.
 	Transient Variant = "transient"
+	// NewIDPerAttempt is known-bad: it mints a new event id for every
+	// publish attempt instead of sending the outbox row's, so a republish
+	// (a crash after the publish, before the mark) is a new event to
+	// every inbox and applied again. It records each id it put on the
+	// wire (a publish op's published_as), so the checker can tell whose
+	// effect it is.
+	NewIDPerAttempt Variant = "new-id-per-attempt"
 	// Debezium is correct and not this package's: Debezium's outbox event
 	// router in Kafka Connect reads the outbox from the WAL (package
 	// pipeline/debezium). At-least-once: a crash before its offsets are
@@ -56,7 +68,7 @@ const (
 
 // Variants lists every relay variant.
 func Variants() []Variant {
-	return []Variant{Polling, HighWaterMark, Unconfirmed, Unroutable, LeaderAck, Transient, Debezium}
+	return []Variant{Polling, HighWaterMark, Unconfirmed, Unroutable, LeaderAck, Transient, NewIDPerAttempt, Debezium}
 }
 
 // ParseVariant checks a variant name.
@@ -66,7 +78,15 @@ func ParseVariant(s string) (Variant, error) {
 			return v, nil
 		}
 	}
-	return "", fmt.Errorf("relay: unknown variant %q (valid: polling, high-water-mark, unconfirmed, unroutable, debezium)", s)
+	return "", fmt.Errorf("relay: unknown variant %q (valid: %s)", s, strings.Join(names(Variants()), ", "))
+}
+
+func names(vs []Variant) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = string(v)
+	}
+	return out
 }
 
 // Config tunes one relay process.
@@ -105,7 +125,7 @@ type Relay struct {
 	lastIdle time.Time
 	lastSeen int64 // high-water-mark only
 	hwmInit  bool
-	attempts map[string]int64
+	attempts map[[2]string]int64 // by (source, id): publish attempts so far
 }
 
 // New returns a relay over db publishing with pub.
@@ -125,7 +145,7 @@ func New(cfg Config, db *pgxpool.Pool, pub broker.Publisher, rec *history.Record
 	if cfg.PublishTimeout <= 0 {
 		cfg.PublishTimeout = 10 * time.Second
 	}
-	return &Relay{cfg: cfg, db: db, pub: pub, rec: rec, fp: fp, attempts: map[string]int64{}}, nil
+	return &Relay{cfg: cfg, db: db, pub: pub, rec: rec, fp: fp, attempts: map[[2]string]int64{}}, nil
 }
 
 // Run relays until ctx ends. Transient errors (database or broker down)
@@ -306,10 +326,12 @@ func (r *Relay) publish(ctx context.Context, batch []row) ([]int64, error) {
 	r.fp.Hit(failpoint.RelayBeforePublish, value(batch[0].ev, 0))
 	evs := make([]broker.Event, len(batch))
 	es := make([]history.Entry, len(batch))
+	vs := make([]history.Value, len(batch))
 	for i, b := range batch {
-		evs[i] = b.ev
-		r.attempts[b.ev.ID]++
-		es[i] = history.Entry{Type: history.Invoke, F: history.Publish, Value: value(b.ev, r.attempts[b.ev.ID])}
+		id := [2]string{b.ev.Source, b.ev.ID}
+		r.attempts[id]++
+		evs[i], vs[i] = r.attempt(b.ev, r.attempts[id])
+		es[i] = history.Entry{Type: history.Invoke, F: history.Publish, Value: vs[i]}
 	}
 	if err := r.rec.RecordAll(es); err != nil {
 		return nil, historyError{err}
@@ -319,7 +341,7 @@ func (r *Relay) publish(ctx context.Context, batch []row) ([]int64, error) {
 	cancel()
 	var confirmed []int64
 	for i, b := range batch {
-		v := value(b.ev, r.attempts[b.ev.ID])
+		v := vs[i]
 		t := history.OK
 		if err := results[i]; err != nil {
 			v.Error = err.Error()
@@ -329,7 +351,7 @@ func (r *Relay) publish(ctx context.Context, batch []row) ([]int64, error) {
 			}
 		} else {
 			confirmed = append(confirmed, b.seq)
-			delete(r.attempts, b.ev.ID)
+			delete(r.attempts, [2]string{b.ev.Source, b.ev.ID})
 		}
 		es[i] = history.Entry{Type: t, F: history.Publish, Value: v}
 		if r.cfg.Variant == HighWaterMark {
@@ -362,6 +384,33 @@ func (r *Relay) noteIdle(ctx context.Context, ex interface {
 		r.lastIdle = time.Now()
 	}
 	return nil
+}
+
+// attempt returns the event as publish attempt n of ev sends it, and the
+// value its publish ops record. Every attempt carries a new traceparent, as
+// a tracing library starts a new span (here, with no context stored in the
+// outbox, a new trace) for each publish: which is why a trace id is no
+// event identity. The new-id-per-attempt relay also sends a new event id,
+// recorded as published_as beside the committed event's.
+func (r *Relay) attempt(ev broker.Event, n int64) (broker.Event, history.Value) {
+	v := value(ev, n)
+	ev.TraceParent = NewTraceParent()
+	if r.cfg.Variant == NewIDPerAttempt {
+		ev.ID = producer.NewEventID()
+		v.PublishedAs = ev.ID
+	}
+	return ev, v
+}
+
+// NewTraceParent returns a W3C traceparent (version 00, sampled) with a
+// new random trace id and span id.
+func NewTraceParent() string {
+	var b [24]byte
+	binary.BigEndian.PutUint64(b[0:8], mrand.Uint64())
+	binary.BigEndian.PutUint64(b[8:16], mrand.Uint64())
+	binary.BigEndian.PutUint64(b[16:24], mrand.Uint64()|1) // never all zero
+	h := hex.EncodeToString(b[:])
+	return "00-" + h[:32] + "-" + h[32:] + "-01"
 }
 
 func value(ev broker.Event, attempt int64) history.Value {

@@ -37,7 +37,7 @@ func Create(ctx context.Context, db *pgxpool.Pool) error {
 
 // Reset empties every table, for a fresh run on a reused database.
 func Reset(ctx context.Context, db *pgxpool.Pool) error {
-	_, err := db.Exec(ctx, `TRUNCATE orders, outbox, inbox, inbox_unchecked, effects, projection, dead_letters, relay_idle RESTART IDENTITY`)
+	_, err := db.Exec(ctx, `TRUNCATE orders, outbox, inbox, inbox_unchecked, inbox_keyed, effects, projection, dead_letters, relay_idle RESTART IDENTITY`)
 	if err != nil {
 		return fmt.Errorf("reset schema: %w", err)
 	}

@@ -15,10 +15,11 @@ CREATE TABLE IF NOT EXISTS orders (
 -- aggregatetype, aggregateid, type, payload) plus the event's source, the
 -- aggregate version it carries, and the relay's published marker. seq is
 -- the relay's polling order; it is assigned at insert, not at commit, which
--- is exactly what the high-water-mark relay gets wrong.
+-- is exactly what the high-water-mark relay gets wrong. An event is its
+-- (source, id), as in CloudEvents: two sources may use the same id.
 CREATE TABLE IF NOT EXISTS outbox (
     seq           bigserial PRIMARY KEY,
-    id            text NOT NULL UNIQUE,
+    id            text NOT NULL,
     aggregatetype text NOT NULL,
     aggregateid   text NOT NULL,
     type          text NOT NULL,
@@ -26,7 +27,8 @@ CREATE TABLE IF NOT EXISTS outbox (
     source        text NOT NULL,
     version       bigint NOT NULL,
     created_at    timestamptz NOT NULL DEFAULT now(),
-    published_at  timestamptz
+    published_at  timestamptz,
+    UNIQUE (id, source)
 );
 CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (seq) WHERE published_at IS NULL;
 
@@ -47,6 +49,19 @@ CREATE TABLE IF NOT EXISTS inbox_unchecked (
     source      text NOT NULL,
     event_id    text NOT NULL,
     received_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- The inbox of the known-bad variants keyed by something other than the
+-- event's (source, id): inbox-by-id by the id alone, inbox-by-trace by the
+-- traceparent's trace id. Unique per consumer like the real one, so what
+-- they wrongly treat as one event they really do apply once.
+CREATE TABLE IF NOT EXISTS inbox_keyed (
+    consumer    text NOT NULL,
+    dedupe_key  text NOT NULL,
+    source      text NOT NULL,
+    event_id    text NOT NULL,
+    received_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (consumer, dedupe_key)
 );
 
 -- The effect ledger: append-only, deliberately without a unique
