@@ -18,7 +18,6 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/internal/testenv"
-	"github.com/deliverycheck/deliverycheck/pipeline"
 	"github.com/deliverycheck/deliverycheck/pipeline/pipelinetest"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 	"github.com/deliverycheck/deliverycheck/scenarios"
@@ -476,21 +475,8 @@ func TestDetectionRates(t *testing.T) {
 // nothing to get wrong.
 func sharedIDs(t *testing.T, dir string) int {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, pipeline.HistoryDir, "producer-*.jsonl"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no producer history in %s (%v)", dir, err)
-	}
 	sources := map[string]map[string]bool{}
-	for _, name := range files {
-		f, err := os.Open(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, _, err := history.Read(f, filepath.Base(name))
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, h := range roleHistories(t, dir, "producer") {
 		for _, op := range h {
 			if op.F != history.Commit || op.Type != history.OK {
 				continue

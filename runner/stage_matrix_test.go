@@ -85,21 +85,8 @@ func checkStageBitten(t *testing.T, o *Outcome, kinds []string) {
 // stageTxns reads the transactions of every processor of the run in dir.
 func stageTxns(t *testing.T, dir string) []txnSpan {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, pipeline.HistoryDir, "processor-*.jsonl"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no processor history in %s (%v)", dir, err)
-	}
 	var spans []txnSpan
-	for _, name := range files {
-		f, err := os.Open(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, _, err := history.Read(f, filepath.Base(name))
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, h := range roleHistories(t, dir, "processor") {
 		at := map[string]int{}
 		for _, op := range h {
 			if op.F != history.Txn {
@@ -123,4 +110,29 @@ func stageTxns(t *testing.T, dir string) []txnSpan {
 		}
 	}
 	return spans
+}
+
+// roleHistories reads the history file of every process of role (its
+// name's prefix: producer, processor) of the run in dir, failing t when
+// there is none.
+func roleHistories(t *testing.T, dir, role string) []history.History {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, pipeline.HistoryDir, role+"-*.jsonl"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no %s history in %s (%v)", role, dir, err)
+	}
+	var out []history.History
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, _, err := history.Read(f, filepath.Base(name))
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, h)
+	}
+	return out
 }
