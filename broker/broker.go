@@ -36,6 +36,15 @@ type Event struct {
 	// with no stored context, a new trace) for every publish attempt, so
 	// a republished event carries a different one.
 	TraceParent string
+	// Tenant, Time and Signature are the event's authority: whose data it
+	// is, when its producer made it (RFC 3339, as carried, so a signature
+	// over it survives the trip byte for byte) and the producer's HMAC
+	// over the canonical event (package signing). Sent as headers when
+	// set; a consumer that checks them can tell an authorized producer's
+	// event from a well-formed forgery (docs/security.md).
+	Tenant    string
+	Time      string
+	Signature string
 }
 
 // Header names carried with every message, so a consumer (ours or not)
@@ -48,8 +57,13 @@ const (
 	HeaderType    = "type"
 	// HeaderTraceParent is W3C Trace Context's header.
 	HeaderTraceParent = "traceparent"
-	HeaderReason      = "dlq-reason"
-	HeaderAttempt     = "dlq-attempts"
+	// HeaderTenant, HeaderTime and HeaderSignature carry the event's
+	// authority (see [Event]).
+	HeaderTenant    = "tenant"
+	HeaderTime      = "time"
+	HeaderSignature = "signature"
+	HeaderReason    = "dlq-reason"
+	HeaderAttempt   = "dlq-attempts"
 )
 
 // Headers renders e's identity as string headers.
@@ -61,10 +75,18 @@ func (e Event) Headers() map[string]string {
 		HeaderVersion: strconv.FormatInt(e.Version, 10),
 		HeaderType:    e.Type,
 	}
-	if e.TraceParent != "" {
-		h[HeaderTraceParent] = e.TraceParent
-	}
+	setIf(h, HeaderTraceParent, e.TraceParent)
+	setIf(h, HeaderTenant, e.Tenant)
+	setIf(h, HeaderTime, e.Time)
+	setIf(h, HeaderSignature, e.Signature)
 	return h
+}
+
+// setIf sets an optional header: an absent one is not sent empty.
+func setIf(h map[string]string, name, v string) {
+	if v != "" {
+		h[name] = v
+	}
 }
 
 // EventFromHeaders rebuilds an Event from headers and payload. Missing or
@@ -76,6 +98,7 @@ func EventFromHeaders(h map[string]string, payload []byte) Event {
 		ID: h[HeaderEventID], Source: h[HeaderSource], Key: h[HeaderKey],
 		Version: v, Type: h[HeaderType], Payload: payload,
 		TraceParent: h[HeaderTraceParent],
+		Tenant:      h[HeaderTenant], Time: h[HeaderTime], Signature: h[HeaderSignature],
 	}
 }
 

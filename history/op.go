@@ -99,6 +99,17 @@ const (
 	// why) says no leader could be named.
 	Leader F = "leader"
 
+	// Intrude is one message the intruder (process "intruder") published
+	// straight to the broker with its own credentials, bypassing the
+	// outbox (docs/security.md): invoke before the publish, ok once the
+	// broker accepted it, fail when the broker refused it (value.error
+	// its refusal: least privilege stopped it), info when the answer was
+	// lost. value.event, source, key, version the forged event,
+	// value.detail its kind (an intruder.Kind: "type", "tenant", ...).
+	// No authorized producer committed it: an effect for it is an
+	// unauthorized effect.
+	Intrude F = "intrude"
+
 	// The transactional stage (docs/history.md, "Transactional stage"): a
 	// consume-transform-produce processor between the events topic and
 	// its output topics, and the read_committed readers downstream.
