@@ -339,7 +339,7 @@ func TestParseErrors(t *testing.T) {
 		{"expected anomaly not fatal", "broker: kafka\nexpect:\n  verdict: invalid\n  anomaly: order-regression\n",
 			[]string{"my.yaml:4: expect.anomaly: order-regression is not fatal under these guarantees, so it cannot make the run invalid (set guarantees.order: per-key)"}},
 		{"invalid without anomaly", "broker: kafka\nexpect:\n  verdict: invalid\n",
-			[]string{"my.yaml:3: expect.anomaly: name the anomaly an invalid run must show (valid: lost, duplicate-effect, unexpected, order-regression, gap, dlq-unaccounted, wrongly-dead-lettered, poison-applied, inbox-mismatch, output-duplicate, output-lost, aborted-visible, torn-transaction, output-order, transaction-left-open)"}},
+			[]string{"my.yaml:3: expect.anomaly: name the anomaly an invalid run must show (valid: lost, duplicate-effect, unexpected, unauthorized-effect, order-regression, gap, dlq-unaccounted, wrongly-dead-lettered, poison-applied, inbox-mismatch, output-duplicate, output-lost, aborted-visible, torn-transaction, output-order, transaction-left-open)"}},
 		{"step after the end", "broker: kafka\nworkload: {duration: 10s}\nnemesis:\n  timeline:\n    - \"at 10s: kill relay-0\"\n",
 			[]string{`my.yaml:5: nemesis.timeline[0]: "at 10s: kill relay-0" starts at or after the workload ends (10s); faults only run while it does`}},
 		{"unknown worker", "broker: kafka\nnemesis:\n  timeline:\n    - \"at 1s: kill relay-1\"\n",
