@@ -341,3 +341,27 @@ func distinct(xs []string) []string {
 	out = slices.Compact(out)
 	return out[:min(len(out), maxIntruderReasons)]
 }
+
+// Summary says in one line what became of the intruder's messages, over
+// all kinds: "12 sent: 0 refused by the broker, 12 accepted, 0
+// unanswered; email rejected 12, applied 0, skipped 0, unaccounted 0;
+// ...", the wording the command line uses.
+func (in *Intruder) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d sent: %d refused by the broker, %d accepted, %d unanswered", in.Sent, in.Refused, in.Accepted, in.Unanswered)
+	if len(in.Kinds) == 0 {
+		return b.String()
+	}
+	for si, s := range in.Kinds[0].Subscriptions {
+		var sum IntruderSubscription
+		for _, k := range in.Kinds {
+			x := k.Subscriptions[si]
+			sum.Rejected += x.Rejected
+			sum.Applied += x.Applied
+			sum.Skipped += x.Skipped
+			sum.Unaccounted += x.Unaccounted
+		}
+		fmt.Fprintf(&b, "; %s rejected %d, applied %d, skipped %d, unaccounted %d", s.Subscription, sum.Rejected, sum.Applied, sum.Skipped, sum.Unaccounted)
+	}
+	return b.String()
+}

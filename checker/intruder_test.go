@@ -544,3 +544,53 @@ func TestPropertyUnauthorizedEffect(t *testing.T) {
 		}
 	})
 }
+
+// The golden intruder histories' sections: the broker refused every
+// message of the least-privilege run, with its refusal; the correct
+// consumers rejected every message, each kind with the reason of the
+// check that caught it (docs/security.md's order).
+func TestIntruderGoldenSections(t *testing.T) {
+	reasons := map[string]string{
+		"type":              `source "/orders" may not emit "AdminGranted"`,
+		"tenant":            `tenant "globex" is not this consumer's`,
+		"version-ahead":     "version 1000000 is more than 1000 ahead of the applied 2",
+		"replay":            "stale: event time 2026-12-02T09:26:14.123456789Z is older than the 10m0s freshness window",
+		"signature-missing": "missing signature",
+		"signature-wrong":   "signature does not verify",
+	}
+	for _, name := range []string{"intruder-least-privilege", "intruder-correct"} {
+		r, err := CheckFiles([]string{"testdata/" + name + ".jsonl"}, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := r.Intruder
+		if in == nil || in.Sent != 12 || len(in.Kinds) != 6 {
+			t.Fatalf("%s: section %+v", name, in)
+		}
+		for _, k := range in.Kinds {
+			switch name {
+			case "intruder-least-privilege":
+				if k.Refused != 2 || k.Accepted != 0 || len(k.Refusals) != 1 || !strings.Contains(k.Refusals[0], "ACCESS_REFUSED") {
+					t.Errorf("%s: %+v", name, k)
+				}
+			default:
+				for _, s := range k.Subscriptions {
+					if k.Accepted != 2 || s.Rejected != 2 || !slices.Equal(s.Reasons, []string{reasons[k.Kind]}) {
+						t.Errorf("%s: %s in %s: %+v", name, k.Kind, s.Subscription, s)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestIntruderSummary(t *testing.T) {
+	r, err := CheckFiles([]string{"testdata/intruder-trusting.jsonl"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "12 sent: 0 refused by the broker, 12 accepted, 0 unanswered; email rejected 0, applied 2, skipped 10, unaccounted 0; inventory rejected 0, applied 2, skipped 10, unaccounted 0"
+	if got := r.Intruder.Summary(); got != want {
+		t.Errorf("Summary() = %q, want %q", got, want)
+	}
+}
