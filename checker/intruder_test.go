@@ -171,8 +171,8 @@ func TestIntruder(t *testing.T) {
 			section: [4]int64{2, 0, 0, 2}, inv: [4]int64{0, 0, 0, 0},
 		},
 		{
-			name: "an intrude fault that sent nothing did not bite: unknown",
-			h:    intruderRun(inv, func(b *builder) { b.intrudeFault(history.OK, "") }),
+			name:  "an intrude fault that sent nothing did not bite: unknown",
+			h:     intruderRun(inv, func(b *builder) { b.intrudeFault(history.OK, "") }),
 			valid: Unknown, kinds: map[Kind]int{}, reasons: []string{"no intruder message was sent"},
 		},
 		{

@@ -2,8 +2,8 @@ package reports
 
 import (
 	"os"
-	"slices"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 

@@ -17,12 +17,12 @@ import (
 func TestIntruderReported(t *testing.T) {
 	sch := compileSchema(t)
 	tests := []struct {
-		name     string
-		f        fixture
-		verdict  checker.Validity
-		rows     []intruderSubRow
-		junit    string // outcome of "email: no unauthorized effects"
-		anomaly  bool   // unauthorized-effect in email
+		name    string
+		f       fixture
+		verdict checker.Validity
+		rows    []intruderSubRow
+		junit   string // outcome of "email: no unauthorized effects"
+		anomaly bool   // unauthorized-effect in email
 	}{
 		{
 			// Not clean: e3 twice and e4 lost too; only the intruder's part is asserted.
@@ -134,7 +134,7 @@ func TestIntruderHostileEscaped(t *testing.T) {
 	}
 	section, _, _ = strings.Cut(section, "<h2")
 	for _, s := range []string{
-		"&#34;&gt;&lt;img src=x onerror=alert(1)&gt;",                // the kind, and the refusal
+		"&#34;&gt;&lt;img src=x onerror=alert(1)&gt;",                    // the kind, and the refusal
 		"&lt;script&gt;alert(&#34;script&#34;)&lt;/script&gt;email&#39;", // the reason, and the subscription
 	} {
 		if !strings.Contains(section, s) {
