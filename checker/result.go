@@ -341,8 +341,8 @@ type Result struct {
 	// topic held, and the database boundary.
 	TxnStage *TxnStage `json:"transactional_stage,omitempty"`
 	// Intruder is what became of the messages the intruder published
-	// straight to the broker, when the history has an intrude op
-	// (intruder.go).
+	// straight to the broker, when the history has an intrude op or an
+	// intrude fault (intruder.go).
 	Intruder *Intruder `json:"intruder,omitempty"`
 }
 
@@ -433,11 +433,11 @@ type SubscriptionStats struct {
 	Lost            int64  `json:"lost"`
 	DuplicateEffect int64  `json:"duplicate_effect"`
 	Unexpected      int64  `json:"unexpected"`
+	Unseen          int64  `json:"unseen"`
+	PoisonApplied   int64  `json:"poison_applied"`
+	InboxMismatch   int64  `json:"inbox_mismatch"`
 	// UnauthorizedEffect counts the intruder's events it applied.
 	UnauthorizedEffect int64 `json:"unauthorized_effect"`
-	Unseen             int64 `json:"unseen"`
-	PoisonApplied      int64 `json:"poison_applied"`
-	InboxMismatch      int64 `json:"inbox_mismatch"`
 }
 
 // Anomaly is every finding of one kind in one subscription (or, for a

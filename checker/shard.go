@@ -48,18 +48,18 @@ type shard struct {
 	// ledger is the first effect row with a commit_time of each event per
 	// subscription, in the current final-read attempt.
 	ledger []applyRec
+	// intrusions: the events an intrude op names (intruder.go).
+	intrusions map[int32]*intrusion
 	// fr follows the final read's brackets: every shard sees them.
 	fr finalReads
 	// publishes: some op of the shard is a publish (lostStage).
 	publishes bool
-	// intrusions: the events an intrude op names (intruder.go).
-	intrusions map[int32]*intrusion
-	lastTime   int64
-	series     seriesAcc
-	last       int32 // the event of the previous op, or -1
-	lastID     string
-	lastSub    int32 // the subscription of the previous op, or -1
-	recent     *[recentEvents]recentEvent
+	lastTime  int64
+	series    seriesAcc
+	last      int32 // the event of the previous op, or -1
+	lastID    string
+	lastSub   int32 // the subscription of the previous op, or -1
+	recent    *[recentEvents]recentEvent
 	// Shard 0 only: ops without an event.
 	drain             string
 	crashes, restarts int64
