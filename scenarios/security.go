@@ -75,6 +75,11 @@ func (s Scenario) checkSecurity(fail func(path, format string, args ...any)) {
 		fail("security.max_version_ahead", "%d lets the intruder's version-ahead event (version %d) through; make it smaller, or leave version-ahead out of security.intruder.kinds", m, intruderAheadVersion)
 	}
 
+	externalConsumers := s.System.Consumer != nil || len(s.System.Consumers) > 0
+	if externalConsumers && strings.TrimSpace(s.System.DeadLettersQuery) == "" && s.Workload.PoisonRatio == 0 {
+		fail("system.dead_letters_query", "missing: with a security section external consumers need a query returning what they turned away (event_id, consumer, reason; docs/contract.md)")
+	}
+
 	// Every event must come from a publisher that stamps it.
 	if s.Variants.Producer != producer.Outbox {
 		fail("security", "the %s producer publishes its events itself, unstamped and unsigned; only the outbox's relay stamps them (use variants.producer: outbox)", s.Variants.Producer)

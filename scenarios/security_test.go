@@ -106,6 +106,8 @@ func TestSecurityErrors(t *testing.T) {
 			"my.yaml:5: security: the dual-write producer publishes its events itself, unstamped and unsigned"},
 		{"stage", "broker: kafka\nstage: {processors: 1}\nsecurity:\n  sign: true\n",
 			"my.yaml:4: security: the transactional stage's processors read the events topic without checking events' authority"},
+		{"team consumer without dead letters", "broker: kafka\nsystem:\n  consumer: {command: [./c]}\n  effects_query: SELECT 1\nsecurity:\n  sign: true\n",
+			"system.dead_letters_query: missing: with a security section external consumers need a query returning what they turned away"},
 		{"valid", "broker: rabbitmq\nsecurity:\n  sign: true\n  tenant: acme\n  freshness: 10m\n  max_version_ahead: 1000\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
