@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deliverycheck/deliverycheck/broker"
+	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/signing"
@@ -120,6 +122,7 @@ func TestSecurityConsumers(t *testing.T) {
 					t.Errorf("%s: dead-lettered %v with %q at attempt %d, applied %v; want %q at attempt 1", f.ev.ID, ok, got.reason, got.attempts, applied[f.ev.ID], f.reason)
 				}
 			}
+			checkForgedOps(t, r, fs, tc.variant)
 			if tc.variant == consumer.Trusting {
 				return // its forged version-ahead event made real ones stale
 			}
@@ -189,4 +192,42 @@ func appliedIDs(ctx context.Context, t *testing.T, db *pgxpool.Pool) map[string]
 		out[id] = true
 	}
 	return out
+}
+
+// checkForgedOps checks the consumer's history of each forged event: the
+// correct consumer records its deliver, then at once its dlq with the
+// reason (attempt 1, no apply, no retry); the trusting one applies it.
+func checkForgedOps(t *testing.T, r *Deployment, fs []forged, v consumer.Variant) {
+	t.Helper()
+	files, err := r.HistoryFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _, err := history.ReadFiles(files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := map[string][]history.Op{}
+	for _, op := range h {
+		if strings.HasPrefix(op.Process, "consumer-") && strings.HasPrefix(op.Value.Event, "forged-") {
+			ops[op.Value.Event] = append(ops[op.Value.Event], op)
+		}
+	}
+	for _, f := range fs {
+		var got []string
+		for _, op := range ops[f.ev.ID] {
+			got = append(got, fmt.Sprintf("%s %s", op.Type, op.F))
+		}
+		want := []string{"ok deliver", "ok dlq"}
+		if v == consumer.Trusting {
+			want = []string{"ok deliver", "invoke apply", "ok apply", "invoke ack", "ok ack"}
+		}
+		if strings.Join(got, ", ") != strings.Join(want, ", ") {
+			t.Errorf("%s: ops %v, want %v", f.ev.ID, got, want)
+			continue
+		}
+		if last := ops[f.ev.ID][len(got)-1]; v == consumer.Inbox && (!strings.HasPrefix(last.Value.Reason, f.reason) || last.Value.Attempt != 1) {
+			t.Errorf("%s: dlq reason %q at attempt %d, want %q at 1", f.ev.ID, last.Value.Reason, last.Value.Attempt, f.reason)
+		}
+	}
 }
