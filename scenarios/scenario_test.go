@@ -693,6 +693,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte("name: x\nbroker: kafka\n"))
 	f.Add([]byte("broker: rabbitmq\nworkload: {rate: 1e3, subscriptions: [a]}\nnemesis: {random: {}}\n"))
+	f.Add([]byte("broker: kafka\nsecurity: {sign: true, tenant: acme, freshness: 10m, authority: {/orders: [OrderConfirmed]}, intruder: {kinds: [type], per_kind: 1}}\n"))
 	f.Add([]byte("a: &a [*a]\n"))
 	f.Add([]byte("broker: kafka\nx: &x {a: *x}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -118,3 +118,38 @@ func TestVersionCache(t *testing.T) {
 		t.Fatal("25 refused with 15 known applied")
 	}
 }
+
+// BenchmarkAccept is the batch path's per-delivery test: the
+// well-formedness checks alone (what it was), without a security section
+// (the default authority only) and with every check.
+func BenchmarkAccept(b *testing.B) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	e := broker.Event{ID: "0190c5e2-7a3b-7cde-8f01-23456789abcd", Source: "/orders", Key: "order-7", Version: 42, Type: producer.EventType,
+		Payload: producer.Payload("order-7", 42, false), Tenant: "acme", Time: time.Now().UTC().Format(time.RFC3339Nano)}
+	e.Signature = signing.Sign(key, e)
+	d := &broker.Delivery{Event: e}
+	b.Run("well-formedness-only", func(b *testing.B) {
+		c, _ := New(Config{Variant: Inbox, Subscription: "inventory"}, nil, nil, nil, nil)
+		for b.Loop() {
+			if c.validate(d) != "" {
+				b.Fatal("refused")
+			}
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		sec  Security
+	}{
+		{"default", Security{Authority: map[string][]string{"/orders": {producer.EventType}}}},
+		{"every-check", Security{Key: key, Tenant: "acme", Freshness: 10 * time.Minute, MaxVersionAhead: 1000, Authority: map[string][]string{"/orders": {producer.EventType}}}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			c, _ := New(Config{Variant: Inbox, Subscription: "inventory", Security: tc.sec}, nil, nil, nil, nil)
+			for b.Loop() {
+				if c.validate(d) != "" || !c.authorizedWithoutQuery(d) {
+					b.Fatal("refused")
+				}
+			}
+		})
+	}
+}
