@@ -133,6 +133,19 @@ func (v *versions) raise(key string, version int64) {
 	}
 }
 
+// noteApplied raises the cache to the versions a committed transaction
+// applied (only with the version check: nothing else reads it).
+func (c *Consumer) noteApplied(ds []*broker.Delivery, outs []outcome) {
+	if c.cfg.Security.MaxVersionAhead <= 0 {
+		return
+	}
+	for i, o := range outs {
+		if o == applied {
+			c.known.raise(ds[i].Key, ds[i].Version)
+		}
+	}
+}
+
 // authorizedWithoutQuery reports whether d, well-formed, certainly passes
 // every authority check, without reading the database: the batch path's
 // test. A delivery it refuses is handled alone, by [Consumer.authorize].

@@ -468,15 +468,13 @@ func (c *Consumer) txBatch(ctx context.Context, ds []*broker.Delivery, vs []hist
 			outs[i] = stale
 		default:
 			outs[i] = applied
-			if c.cfg.Security.MaxVersionAhead > 0 {
-				c.known.raise(ds[i].Key, ds[i].Version)
-			}
 			c.fp.Hit(failpoint.ConsumerAfterEffectBeforeCommit, vs[i])
 		}
 	}
 	if err := c.commitConn(ctx, conn); err != nil {
 		return nil, err
 	}
+	c.noteApplied(ds, outs)
 	return outs, nil
 }
 
