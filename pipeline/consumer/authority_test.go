@@ -53,7 +53,11 @@ func TestAuthorize(t *testing.T) {
 		{"malformed time", sec, ev(func(e *broker.Event) { e.Time = "yesterday" }, true), "missing or malformed time"},
 		{"missing signature", sec, ev(nil, false), "missing signature"},
 		{"wrong signature", sec, ev(func(e *broker.Event) { e.Signature = signing.Sign([]byte("made up"), *e) }, false), "signature does not verify"},
-		{"tampered after signing", sec, func() *broker.Delivery { d := ev(nil, true); d.Payload = []byte(`{"order":"order-1","version":3,"status":"refunded"}`); return d }(), "signature does not verify"},
+		{"tampered after signing", sec, func() *broker.Delivery {
+			d := ev(nil, true)
+			d.Payload = []byte(`{"order":"order-1","version":3,"status":"refunded"}`)
+			return d
+		}(), "signature does not verify"},
 		{"no checks configured", Security{}, ev(func(e *broker.Event) { e.Tenant, e.Time, e.Version = "globex", "", 1000000 }, false), ""},
 		// Several fail: the first in order names the reason.
 		{"type before tenant", sec, ev(func(e *broker.Event) { e.Type, e.Tenant = AdminGranted, "globex" }, false), "source "},
