@@ -111,6 +111,10 @@ type Config struct {
 	// what its consumers did. See docs/contract.md.
 	System System
 
+	// Security, when set, is the run's event authority: the relay stamps
+	// it on every event and the consumers check it (docs/security.md).
+	Security *Security
+
 	// RestartDelay is how long a crashed worker stays down.
 	RestartDelay time.Duration
 	// DrainTimeout bounds the drain, overriding the default 60s.
@@ -270,6 +274,8 @@ type Deployment struct {
 	// stage, or until it started).
 	stage      *broker.KafkaStageWatcher
 	stopReader func() error
+	// key is the run's signing key (Security.Sign), minted at Start.
+	key []byte
 }
 
 // HistoryDir is where a run's history files go, under its run dir.
@@ -296,6 +302,9 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 			err = errors.Join(err, r.Close())
 		}
 	}()
+	if err := r.mintKey(); err != nil {
+		return nil, err
+	}
 	r.rec, err = history.NewRecorder(filepath.Join(dir, HistoryDir, "harness.jsonl"), "harness", r.base)
 	if err != nil {
 		return nil, err
@@ -369,7 +378,8 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 				continue
 			}
 			spec := r.spec(worker.RoleConsumer, name)
-			spec.Consumer = consumer.Config{Variant: cfg.ConsumerVariant, Subscription: sub, MaxAttempts: cfg.MaxAttempts, Workers: cfg.ConsumerWorkers, Work: cfg.ConsumerWork}
+			spec.Consumer = consumer.Config{Variant: cfg.ConsumerVariant, Subscription: sub, MaxAttempts: cfg.MaxAttempts, Workers: cfg.ConsumerWorkers, Work: cfg.ConsumerWork,
+				Security: r.consumerSecurity()}
 			if err := r.start(ctx, spec); err != nil {
 				return nil, err
 			}
@@ -396,7 +406,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 			continue
 		}
 		spec := r.spec(worker.RoleRelay, name)
-		spec.Relay = relay.Config{Variant: cfg.RelayVariant, Batch: cfg.RelayBatch, Name: spec.Process}
+		spec.Relay = relay.Config{Variant: cfg.RelayVariant, Batch: cfg.RelayBatch, Name: spec.Process, Authority: r.relayAuthority()}
 		if err := r.start(ctx, spec); err != nil {
 			return nil, err
 		}

@@ -238,11 +238,11 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key with suggestion", "broker: kafka\nworkload:\n  rat: 5\n",
 			[]string{"my.yaml:3: workload.rat: unknown field; did you mean rate? (valid: duration, producers, producer_processes, rate, keys, poison_ratio, abort_ratio, sources, subscriptions, consumers, consumer_workers, consumer_work, relays, relay_batch)"}},
 		{"unknown top-level key", "broker: kafka\nworkloads: {}\n",
-			[]string{"my.yaml:2: workloads: unknown field; did you mean workload? (valid: name, description, broker, postgres, variants, workload, system, stage, nemesis, guarantees, drain, expect, images, seed)"}},
+			[]string{"my.yaml:2: workloads: unknown field; did you mean workload? (valid: name, description, broker, postgres, variants, workload, system, stage, security, nemesis, guarantees, drain, expect, images, seed)"}},
 		{"wrong standby", "broker: kafka\npostgres:\n  standby: hot\n",
 			[]string{`my.yaml:3: postgres.standby: unknown standby "hot" (valid: none, async, sync)`}},
 		{"wrong variant lists valid ones", "broker: kafka\nvariants:\n  consumer: inbx\n",
-			[]string{`my.yaml:3: variants.consumer: unknown consumer variant "inbx"; did you mean inbox? (valid: inbox, ack-first, no-inbox, check-then-act, no-version-guard, inbox-by-id, inbox-by-trace)`}},
+			[]string{`my.yaml:3: variants.consumer: unknown consumer variant "inbx"; did you mean inbox? (valid: inbox, ack-first, no-inbox, check-then-act, no-version-guard, inbox-by-id, inbox-by-trace, trusting)`}},
 		{"wrong relay", "broker: kafka\nvariants: {relay: outbox}\n",
 			[]string{`my.yaml:2: variants.relay: unknown relay variant "outbox" (valid: polling, high-water-mark, unconfirmed, unroutable, leader-ack, transient, new-id-per-attempt, debezium)`}},
 		{"image with a space", "broker: kafka\nimages:\n  postgres: \"postgres 17\"\n",
@@ -693,6 +693,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte("name: x\nbroker: kafka\n"))
 	f.Add([]byte("broker: rabbitmq\nworkload: {rate: 1e3, subscriptions: [a]}\nnemesis: {random: {}}\n"))
+	f.Add([]byte("broker: kafka\nsecurity: {sign: true, tenant: acme, freshness: 10m, authority: {/orders: [OrderConfirmed]}, intruder: {kinds: [type], per_kind: 1}}\n"))
 	f.Add([]byte("a: &a [*a]\n"))
 	f.Add([]byte("broker: kafka\nx: &x {a: *x}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -221,6 +221,7 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 		fail("system.relay", "the %s producer runs no relay", s.Variants.Producer)
 	}
 	s.checkTeamProcessor(fail)
+	s.checkSecurity(fail)
 
 	// Nemesis.
 	workers := s.workers()
