@@ -476,8 +476,8 @@ type Anomaly struct {
 	Topic string `json:"topic,omitempty"`
 	// Process is the process of a memory finding.
 	Process string `json:"process,omitempty"`
-	Fatal bool   `json:"fatal"`
-	Count int    `json:"count"`
+	Fatal   bool   `json:"fatal"`
+	Count   int    `json:"count"`
 	// Events lists up to Options.MaxEvents event ids, in order of first
 	// appearance in the history.
 	Events []string `json:"events"`

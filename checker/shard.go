@@ -64,8 +64,8 @@ type shard struct {
 	maxRSS int64
 	// Shard 0 only: ops without an event.
 	drain             string
-	drainEnd          int64        // the last drain op's time that ended a drain, 0 if none
-	peaks             []peakAcc    // per process measured, its peak resident set (resources.go)
+	drainEnd          int64     // the last drain op's time that ended a drain, 0 if none
+	peaks             []peakAcc // per process measured, its peak resident set (resources.go)
 	crashes, restarts int64
 	faults            []Fault
 	openFaults        map[faultKey]int // invoked, not yet completed: index in faults
