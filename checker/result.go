@@ -474,10 +474,8 @@ type Anomaly struct {
 	// Topic is the output topic of a transactional stage's finding
 	// (torn-transaction has none: it is between topics).
 	Topic string `json:"topic,omitempty"`
-	// Process is the process of a memory finding.
-	Process string `json:"process,omitempty"`
-	Fatal   bool   `json:"fatal"`
-	Count   int    `json:"count"`
+	Fatal bool   `json:"fatal"`
+	Count int    `json:"count"`
 	// Events lists up to Options.MaxEvents event ids, in order of first
 	// appearance in the history.
 	Events []string `json:"events"`
@@ -490,6 +488,8 @@ type Anomaly struct {
 	Stages []StageCount `json:"stages,omitempty"`
 	// Examples details the first Options.MaxExamples findings.
 	Examples []Example `json:"examples,omitempty"`
+	// Process is the process of a memory finding.
+	Process string `json:"process,omitempty"`
 }
 
 // Where names where a's findings are: its subscription, its output

@@ -60,12 +60,14 @@ type shard struct {
 	lastID    string
 	lastSub   int32 // the subscription of the previous op, or -1
 	recent    *[recentEvents]recentEvent
-	// maxRSS is the guarantees' max-rss (resources.go).
-	maxRSS int64
+	// maxRSS is the guarantees' max-rss (resources.go); shard 0 keeps
+	// drainEnd, the time of the last drain op that ended a drain (0 if
+	// none), and peaks, per process measured its peak resident set.
+	maxRSS   int64
+	drainEnd int64
+	peaks    []peakAcc
 	// Shard 0 only: ops without an event.
 	drain             string
-	drainEnd          int64     // the last drain op's time that ended a drain, 0 if none
-	peaks             []peakAcc // per process measured, its peak resident set (resources.go)
 	crashes, restarts int64
 	faults            []Fault
 	openFaults        map[faultKey]int // invoked, not yet completed: index in faults
