@@ -17,6 +17,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/deliverycheck/deliverycheck/history"
 )
@@ -101,4 +102,15 @@ func HumanSize(n int64) string {
 		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// ResourcesSummary says each measured process's peak in one line,
+// "consumer-inventory-0 400.0 MiB, relay-0 12.0 MiB", the wording the
+// command line uses; "" when none was measured.
+func ResourcesSummary(rs []ProcessResources) string {
+	parts := make([]string, 0, len(rs))
+	for _, p := range rs {
+		parts = append(parts, p.Process+" "+HumanSize(p.PeakRSS))
+	}
+	return strings.Join(parts, ", ")
 }

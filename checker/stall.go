@@ -276,7 +276,7 @@ func stallLabel(sp StallSpan) string {
 // junit.xml share.
 func stallDetail(sp StallSpan, limit time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "settled nothing for %s (from %s to %s) with %d events pending", time.Duration(sp.DurationNS).Round(time.Millisecond), fmtSeconds(sp.StartNS), fmtSeconds(sp.EndNS), sp.Pending)
+	fmt.Fprintf(&b, "settled nothing for %s (from %s to %s) with %d events pending", fmtDuration(sp.DurationNS), fmtSeconds(sp.StartNS), fmtSeconds(sp.EndNS), sp.Pending)
 	if sp.Open {
 		b.WriteString(", still stalled at the drain's end")
 	}
@@ -294,4 +294,30 @@ func stallDetail(sp StallSpan, limit time.Duration) string {
 // fmtSeconds writes ns since the run started as seconds: "5.100s".
 func fmtSeconds(ns int64) string {
 	return fmt.Sprintf("%.3fs", float64(ns)/1e9)
+}
+
+// StallSummary says each measured subscription's longest stall in one
+// line, "inventory 7s (3.000s–10.000s, 3 pending); email none", the
+// wording the command line uses; "" when none was measured.
+func StallSummary(stalls []SubscriptionStall) string {
+	var parts []string
+	for _, s := range stalls {
+		switch l := s.Longest; {
+		case !s.Measured:
+		case l == nil:
+			parts = append(parts, s.Subscription+" none")
+		default:
+			parts = append(parts, fmt.Sprintf("%s %s (%s, %d pending)", s.Subscription, fmtDuration(l.DurationNS), stallLabel(*l), l.Pending))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// fmtDuration writes ns as a duration, to the millisecond from one on.
+func fmtDuration(ns int64) string {
+	d := time.Duration(ns)
+	if d >= time.Millisecond {
+		d = d.Round(time.Millisecond)
+	}
+	return d.String()
 }
