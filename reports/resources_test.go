@@ -60,12 +60,12 @@ func TestResourcesReported(t *testing.T) {
 	}{
 		{"not promised", "effectively-once", checker.Valid, map[string]string{"inventory: no loss": "pass"}},
 		{"promised and broken", "effectively-once,max-stall=5s,max-rss=256MiB", checker.Invalid, map[string]string{
-			"inventory: " + stallGuarantee:            "failure",
+			"inventory: " + stallGuarantee:             "failure",
 			"consumer-inventory-0: " + memoryGuarantee: "failure",
 			xssScript + ": " + memoryGuarantee:         "pass",
 		}},
 		{"promised and held", "effectively-once,max-stall=10s,max-rss=1GiB", checker.Valid, map[string]string{
-			"inventory: " + stallGuarantee:            "pass",
+			"inventory: " + stallGuarantee:             "pass",
 			"consumer-inventory-0: " + memoryGuarantee: "pass",
 		}},
 	} {
