@@ -19,8 +19,11 @@ package checker
 //     it ends at the next settle, or at the drain's end (stallSpans).
 //   - [Result.Stalls] has each subscription's longest stall, promised or
 //     not; with MaxStall each longer one is a [Stall] finding. A
-//     subscription whose consumers record no settle cannot be measured:
-//     with MaxStall that makes the run Unknown.
+//     subscription whose consumers record nothing they do (no settle,
+//     apply or deliver op, no lineage op for them) cannot be measured:
+//     with MaxStall that makes the run Unknown. One whose consumers
+//     record what they do and settled nothing stalled from the first
+//     commit to the drain's end.
 
 import (
 	"cmp"
@@ -36,8 +39,10 @@ import (
 // SubscriptionStall is the longest stall of one subscription.
 type SubscriptionStall struct {
 	Subscription string `json:"subscription"`
-	// Measured: its consumers recorded a settle (apply, skip-stale,
-	// dlq). Without, nothing below is known.
+	// Measured: its consumers record what they do: a settle (apply,
+	// skip-stale, dlq), an apply op, its deliveries (a deliver op, or
+	// the harness's lineage op for them). Without, nothing below is
+	// known.
 	Measured bool `json:"measured"`
 	// Longest is its longest stall, nil if it never had work pending
 	// without settling something at once.
@@ -162,7 +167,10 @@ func (v *view) stalls(faults []Fault, end int64, limit time.Duration) ([]Subscri
 	for si, g := range v.subs {
 		out[si].Subscription = g.name
 		recs := g.settles
-		if len(recs) == 0 {
+		// Its consumers record what they do (a settle, an apply op of
+		// any type, its deliveries): one that settled nothing stalled
+		// all along, it was not unmeasured.
+		if len(recs) == 0 && !v.subApplied[si] && !v.subLineage[si] {
 			continue
 		}
 		out[si].Measured = true
@@ -244,7 +252,7 @@ func (v *view) stallAnomalies(r *Result, over []stallFinding, committed int64, o
 	if g.MaxStall > 0 && committed > 0 {
 		for _, s := range r.Stalls {
 			if !s.Measured {
-				v.resourceReasons = append(v.resourceReasons, fmt.Sprintf("stall in %s not judged: its consumers record no apply, skip-stale or dlq op", s.Subscription))
+				v.resourceReasons = append(v.resourceReasons, fmt.Sprintf("stall in %s not judged: its consumers record no apply, skip-stale, dlq or deliver op", s.Subscription))
 			}
 		}
 	}
