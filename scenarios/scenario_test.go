@@ -152,8 +152,7 @@ seed: 42
 			RestartDelay: time.Second,
 		},
 		// The preset applies first whatever the order in the file.
-		Guarantees: checker.Guarantees{Loss: checker.None, DuplicateEffects: checker.Allowed, Order: checker.PerKey, Gaps: checker.Allowed, Subscriptions: []string{"inventory"},
-			MaxStall: 5 * time.Second, MaxRSS: 256 << 20},
+		Guarantees: checker.Guarantees{Loss: checker.None, DuplicateEffects: checker.Allowed, Order: checker.PerKey, Gaps: checker.Allowed, Subscriptions: []string{"inventory"}, MaxStall: 5 * time.Second, MaxRSS: 256 << 20},
 		Drain:      Drain{Timeout: 90 * time.Second, Quiet: 3 * time.Second},
 		Expect:     Expect{Verdict: checker.Invalid, Anomaly: checker.Lost},
 		Images:     Images{Postgres: "postgres:16", RabbitMQ: "localhost/deliverycheck/rabbitmq:3.10"},
