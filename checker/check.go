@@ -150,6 +150,14 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 	v.group(r, a.opts)
 	v.examples(r, a.opts, replay)
 	a.judgeTxnStage(v, r, replay)
+	drainEnd := s0.drainEnd
+	if drainEnd == 0 {
+		drainEnd = end
+	}
+	var over []stallFinding
+	r.Stalls, over = v.stalls(faults, drainEnd, a.opts.Guarantees.MaxStall)
+	v.stallAnomalies(r, over, c.Committed, a.opts)
+	v.resources(r, s0.peaks)
 	r.Series = buildSeries(a.shards, v)
 	r.Availability = availability(a.shards, faults)
 	r.Nodes = nodes(s0.nodeOps, faults, end)
@@ -211,6 +219,9 @@ func (v *view) verdict(r *Result, unseen int64) Validity {
 		unknown(why)
 	}
 	for _, why := range v.intruderReasons {
+		unknown(why)
+	}
+	for _, why := range v.resourceReasons {
 		unknown(why)
 	}
 	var randomDone, randomTook int

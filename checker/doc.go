@@ -50,6 +50,17 @@
 // subscription neither rejected, skipped nor applied, is Unknown unless
 // it is Invalid.
 //
+// # Stalls and memory
+//
+// Every check measures, per subscription, its longest stall: a stretch
+// with committed events pending and none settled ([Result.Stalls],
+// stall.go), and per process the harness measured, its peak resident
+// set from the supervisor's resources ops ([Result.Resources],
+// resources.go). They are judged only when promised: a stall longer than
+// [Guarantees.MaxStall] is a [Stall], a peak above [Guarantees.MaxRSS] a
+// [Memory]; a promise that cannot be judged (a subscription whose
+// consumers record no settle, no resources op) makes the run Unknown.
+//
 // # Transactional stage
 //
 // A history may hold a transactional consume-transform-produce stage

@@ -3,8 +3,11 @@ package checker
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Allowance says whether an anomaly kind is tolerated: "none" makes it
@@ -29,7 +32,7 @@ const (
 // Guarantees are what a scenario promises, as allowed or fatal anomaly
 // kinds (Jepsen's allowed error types). The zero value promises the most:
 // no loss, no duplicate effects; order and gaps are not promised unless
-// set. unexpected, unauthorized-effect, dlq-unaccounted, wrongly-dead-lettered,
+// set, nor are stall and memory. unexpected, unauthorized-effect, dlq-unaccounted, wrongly-dead-lettered,
 // poison-applied, inbox-mismatch and the transactional stage's kinds but
 // output-order are always fatal; output-order is fatal where order is.
 type Guarantees struct {
@@ -42,6 +45,12 @@ type Guarantees struct {
 	// are checked too; a declared one that applied nothing shows every
 	// committed event as lost.
 	Subscriptions []string `json:"subscriptions,omitempty" yaml:"subscriptions,omitempty"`
+	// MaxStall is the longest a subscription may have committed events
+	// pending and settle none (stall: stall.go); 0 promises nothing.
+	MaxStall time.Duration `json:"max-stall,omitempty" yaml:"max-stall,omitempty"`
+	// MaxRSS is the highest peak resident set, in bytes, any process the
+	// harness runs may reach (memory: resources.go); 0 promises nothing.
+	MaxRSS int64 `json:"max-rss,omitempty" yaml:"max-rss,omitempty"`
 }
 
 // presets are the common guarantee sets, by name. A function rather than
@@ -96,6 +105,12 @@ func (g Guarantees) Validate() error {
 	if g.Order != PerKey && g.Order != Unordered {
 		return fmt.Errorf("checker: order must be per-key or none, not %q", g.Order)
 	}
+	if g.MaxStall < 0 {
+		return fmt.Errorf("checker: max-stall must be ≥ 0, not %s", g.MaxStall)
+	}
+	if g.MaxRSS < 0 {
+		return fmt.Errorf("checker: max-rss must be ≥ 0, not %d", g.MaxRSS)
+	}
 	return nil
 }
 
@@ -119,15 +134,21 @@ func (g Guarantees) Fatal(k Kind) bool {
 		// Per-key order downstream rests on the stage keeping the
 		// order of each input partition.
 		return g.Order != Unordered
+	case Stall:
+		return g.MaxStall > 0
+	case Memory:
+		return g.MaxRSS > 0
 	}
 	return false
 }
 
 // ParseGuarantees parses a comma-separated list of presets and settings,
 // later items overriding earlier ones, e.g.
-// "effectively-once,order=per-key,subscriptions=billing+inventory".
-// Keys are loss, duplicate-effects, order, gaps and subscriptions
-// (names joined by '+'). An empty string gives the zero Guarantees.
+// "effectively-once,order=per-key,subscriptions=billing+inventory,max-stall=5s,max-rss=256MiB".
+// Keys are loss, duplicate-effects, order, gaps, subscriptions (names
+// joined by '+'), max-stall (a duration) and max-rss (a size, see
+// [ParseSize]); a preset keeps the subscriptions, max-stall and max-rss.
+// An empty string gives the zero Guarantees.
 func ParseGuarantees(s string) (Guarantees, error) {
 	var g Guarantees
 	for item := range strings.SplitSeq(s, ",") {
@@ -141,9 +162,7 @@ func ParseGuarantees(s string) (Guarantees, error) {
 			if !ok {
 				return Guarantees{}, fmt.Errorf("checker: unknown guarantee preset %q (have %s)", item, strings.Join(PresetNames(), ", "))
 			}
-			subs := g.Subscriptions
-			g = p
-			g.Subscriptions = subs
+			g = p.Keep(g)
 			continue
 		}
 		switch strings.TrimSpace(k) {
@@ -161,12 +180,72 @@ func ParseGuarantees(s string) (Guarantees, error) {
 					g.Subscriptions = append(g.Subscriptions, sub)
 				}
 			}
+		case "max-stall":
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil {
+				return Guarantees{}, fmt.Errorf("checker: max-stall: want a duration such as 5s, got %q", v)
+			}
+			g.MaxStall = d
+		case "max-rss":
+			n, err := ParseSize(v)
+			if err != nil {
+				return Guarantees{}, fmt.Errorf("checker: max-rss: %w", err)
+			}
+			g.MaxRSS = n
 		default:
-			return Guarantees{}, fmt.Errorf("checker: unknown guarantee %q (have loss, duplicate-effects, order, gaps, subscriptions)", k)
+			return Guarantees{}, fmt.Errorf("checker: unknown guarantee %q (have loss, duplicate-effects, order, gaps, subscriptions, max-stall, max-rss)", k)
 		}
 	}
 	if err := g.Validate(); err != nil {
 		return Guarantees{}, err
 	}
 	return g.Normalize(), nil
+}
+
+// Keep returns the preset p with what a preset does not set kept from g:
+// the subscriptions, max-stall and max-rss. A preset named after them
+// changes only the allowances and the order.
+func (p Guarantees) Keep(g Guarantees) Guarantees {
+	p.Subscriptions, p.MaxStall, p.MaxRSS = g.Subscriptions, g.MaxStall, g.MaxRSS
+	return p
+}
+
+// sizeUnits are the suffixes [ParseSize] reads, binary multiples.
+var sizeUnits = []struct {
+	suffix string
+	shift  uint
+}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}}
+
+// ParseSize reads a size in bytes as scenarios and --guarantees write
+// it: plain bytes ("268435456"), or a whole number with a binary unit
+// ("256MiB", "1GiB", "512KiB", "4096B").
+func ParseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	num, shift := s, uint(0)
+	for _, u := range sizeUnits {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, shift = strings.TrimSpace(n), u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64>>shift {
+		return 0, fmt.Errorf("want a size such as 256MiB, 1GiB or plain bytes, got %q", s)
+	}
+	return n << shift, nil
+}
+
+// FormatSize writes n bytes the way [ParseSize] reads it back exactly,
+// in the largest unit that divides it: "256MiB", "1GiB", "1000B"; 0 is
+// "0".
+func FormatSize(n int64) string {
+	if n == 0 {
+		return "0"
+	}
+	for _, u := range sizeUnits {
+		if n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
 }

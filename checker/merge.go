@@ -16,6 +16,9 @@ type gsub struct {
 	name     string
 	declared bool
 	parts    []*subscription // per shard, nil where the shard never saw it
+	// settles are its settles, by the view's event index, in time order
+	// (stall.go).
+	settles []settleRec
 }
 
 // view is the merged state of all shards, events in order of first
@@ -47,6 +50,9 @@ type view struct {
 	// intruder are not established (intruder.go).
 	intrusions      map[int32]*intrusion
 	intruderReasons []string
+	// resourceReasons say why the facts max-stall and max-rss need are
+	// not established (stall.go, resources.go).
+	resourceReasons []string
 }
 
 func (v *view) se(s *gsub, i int) subEvent {
@@ -171,6 +177,7 @@ func (a *analyzer) merge() *view {
 	v.intrusions = a.intrusions(localToGlobal)
 	a.fold(v, keyMap, subIndexOf)
 	a.sweep(v, keyMap, subIndexOf, localToGlobal)
+	a.gatherSettles(v, localToGlobal)
 	return v
 }
 

@@ -89,6 +89,17 @@ const (
 	// transaction is still open there, and read_committed readers are
 	// stuck behind it.
 	TransactionLeftOpen Kind = "transaction-left-open"
+
+	// The kinds of the resources a run's processes used (stall.go,
+	// resources.go), fatal only when their guarantee is set.
+
+	// Stall: a subscription had committed events pending and settled
+	// none for longer than the guarantees' max-stall. Shown per
+	// subscription.
+	Stall Kind = "stall"
+	// Memory: a process the harness runs reached a peak resident set
+	// above the guarantees' max-rss. Shown per process.
+	Memory Kind = "memory"
 )
 
 // Kinds shown in results that are not anomalies.
@@ -120,6 +131,13 @@ func AnomalyKinds() []Kind {
 // order results show them, after those of [AnomalyKinds].
 func TxnStageKinds() []Kind {
 	return []Kind{OutputDuplicate, OutputLost, AbortedVisible, TornTransaction, OutputOrder, TransactionLeftOpen}
+}
+
+// ResourceKinds lists the anomaly kinds of the resources a run's
+// processes used in the order results show them, after those of
+// [TxnStageKinds].
+func ResourceKinds() []Kind {
+	return []Kind{Stall, Memory}
 }
 
 // ShownKinds lists the non-anomaly kinds in the order results show them.
@@ -321,7 +339,8 @@ type Result struct {
 	// Anomalies has one entry per kind and subscription found, fatal or not,
 	// in the order of [AnomalyKinds] then subscription name; then one per
 	// kind and output topic of a transactional stage, in the order of
-	// [TxnStageKinds] then topic.
+	// [TxnStageKinds] then topic; then one per subscription with a
+	// stall and one per process over max-rss ([ResourceKinds]).
 	Anomalies []Anomaly `json:"anomalies"`
 	// Shown has the non-anomaly kinds, in the order of [ShownKinds].
 	Shown []Anomaly `json:"shown"`
@@ -344,6 +363,13 @@ type Result struct {
 	// straight to the broker, when the history has an intrude op or an
 	// intrude fault (intruder.go).
 	Intruder *Intruder `json:"intruder,omitempty"`
+	// Stalls is each subscription's longest stall, in name order: the
+	// longest it had committed events pending and settled none
+	// (stall.go). Absent when there is no subscription.
+	Stalls []SubscriptionStall `json:"stalls,omitempty"`
+	// Resources is each measured process's peak resident set, in name
+	// order (resources.go). Absent when the history has no resources op.
+	Resources []ProcessResources `json:"resources,omitempty"`
 }
 
 // Fault is one fault window of the history: a fault invoke and the op that
@@ -462,16 +488,20 @@ type Anomaly struct {
 	Stages []StageCount `json:"stages,omitempty"`
 	// Examples details the first Options.MaxExamples findings.
 	Examples []Example `json:"examples,omitempty"`
+	// Process is the process of a memory finding.
+	Process string `json:"process,omitempty"`
 }
 
 // Where names where a's findings are: its subscription, its output
-// topic, or "the transactional stage".
+// topic, its process, or "the transactional stage".
 func (a *Anomaly) Where() string {
 	switch {
 	case a.Subscription != "":
 		return a.Subscription
 	case a.Topic != "":
 		return a.Topic
+	case a.Process != "":
+		return a.Process
 	}
 	return "the transactional stage"
 }

@@ -60,6 +60,12 @@ type shard struct {
 	lastID    string
 	lastSub   int32 // the subscription of the previous op, or -1
 	recent    *[recentEvents]recentEvent
+	// maxRSS is the guarantees' max-rss (resources.go); shard 0 keeps
+	// drainEnd, the time of the last drain op that ended a drain (0 if
+	// none), and peaks, per process measured its peak resident set.
+	maxRSS   int64
+	drainEnd int64
+	peaks    []peakAcc
 	// Shard 0 only: ops without an event.
 	drain             string
 	crashes, restarts int64
@@ -86,6 +92,9 @@ type subscription struct {
 	// brokerDLQ is the attempt of each event found in the broker's
 	// dead-letter queue, by event (rare, so a map).
 	brokerDLQ map[int32]int64
+	// settles are its ops that settle an event, in history order
+	// (stall.go).
+	settles []settleRec
 }
 
 func (s *subscription) at(e int32) *subEvent {
@@ -115,6 +124,7 @@ func newAnalyzer(opts Options, eventsHint int) *analyzer {
 			lastSub:  -1,
 			recent:   new([recentEvents]recentEvent),
 			aliases:  a.aliases,
+			maxRSS:   opts.Guarantees.MaxRSS,
 		}
 		a.shards = append(a.shards, s)
 	}
@@ -170,7 +180,7 @@ func bracket(op *history.Op) bool {
 // runLevel reports whether ops of f describe the run, not one event.
 func runLevel(f history.F) bool {
 	switch f {
-	case history.Setup, history.Lineage, history.Drain, history.Fault, history.Crash, history.Restart, history.Leader, history.TxnStage:
+	case history.Setup, history.Lineage, history.Drain, history.Fault, history.Crash, history.Restart, history.Leader, history.TxnStage, history.Resources:
 		return true
 	}
 	return false
@@ -327,6 +337,12 @@ func (s *shard) op(op *history.Op, pos int64) {
 		return
 	case history.Drain:
 		s.drain = drainAfter(s.drain, op.Type, v.Reason)
+		if op.Type != history.Invoke {
+			s.drainEnd = op.Time
+		}
+		return
+	case history.Resources:
+		s.resource(op)
 		return
 	case history.Fault:
 		s.fault(op)
@@ -380,6 +396,9 @@ func (s *shard) op(op *history.Op, pos int64) {
 	si, sub := s.sub(v.Consumer)
 	se := sub.at(ei)
 	se.flags |= sSeen
+	if settles(op) {
+		sub.settles = append(sub.settles, settleRec{op.Time, ei})
+	}
 	if op.F == history.Deliver {
 		sub.lineage = true
 	}

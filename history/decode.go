@@ -440,6 +440,8 @@ func (d *decoder) value(v *Value) error {
 			v.Topics, err = d.strings()
 		case "published_as":
 			v.PublishedAs, err = d.str(false)
+		case "rss":
+			v.RSS, err = d.int()
 		default:
 			err = errSlow
 		}

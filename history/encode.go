@@ -59,6 +59,7 @@ func (op Op) AppendJSON(dst []byte) []byte {
 	dst = appendIntField(dst, n, "high_watermark", v.HighWatermark)
 	dst = appendStrsField(dst, n, "topics", v.Topics)
 	dst = appendStrField(dst, n, "published_as", v.PublishedAs)
+	dst = appendIntField(dst, n, "rss", v.RSS)
 	return append(dst, "}}"...)
 }
 

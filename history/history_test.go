@@ -22,6 +22,7 @@ func sampleOps() History {
 		{Index: 5, Time: 50, Process: "nemesis", Type: Invoke, F: Fault, Value: Value{Fault: "kill", Target: "relay-0", Detail: "weird \"quote\" \\ é \x01 \u2028"}},
 		{Index: 6, Time: 60, Process: "harness", Type: OK, F: FinalRead, Value: Value{Table: TableOutbox, Event: "e1", Key: "k1", Version: 1, Published: true}},
 		{Index: 7, Time: -5, Process: "x", Type: Info, F: "custom", Value: Value{Error: "timeout", Reason: "r", Source: "s"}},
+		{Index: 8, Time: 70, Process: "harness", Type: OK, F: Resources, Value: Value{Target: "consumer-inventory-0", RSS: 268435456}},
 	}
 }
 

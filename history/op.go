@@ -110,6 +110,15 @@ const (
 	// unauthorized effect.
 	Intrude F = "intrude"
 
+	// Resources is the harness's lone ok measuring one process it runs
+	// (value.target, e.g. "consumer-inventory-0"): value.rss its peak
+	// resident set so far, in bytes (VmHWM). The supervisor samples each
+	// process every 200 ms and writes one when the peak grew by at least
+	// 1 MiB and 5% since its last one for that process, and a last one
+	// when the process exits or is killed. A restarted process starts
+	// again from its own peak.
+	Resources F = "resources"
+
 	// The transactional stage (docs/history.md, "Transactional stage"): a
 	// consume-transform-produce processor between the events topic and
 	// its output topics, and the read_committed readers downstream.
@@ -273,6 +282,9 @@ type Value struct {
 	// op and row naming that id under value.source as the committed
 	// event's (docs/history.md, "Identity").
 	PublishedAs string `json:"published_as,omitempty"`
+	// RSS is, on a resources op, the peak resident set size of the
+	// process value.target so far, in bytes.
+	RSS int64 `json:"rss,omitempty"`
 }
 
 // History is a sequence of ops ordered by Time, Index numbering them from 0.

@@ -94,6 +94,11 @@ type view struct {
 	Processes        []processRow
 	External         []externalRow
 	Cuts             []string
+
+	// Stalls has each subscription's longest stall, Resources each
+	// measured process's peak resident set (resources.go).
+	Stalls    []stallRow
+	Resources []resourceRow
 }
 
 type kv struct{ K, V string }
@@ -295,7 +300,7 @@ func newView(run Record, res *checker.Result) view {
 		return v
 	}
 	g = res.Guarantees
-	v.Promised = promised(g)
+	v.Promised = append(promised(g), limits(g)...)
 	v.Facts = append(v.Facts, kv{"drain", res.Facts.Drain}, kv{"final read", res.Facts.FinalRead})
 	c := res.Counts
 	v.Counts = []kv{
@@ -329,6 +334,8 @@ func newView(run Record, res *checker.Result) view {
 	v.Timeline = nodeTimeline(res)
 	v.TxnStage = newTxnStageView(res.TxnStage)
 	v.Intruder = newIntruderView(res.Intruder)
+	v.Stalls = newStallRows(res)
+	v.Resources = newResourceRows(res)
 	v.Availability = newAvailRows(res)
 	if len(v.Availability) > 0 {
 		a := res.Availability

@@ -1,6 +1,7 @@
 package reports
 
 import (
+	"cmp"
 	"encoding/xml"
 	"fmt"
 	"io"
@@ -125,7 +126,8 @@ func junitReport(run Record, res *checker.Result) junitSuites {
 	if res != nil {
 		for i := range res.Anomalies {
 			a := &res.Anomalies[i]
-			anomalies[[2]string{string(a.Kind), a.Subscription}] = a
+			// A memory finding's check is named after its process.
+			anomalies[[2]string{string(a.Kind), cmp.Or(a.Subscription, a.Process)}] = a
 		}
 	}
 	var out []string
@@ -193,6 +195,9 @@ func failureMessage(c Check, a *checker.Anomaly) string {
 		if st := a.StageSummary(); st != "" {
 			msg += "; where lost: " + st
 		}
+		if d := resourceDetails(a); len(d) > 0 && (a.Kind == checker.Stall || a.Kind == checker.Memory) {
+			msg += ": " + d[0]
+		}
 	}
 	return msg
 }
@@ -201,6 +206,13 @@ func failureMessage(c Check, a *checker.Anomaly) string {
 // one op per line, so a CI log is enough to start debugging.
 func failureBody(c Check, a *checker.Anomaly) string {
 	var b strings.Builder
+	if a != nil && (a.Kind == checker.Stall || a.Kind == checker.Memory) {
+		// No event to trace: each finding in words.
+		for _, d := range resourceDetails(a) {
+			fmt.Fprintf(&b, "%s\n", d)
+		}
+		return b.String()
+	}
 	fmt.Fprintf(&b, "events: %s\n", strings.Join(c.Events, ", "))
 	if a == nil || len(a.Examples) == 0 {
 		return b.String()

@@ -87,6 +87,7 @@ var guarantees = []struct {
 	{checker.WronglyDeadLettered, "only poison dead-lettered"},
 	{checker.PoisonApplied, "poison never applied"},
 	{checker.InboxMismatch, "inbox and effects agree"},
+	{checker.Stall, stallGuarantee},
 }
 
 // Checks lists every guarantee per subscription with what the run
@@ -126,6 +127,9 @@ func Checks(run Record, res *checker.Result) []Check {
 	}
 	if res != nil && res.TxnStage != nil {
 		out = append(out, txnStageChecks(res, established)...)
+	}
+	if res != nil {
+		out = append(out, memoryChecks(res, established)...)
 	}
 	return out
 }

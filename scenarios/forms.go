@@ -45,6 +45,32 @@ func (duration) jsonSchema(map[string]any) map[string]any {
 	return map[string]any{"type": "string", "pattern": `^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`}
 }
 
+// size is a size in bytes written as checker.ParseSize reads it: 256MiB,
+// 1GiB, or plain bytes.
+type size int64
+
+func (z *size) decodeNode(d *decoder, n *yaml.Node, path string, _ field) {
+	v, ok := d.scalarValue(n, path, "a size such as 256MiB")
+	if !ok {
+		return
+	}
+	x, err := checker.ParseSize(v)
+	if err != nil {
+		d.fail(n, path, "%s", err)
+		return
+	}
+	*z = size(x)
+}
+
+func (z size) encodeNode() any { return checker.FormatSize(int64(z)) }
+
+func (size) jsonSchema(map[string]any) map[string]any {
+	return map[string]any{"anyOf": []any{
+		map[string]any{"type": "integer", "minimum": 0},
+		map[string]any{"type": "string", "pattern": `^\s*[0-9]+\s*(B|KiB|MiB|GiB|TiB)?\s*$`},
+	}}
+}
+
 // timeline is nemesis.timeline: steps written as nemesis.ParseStep reads
 // them. An unquoted step ("- at 1s: kill relay-0") is a one-key mapping to
 // YAML; it is read back as the line it was meant to be.
@@ -186,7 +212,8 @@ func (g guarantees) encodeNode() any {
 //	  subscriptions: [inventory]
 //
 // unexpected, unauthorized-effect, dlq-unaccounted, wrongly-dead-lettered,
-// poison-applied and inbox-mismatch are always fatal.
+// poison-applied and inbox-mismatch are always fatal; stall and memory
+// only when max-stall and max-rss are set.
 type guaranteeFields struct {
 	// Preset is a named set of the settings below, applied before them
 	// whatever the order of the keys; the subscriptions are kept.
@@ -207,6 +234,15 @@ type guaranteeFields struct {
 	// Subscriptions must each apply every committed event; each must be
 	// a workload subscription. Empty means every workload subscription.
 	Subscriptions []string `yaml:"subscriptions,omitempty" check:"name"`
+	// MaxStall is the longest a subscription may have committed events
+	// waiting and settle none (apply, skip-stale, dlq); a longer stall is
+	// fatal. Empty promises nothing (the longest is still reported).
+	MaxStall time.Duration `yaml:"max-stall,omitempty" range:">=0"`
+	// MaxRSS is the highest peak resident set any process of the run may
+	// reach (sampled by the supervisor), e.g. 256MiB, 1GiB or plain
+	// bytes; a higher one is fatal. Empty promises nothing (each
+	// process's peak is still reported).
+	MaxRSS size `yaml:"max-rss,omitempty"`
 }
 
 // decodedField applies the preset as soon as it is read, before the
@@ -216,7 +252,9 @@ func (g *guaranteeFields) decodedField(key string) {
 		return
 	}
 	p, _ := checker.Preset(g.Preset) // the enum tag checked the name
-	p.Subscriptions = g.Subscriptions
+	var kept checker.Guarantees
+	copyFields(&kept, g)
+	p = p.Keep(kept)
 	copyFields(g, &p)
 }
 

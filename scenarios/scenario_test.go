@@ -112,6 +112,8 @@ nemesis:
   restart_delay: 1s
 guarantees:
   order: per-key
+  max-stall: 5s
+  max-rss: 256MiB
   preset: at-least-once
   subscriptions: [inventory]
 drain:
@@ -150,7 +152,7 @@ seed: 42
 			RestartDelay: time.Second,
 		},
 		// The preset applies first whatever the order in the file.
-		Guarantees: checker.Guarantees{Loss: checker.None, DuplicateEffects: checker.Allowed, Order: checker.PerKey, Gaps: checker.Allowed, Subscriptions: []string{"inventory"}},
+		Guarantees: checker.Guarantees{Loss: checker.None, DuplicateEffects: checker.Allowed, Order: checker.PerKey, Gaps: checker.Allowed, Subscriptions: []string{"inventory"}, MaxStall: 5 * time.Second, MaxRSS: 256 << 20},
 		Drain:      Drain{Timeout: 90 * time.Second, Quiet: 3 * time.Second},
 		Expect:     Expect{Verdict: checker.Invalid, Anomaly: checker.Lost},
 		Images:     Images{Postgres: "postgres:16", RabbitMQ: "localhost/deliverycheck/rabbitmq:3.10"},
@@ -203,6 +205,10 @@ func TestParseShorthands(t *testing.T) {
 			func(s Scenario) bool { return s.Guarantees.DuplicateEffects == checker.Allowed }},
 		{"guarantees as the check command's form", "broker: kafka\nguarantees: effectively-once,order=per-key\n",
 			func(s Scenario) bool { return s.Guarantees.Order == checker.PerKey }},
+		{"max-stall and max-rss in the check command's form", "broker: kafka\nguarantees: max-rss=1GiB,effectively-once,max-stall=2s\n",
+			func(s Scenario) bool { return s.Guarantees.MaxStall == 2*time.Second && s.Guarantees.MaxRSS == 1<<30 }},
+		{"max-rss in plain bytes", "broker: kafka\nguarantees:\n  max-rss: 268435456\n",
+			func(s Scenario) bool { return s.Guarantees.MaxRSS == 256<<20 }},
 		{"random with no fields", "broker: kafka\nnemesis:\n  random:\n",
 			func(s Scenario) bool { return reflect.DeepEqual(s.Nemesis.Random, defaultRandom()) }},
 		{"random on", "broker: kafka\nnemesis:\n  random: on\n",
@@ -255,6 +261,10 @@ func TestParseErrors(t *testing.T) {
 			[]string{`my.yaml:2: broker.kind: unknown broker "redis" (valid: kafka, rabbitmq)`}},
 		{"missing broker", "name: x\n",
 			[]string{"my.yaml: broker: missing: name one (valid: kafka, rabbitmq)"}},
+		{"max-rss not a size", "broker: kafka\nguarantees:\n  max-rss: lots\n",
+			[]string{`my.yaml:3: guarantees.max-rss: want a size such as 256MiB, 1GiB or plain bytes, got "lots"`}},
+		{"max-stall below 0", "broker: kafka\nguarantees:\n  max-stall: -1s\n",
+			[]string{"my.yaml:3: guarantees.max-stall: must be ≥ 0, got -1s"}},
 		{"wrong preset", "broker: kafka\nguarantees:\n  preset: exactly-once\n",
 			[]string{`my.yaml:3: guarantees.preset: unknown guarantee preset "exactly-once" (valid: at-least-once, at-most-once, effectively-once, ordered-effectively-once)`}},
 		{"wrong preset string", "broker: kafka\nguarantees: exactly-once\n",
@@ -339,7 +349,7 @@ func TestParseErrors(t *testing.T) {
 		{"expected anomaly not fatal", "broker: kafka\nexpect:\n  verdict: invalid\n  anomaly: order-regression\n",
 			[]string{"my.yaml:4: expect.anomaly: order-regression is not fatal under these guarantees, so it cannot make the run invalid (set guarantees.order: per-key)"}},
 		{"invalid without anomaly", "broker: kafka\nexpect:\n  verdict: invalid\n",
-			[]string{"my.yaml:3: expect.anomaly: name the anomaly an invalid run must show (valid: lost, duplicate-effect, unexpected, unauthorized-effect, order-regression, gap, dlq-unaccounted, wrongly-dead-lettered, poison-applied, inbox-mismatch, output-duplicate, output-lost, aborted-visible, torn-transaction, output-order, transaction-left-open)"}},
+			[]string{"my.yaml:3: expect.anomaly: name the anomaly an invalid run must show (valid: lost, duplicate-effect, unexpected, unauthorized-effect, order-regression, gap, dlq-unaccounted, wrongly-dead-lettered, poison-applied, inbox-mismatch, output-duplicate, output-lost, aborted-visible, torn-transaction, output-order, transaction-left-open, stall, memory)"}},
 		{"step after the end", "broker: kafka\nworkload: {duration: 10s}\nnemesis:\n  timeline:\n    - \"at 10s: kill relay-0\"\n",
 			[]string{`my.yaml:5: nemesis.timeline[0]: "at 10s: kill relay-0" starts at or after the workload ends (10s); faults only run while it does`}},
 		{"unknown worker", "broker: kafka\nnemesis:\n  timeline:\n    - \"at 1s: kill relay-1\"\n",

@@ -325,6 +325,10 @@ func fatalHint(k checker.Kind) string {
 		return "set guarantees.order: per-key"
 	case checker.Gap:
 		return "set guarantees.gaps: none"
+	case checker.Stall:
+		return "set guarantees.max-stall"
+	case checker.Memory:
+		return "set guarantees.max-rss"
 	}
 	return "check the guarantees"
 }
@@ -646,7 +650,7 @@ func (s Scenario) checkReplication(fail func(path, format string, args ...any)) 
 // anomalyKinds are the anomalies a scenario may expect: the
 // subscriptions', then the transactional stage's.
 func anomalyKinds() []checker.Kind {
-	return slices.Concat(checker.AnomalyKinds(), checker.TxnStageKinds())
+	return slices.Concat(checker.AnomalyKinds(), checker.TxnStageKinds(), checker.ResourceKinds())
 }
 
 // checkTeamProcessor checks system.processor: it replaces the processors

@@ -34,7 +34,9 @@ results.json (next to the first history file unless --out says otherwise;
 overriding earlier ones: at-least-once, effectively-once (the default),
 ordered-effectively-once, at-most-once; loss=none|allowed,
 duplicate-effects=none|allowed, order=per-key|none, gaps=none|allowed,
-subscriptions=a+b.
+subscriptions=a+b, max-stall=<duration> (e.g. 5s; a stall longer is fatal),
+max-rss=<size> (e.g. 256MiB, 1GiB or bytes; a process's peak above it is
+fatal).
 
 Exit codes: 0 valid, 1 invalid, 2 unknown (drain incomplete, final read
 missing), 3 bad input.`,
@@ -130,8 +132,15 @@ func writeResults(stdout io.Writer, path string, r *checker.Result) error {
 
 func printSummary(w io.Writer, r *checker.Result, paths []string, out string) {
 	g := r.Guarantees
-	fmt.Fprintf(w, "%s  (promised: loss=%s duplicate-effects=%s order=%s gaps=%s)\n",
-		strings.ToUpper(string(r.Valid)), g.Loss, g.DuplicateEffects, g.Order, g.Gaps)
+	var limits string
+	if g.MaxStall > 0 {
+		limits += " max-stall=" + g.MaxStall.String()
+	}
+	if g.MaxRSS > 0 {
+		limits += " max-rss=" + checker.FormatSize(g.MaxRSS)
+	}
+	fmt.Fprintf(w, "%s  (promised: loss=%s duplicate-effects=%s order=%s gaps=%s%s)\n",
+		strings.ToUpper(string(r.Valid)), g.Loss, g.DuplicateEffects, g.Order, g.Gaps, limits)
 	for _, reason := range r.Reasons {
 		fmt.Fprintf(w, "  because: %s\n", reason)
 	}
@@ -186,6 +195,12 @@ func printSummary(w io.Writer, r *checker.Result, paths []string, out string) {
 	}
 	if in := r.Intruder; in != nil {
 		fmt.Fprintf(w, "  intruder: %s\n", in.Summary())
+	}
+	if s := checker.StallSummary(r.Stalls); s != "" {
+		fmt.Fprintf(w, "  longest stall: %s\n", s)
+	}
+	if s := checker.ResourcesSummary(r.Resources); s != "" {
+		fmt.Fprintf(w, "  peak memory: %s\n", s)
 	}
 	for _, aw := range r.Availability.Windows {
 		fmt.Fprintf(w, "  availability: %s\n", r.Availability.Summary(aw, r.Faults))

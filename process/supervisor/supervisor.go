@@ -2,7 +2,8 @@
 // consumers) as separate OS processes of the same binary, so a crash is
 // real: the kernel closes the sockets and the memory is gone. It restarts a
 // crashed worker after a delay and records every crash and restart in the
-// harness's history.
+// harness's history, and each worker's peak resident set as it grows
+// (resources.go).
 //
 // A built-in worker reads commands on its stdin ("arm <failpoint term>",
 // "stop") and exits when stdin closes, so no worker outlives the harness.
@@ -66,6 +67,10 @@ type Config struct {
 	// endpoint calls record (<name>.endpoint.jsonl): lineage it sends and
 	// its crashes at failpoints. "" records none.
 	HistoryDir string
+	// RSSInterval is how often each worker's peak resident set is
+	// sampled for resources ops (resources.go), overriding the default
+	// DefaultRSSInterval; negative samples nothing. Only with a Recorder.
+	RSSInterval time.Duration
 	// Base is the run's start, the zero of every history time.
 	Base   time.Time
 	Logger *slog.Logger
@@ -171,6 +176,9 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.RSSInterval == 0 {
+		cfg.RSSInterval = DefaultRSSInterval
 	}
 	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
@@ -282,8 +290,21 @@ func (s *Supervisor) launch(w *worker) error {
 		defer close(hitsDone)
 		s.readHits(w, hitsR)
 	}()
+	// The sampler ends with the process and writes its last op before
+	// anyone learns of the exit (resources.go).
+	reaped, sampled := make(chan struct{}), make(chan struct{})
+	if s.cfg.Recorder != nil && s.cfg.RSSInterval > 0 {
+		go func() {
+			defer close(sampled)
+			s.sampleRSS(w.name, cmd.Process.Pid, reaped, func() int64 { return rusageMaxRSS(cmd.ProcessState) })
+		}()
+	} else {
+		close(sampled)
+	}
 	go func() {
 		_ = cmd.Wait()
+		close(reaped)
+		<-sampled
 		// A hit is written just before the SIGKILL it announces: read
 		// it before anyone learns of the exit. A grandchild holding
 		// the pipe open must not hold up the exit, so wait only briefly.
