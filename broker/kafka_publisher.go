@@ -44,6 +44,13 @@ type KafkaPublisherOptions struct {
 	// Linger is how long the client waits to fill a batch, overriding the
 	// default 0 (send at once; Publish already hands over whole batches).
 	Linger time.Duration
+	// NotIdempotent turns the idempotent producer off in KafkaConfirmed
+	// mode (acks=all still). An idempotent producer first asks for a
+	// producer id, which needs a right on the cluster or WRITE on some
+	// topic: a user with none would be refused that
+	// (CLUSTER_AUTHORIZATION_FAILED) before any topic's ACL is asked. The
+	// intruder's publisher sets it, so its refusal is the topic's.
+	NotIdempotent bool
 }
 
 // kafkaMaxBuffered caps records a publisher holds unsent (franz-go's
@@ -90,6 +97,9 @@ func NewKafkaPublisher(cfg KafkaConfig, opts KafkaPublisherOptions) (*KafkaPubli
 	)
 	switch opts.Mode {
 	case KafkaConfirmed:
+		if opts.NotIdempotent {
+			kopts = append(kopts, kgo.DisableIdempotentWrite())
+		}
 		kopts = append(kopts,
 			kgo.RequiredAcks(kgo.AllISRAcks()),
 			// By default an idempotent client refuses to fail a record
