@@ -240,6 +240,9 @@ func classifyKafkaProduceErr(err error) error {
 		return nil
 	}
 	var ke *kerr.Error
+	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		return fmt.Errorf("kafka publish: %w: %w", ErrRefused, err)
+	}
 	if errors.As(err, &ke) && !ke.Retriable {
 		return fmt.Errorf("kafka publish: rejected: %w", err)
 	}
