@@ -387,6 +387,10 @@ func (s Scenario) checkStep(st nemesis.Step, workers []string) string {
 		return ""
 	case nemesis.Zombie:
 		return s.checkZombie(f.Target, workers)
+	case nemesis.Intrude:
+		// No target; that it needs the security section's intruder is
+		// checked with that section.
+		return ""
 	case nemesis.Failover:
 		if !s.hasStandby() {
 			return "failover needs a standby to promote: set postgres.standby (async or sync)"
