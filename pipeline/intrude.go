@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/history"
@@ -199,14 +201,19 @@ func (r *Deployment) intruderAccepted() []string {
 	return append([]string(nil), r.intruder.accepted...)
 }
 
-// intruderPending counts (accepted intruder event, subscription) pairs
-// with neither a dead letter nor an effect yet, in the built-in tables or
-// a team's (its effects and dead-letters queries): the drain is not done
-// while a subscription still owes an intruder event its verdict.
-func (r *Deployment) intruderPending(ctx context.Context) (int64, error) {
+// intruderPending lists the (accepted intruder event, subscription)
+// pairs the subscription has not finished with yet, as "event in
+// subscription": no dead letter, no effect, and no inbox mark (written in
+// the transaction that applies an event, or skips it as older than what
+// is applied: a forged version 1 of a workload aggregate already further
+// on is skipped by any consumer with the version guard), in the built-in
+// tables or a team's (its effects, dead-letters and inbox queries). The
+// drain is not done while a subscription still owes an intruder event its
+// fate.
+func (r *Deployment) intruderPending(ctx context.Context) ([]string, error) {
 	ids := r.intruderAccepted()
 	if len(ids) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	var subs []string
 	for _, s := range r.cfg.Subscriptions {
@@ -214,19 +221,23 @@ func (r *Deployment) intruderPending(ctx context.Context) (int64, error) {
 			subs = append(subs, s)
 		}
 	}
-	resolved := `SELECT event_id, consumer FROM effects UNION ALL SELECT event_id, consumer FROM dead_letters`
+	resolved := `SELECT event_id, consumer FROM effects UNION ALL SELECT event_id, consumer FROM dead_letters
+		UNION ALL SELECT event_id, consumer FROM inbox UNION ALL SELECT event_id, consumer FROM inbox_unchecked
+		UNION ALL SELECT event_id, consumer FROM inbox_keyed`
 	for _, q := range r.teamQueries() {
-		if q.Table == history.TableEffects || q.Table == history.TableDLQ {
-			resolved += ` UNION ALL SELECT event_id::text, consumer::text FROM (` + q.SQL + `) AS t`
-		}
+		resolved += ` UNION ALL SELECT event_id::text, consumer::text FROM (` + q.SQL + `) AS t`
 	}
-	var n int64
-	err := r.db.QueryRow(ctx, `SELECT count(*) FROM unnest($1::text[]) AS e(id) CROSS JOIN unnest($2::text[]) AS s(sub)
-		WHERE NOT EXISTS (SELECT 1 FROM (`+resolved+`) AS r WHERE r.event_id = e.id AND r.consumer = s.sub)`, ids, subs).Scan(&n)
+	rows, err := r.db.Query(ctx, `SELECT e.id || ' in ' || s.sub FROM unnest($1::text[]) AS e(id) CROSS JOIN unnest($2::text[]) AS s(sub)
+		WHERE NOT EXISTS (SELECT 1 FROM (`+resolved+`) AS r WHERE r.event_id = e.id AND r.consumer = s.sub)
+		ORDER BY 1`, ids, subs)
 	if err != nil {
-		return 0, fmt.Errorf("drain: intruder events: %w", err)
+		return nil, fmt.Errorf("drain: intruder events: %w", err)
 	}
-	return n, nil
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("drain: intruder events: %w", err)
+	}
+	return out, nil
 }
 
 // closeIntruder closes the intruder's publisher and history and removes

@@ -622,8 +622,10 @@ type progress struct {
 	// stageOpen its output partitions with a transaction open.
 	stageLag, stageOpen int64
 	// intruderPending counts (intruder event the broker accepted,
-	// subscription) pairs with neither an effect nor a dead letter yet.
+	// subscription) pairs the subscription has not finished with yet
+	// (intruderPending); intruderOwed names the first few.
 	intruderPending int64
+	intruderOwed    string
 }
 
 func (r *Deployment) progress(ctx context.Context, since time.Time) (progress, error) {
@@ -661,7 +663,12 @@ func (r *Deployment) progress(ctx context.Context, since time.Time) (progress, e
 	if p.stageLag, p.stageOpen, err = r.stagePending(ctx); err != nil {
 		return p, err
 	}
-	p.intruderPending, err = r.intruderPending(ctx)
+	owed, err := r.intruderPending(ctx)
+	p.intruderPending = int64(len(owed))
+	if len(owed) > 3 {
+		owed = append(owed[:3], "...")
+	}
+	p.intruderOwed = strings.Join(owed, ", ")
 	return p, err
 }
 
@@ -726,8 +733,8 @@ func (r *Deployment) teamProgress(ctx context.Context, p *progress) error {
 // externalQuiet, whichever comes first. The debezium relay's quiet only
 // counts while its replication slot is active (Connect is streaming).
 // Every intruder event the broker accepted must also have been
-// dead-lettered or applied in every (bound) subscription, so the checker
-// finds each one's fate (docs/security.md). It
+// dead-lettered, applied or skipped in every (bound) subscription, so
+// the checker finds each one's fate (docs/security.md). It
 // records the outcome as a drain op: ok when complete, info when the
 // deadline passed (the checker then cannot call the run valid).
 func (r *Deployment) Drain(ctx context.Context) (bool, error) {
@@ -764,7 +771,7 @@ func (r *Deployment) Drain(ctx context.Context) (bool, error) {
 				detail += "; the transactional stage has read every input and no transaction is open"
 			}
 			if n := len(r.intruderAccepted()); n > 0 {
-				detail += fmt.Sprintf("; every subscription dead-lettered or applied each of the %d intruder events the broker accepted", n)
+				detail += fmt.Sprintf("; every subscription dead-lettered, applied or skipped each of the %d intruder events the broker accepted", n)
 			}
 			if r.externalRelay() && p.resolvedMin < p.committed {
 				// Quiet, with events missing: lost, or still in a relay
@@ -786,7 +793,7 @@ func (r *Deployment) Drain(ctx context.Context) (bool, error) {
 				v.Detail += fmt.Sprintf("; the transactional stage has %d inputs to read and %d output partitions with a transaction open", last.stageLag, last.stageOpen)
 			}
 			if last.intruderPending > 0 {
-				v.Detail += fmt.Sprintf("; %d (accepted intruder event, subscription) pairs with neither a dead letter nor an effect", last.intruderPending)
+				v.Detail += fmt.Sprintf("; %d (accepted intruder event, subscription) pairs not finished (no dead letter, effect or inbox mark: %s)", last.intruderPending, last.intruderOwed)
 			}
 			if lastErr != nil {
 				v.Error = lastErr.Error()

@@ -1,0 +1,157 @@
+package pipeline
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deliverycheck/deliverycheck/broker"
+	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/pipeline/intruder"
+)
+
+// TestIntruder runs the intruder as its own per-run broker user on both
+// brokers: with permissions publish the broker accepts every message and
+// the drain waits until every subscription has dead-lettered or applied
+// each; with none the broker refuses each, and the fail op carries the
+// refusal. Either way the run's own relay and consumers keep working
+// (the drain completes with every committed event applied), and the
+// user is gone after Close.
+func TestIntruder(t *testing.T) {
+	for _, tc := range []struct {
+		broker  string
+		perm    intruder.Permissions
+		refusal string // in each fail op's error, for none
+	}{
+		{"rabbitmq", intruder.Publish, ""},
+		{"rabbitmq", intruder.None, "ACCESS_REFUSED"},
+		{"kafka", intruder.Publish, ""},
+		{"kafka", intruder.None, "TOPIC_AUTHORIZATION_FAILED"},
+	} {
+		t.Run(tc.broker+"/"+string(tc.perm), func(t *testing.T) {
+			cl := servers.Get(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			kinds := []intruder.Kind{intruder.Type, intruder.Tenant, intruder.Replay}
+			cfg := Config{Broker: tc.broker, Producers: 1, Rate: 50, Subscriptions: []string{"inventory", "email"},
+				Name: "intr_" + strconv.FormatInt(time.Now().UnixNano(), 36), Quiet: time.Second, DrainTimeout: time.Minute, MaxAttempts: 2,
+				Intruder:       &intruder.Config{Permissions: tc.perm, Kinds: kinds, PerKind: 2, Tenant: "acme"},
+				IntruderSigner: func(e broker.Event) string { return "signed-by-the-harness" },
+			}
+			r, err := Start(ctx, cl, t.TempDir(), cfg, workerCmd(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			closed := false
+			defer func() {
+				if !closed {
+					r.Close()
+				}
+			}()
+			user := IntruderUser(cfg.Name)
+			if !userExists(t, ctx, r, user) {
+				t.Fatalf("no user %s after Start", user)
+			}
+			waitCommitted(t, ctx, r, 10)
+			res, err := r.Intrude(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, err := res.Evidence()
+			t.Logf("evidence: %s %v", ev, err)
+			if len(res.Messages) != len(kinds)*2 {
+				t.Fatalf("%d messages, want %d", len(res.Messages), len(kinds)*2)
+			}
+			for _, m := range res.Messages {
+				want := intruder.Accepted
+				if tc.perm == intruder.None {
+					want = intruder.Refused
+				}
+				if m.Outcome != want {
+					t.Errorf("%s %s: %s (%v), want %s", m.Kind, m.Event.ID, m.Outcome, m.Err, want)
+				}
+				if m.Kind == intruder.Replay && m.Event.Signature != "signed-by-the-harness" {
+					t.Errorf("replay %s signature %q: not the harness's", m.Event.ID, m.Event.Signature)
+				}
+			}
+			drained, err := r.Finish(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !drained {
+				for _, op := range runHistory(t, r) {
+					if op.F == history.Drain && op.Type != history.Invoke {
+						t.Errorf("the drain did not complete: %s", op.Value.Detail)
+					}
+				}
+			}
+			if owed, err := r.intruderPending(ctx); err != nil || len(owed) != 0 {
+				t.Errorf("after the drain, unresolved: %v (%v)", owed, err)
+			}
+			checkIntrudeOps(t, runHistory(t, r), tc.perm, tc.refusal, len(kinds)*2)
+			if err := r.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
+			closed = true
+			if userExists(t, ctx, r, user) {
+				t.Errorf("user %s still there after Close", user)
+			}
+		})
+	}
+}
+
+// checkIntrudeOps checks the intruder's ops: an invoke and a completion
+// per message, ok for publish, fail with the refusal for none.
+func checkIntrudeOps(t *testing.T, h history.History, perm intruder.Permissions, refusal string, n int) {
+	t.Helper()
+	invokes, done := 0, 0
+	for _, op := range h {
+		if op.F != history.Intrude {
+			continue
+		}
+		if op.Process != intruder.Process {
+			t.Errorf("intrude op by %q, want %q", op.Process, intruder.Process)
+		}
+		if op.Type == history.Invoke {
+			invokes++
+			continue
+		}
+		done++
+		switch perm {
+		case intruder.Publish:
+			if op.Type != history.OK {
+				t.Errorf("intrude %s %s: %s", op.Value.Event, op.Type, op.Value.Error)
+			}
+		case intruder.None:
+			if op.Type != history.Fail || !strings.Contains(op.Value.Error, refusal) {
+				t.Errorf("intrude %s %s %q, want fail with %s", op.Value.Event, op.Type, op.Value.Error, refusal)
+			}
+		}
+	}
+	if invokes != n || done != n {
+		t.Errorf("%d invokes and %d completions, want %d of each", invokes, done, n)
+	}
+}
+
+// userExists asks the broker whether the intruder's user exists.
+func userExists(t *testing.T, ctx context.Context, r *Deployment, user string) bool {
+	t.Helper()
+	var ok bool
+	var err error
+	switch r.cfg.Broker {
+	case "rabbitmq":
+		var admin cluster.RabbitUserAdmin
+		if admin, err = r.cl.RabbitUserAdmin(cluster.RabbitMQ); err == nil {
+			ok, err = admin.UserExists(ctx, user)
+		}
+	case "kafka":
+		ok, err = broker.KafkaUserExists(ctx, r.broker.Kafka(), user)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
