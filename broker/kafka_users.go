@@ -62,7 +62,7 @@ func CreateKafkaUser(ctx context.Context, cfg KafkaConfig, user, password string
 func DeleteKafkaUser(ctx context.Context, cfg KafkaConfig, user string) error {
 	cfg = cfg.withDefaults()
 	return withKafkaAdmin(cfg, func(adm *kadm.Client) error {
-		filter := kadm.NewACLs().Allow(kafkaPrincipal(user)).AnyResource().
+		filter := kadm.NewACLs().Allow(kafkaPrincipal(user)).AllowHosts().AnyResource().
 			Operations(kadm.OpAny).ResourcePatternType(kadm.ACLPatternAny)
 		deleted, err := adm.DeleteACLs(ctx, filter)
 		if err == nil {
