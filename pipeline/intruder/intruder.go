@@ -102,8 +102,6 @@ func Forge(c Config, k Kind, n int, now time.Time) broker.Event {
 		e.Type = ForbiddenType
 	case Tenant:
 		e.Tenant, e.Key = ForeignTenant, ForeignTenant+"/"+c.Key
-	case SignatureWrong:
-		defer func() { e.Signature = signing.Sign(madeUpKey(), e) }()
 	case Replay:
 		if n-1 < len(c.Replays) {
 			return c.Replays[n-1]
@@ -113,6 +111,11 @@ func Forge(c Config, k Kind, n int, now time.Time) broker.Event {
 		e.Version = VersionAheadVersion
 	}
 	e.Payload = producer.Payload(e.Key, e.Version, false)
+	if k == SignatureWrong {
+		// Over every other field, as the relay signs, but the key is
+		// the intruder's invention.
+		e.Signature = signing.Sign(madeUpKey(), e)
+	}
 	return e
 }
 
