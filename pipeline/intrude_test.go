@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/pipeline/intruder"
 )
 
@@ -56,25 +58,23 @@ func TestIntruder(t *testing.T) {
 				t.Fatalf("no user %s after Start", user)
 			}
 			waitCommitted(t, ctx, r, 10)
-			res, err := r.Intrude(ctx)
+			// Through the nemesis, as a run does: the schedule's check,
+			// then the fault and its evidence.
+			st, err := nemesis.ParseStep("at 0s: intrude")
 			if err != nil {
 				t.Fatal(err)
 			}
-			ev, err := res.Evidence()
-			t.Logf("evidence: %s %v", ev, err)
-			if len(res.Messages) != len(kinds)*2 {
-				t.Fatalf("%d messages, want %d", len(res.Messages), len(kinds)*2)
+			sched := nemesis.Schedule{Steps: []nemesis.Step{st}}
+			env := &nemesis.Env{Cluster: cl, Workers: r.Supervisor(), Recorder: r.Recorder(), Broker: tc.broker, Intrude: r.Intrude}
+			if err := sched.Check(env); err != nil {
+				t.Fatalf("schedule check: %v", err)
 			}
-			for _, m := range res.Messages {
-				want := intruder.Accepted
-				if tc.perm == intruder.None {
-					want = intruder.Refused
-				}
-				if m.Outcome != want {
-					t.Errorf("%s %s: %s (%v), want %s", m.Kind, m.Event.ID, m.Outcome, m.Err, want)
-				}
-				if m.Kind == intruder.Replay && m.Event.Signature != "signed-by-the-harness" {
-					t.Errorf("replay %s signature %q: not the harness's", m.Event.ID, m.Event.Signature)
+			if err := sched.Run(ctx, env); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range r.intruder.cfg.Replays {
+				if e.Signature != "signed-by-the-harness" {
+					t.Errorf("replay %s signature %q: not the harness's", e.ID, e.Signature)
 				}
 			}
 			drained, err := r.Finish(ctx)
@@ -91,7 +91,9 @@ func TestIntruder(t *testing.T) {
 			if owed, err := r.intruderPending(ctx); err != nil || len(owed) != 0 {
 				t.Errorf("after the drain, unresolved: %v (%v)", owed, err)
 			}
-			checkIntrudeOps(t, runHistory(t, r), tc.perm, tc.refusal, len(kinds)*2)
+			h := runHistory(t, r)
+			checkIntrudeOps(t, h, tc.perm, tc.refusal, len(kinds)*2)
+			checkIntrudeFault(t, h, tc.perm, len(kinds)*2)
 			if err := r.Close(); err != nil {
 				t.Errorf("close: %v", err)
 			}
@@ -134,6 +136,26 @@ func checkIntrudeOps(t *testing.T, h history.History, perm intruder.Permissions,
 	if invokes != n || done != n {
 		t.Errorf("%d invokes and %d completions, want %d of each", invokes, done, n)
 	}
+}
+
+// checkIntrudeFault checks the fault's completion: ok, its evidence
+// what the broker said of every message.
+func checkIntrudeFault(t *testing.T, h history.History, perm intruder.Permissions, n int) {
+	t.Helper()
+	want := fmt.Sprintf("broker accepted %d of %d intruder messages", n, n)
+	if perm == intruder.None {
+		want = fmt.Sprintf("broker refused %d of %d intruder messages: ", n, n)
+	}
+	for _, op := range h {
+		if op.F == history.Fault && op.Value.Fault == string(nemesis.Intrude) && op.Type != history.Invoke {
+			if op.Type != history.OK || !strings.HasPrefix(op.Value.Evidence, want) {
+				t.Errorf("intrude fault %s %q %q, want ok with %q", op.Type, op.Value.Evidence, op.Value.Error, want)
+			}
+			t.Logf("fault evidence: %s", op.Value.Evidence)
+			return
+		}
+	}
+	t.Error("no intrude fault completion")
 }
 
 // userExists asks the broker whether the intruder's user exists.
