@@ -70,10 +70,11 @@ type KafkaOptions struct {
 // Kafka is a single-node Apache Kafka broker in KRaft mode (broker and
 // controller in one JVM) run from the Maven Central jars or a Kafka install.
 //
-// It has three listeners on 127.0.0.1: the client listener (Endpoint,
+// It has four listeners on 127.0.0.1: the client listener (Endpoint,
 // advertised as KafkaOptions.Advertise), a broker listener used for the
-// broker's traffic to itself (transaction markers), and the controller
-// listener. Keeping inter-broker traffic off the client listener means a
+// broker's traffic to itself (transaction markers), the controller
+// listener, and a SASL listener (SASLEndpoint) where users of a run's own
+// log in, authorized by ACLs (see kafkaConfig.sasl). Keeping inter-broker traffic off the client listener means a
 // fault on the client's proxy link hits clients only, as it would with a
 // real network between clients and a cluster.
 type Kafka struct {
