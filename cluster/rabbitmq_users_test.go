@@ -9,17 +9,36 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
+	"github.com/deliverycheck/deliverycheck/internal/testenv"
 )
 
-// TestRabbitMQUsers: a replicated RabbitMQ on the local runtime adds a
-// user of a run's own (the intruder's) for the whole cluster: it logs in
-// on every node, and is gone from every node once deleted. (The single
-// node's users, and what their permissions allow, are tested with the
-// intruder in package pipeline.)
+// TestRabbitMQUsers: a RabbitMQ, single on every runtime or replicated
+// on the local runtime, adds a user of a run's own (the intruder's): it
+// logs in on every node, and is gone from every node once deleted. (What
+// its permissions allow is tested with the intruder in package pipeline.)
 func TestRabbitMQUsers(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	c, _ := startRabbitMQCluster(t, ctx, cluster.Local)
+	testenv.SkipIfShort(t, "starts RabbitMQ")
+	for _, rt := range runtimesUnderTest(t) {
+		t.Run(rt, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			c, err := cluster.Start(ctx, cluster.Config{Runtime: rt, Services: []string{cluster.RabbitMQ}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRabbitMQUsers(t, ctx, c)
+		})
+	}
+	t.Run("local cluster", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		c, _ := startRabbitMQCluster(t, ctx, cluster.Local)
+		checkRabbitMQUsers(t, ctx, c)
+	})
+}
+
+// checkRabbitMQUsers adds, checks and deletes a user on c, then closes c.
+func checkRabbitMQUsers(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 	defer func() {
 		if t.Failed() {
 			logTails(t, c)
@@ -48,7 +67,11 @@ func TestRabbitMQUsers(t *testing.T) {
 		}
 		return conn.Close()
 	}
-	for _, u := range c.NodeURLs(cluster.RabbitMQ) {
+	urls := c.NodeURLs(cluster.RabbitMQ)
+	if len(urls) == 0 {
+		urls = []string{c.ClientURL(cluster.RabbitMQ)}
+	}
+	for _, u := range urls {
 		if err := login(u); err != nil {
 			t.Errorf("log in as %s at %s: %v", user, u, err)
 		}
@@ -65,7 +88,7 @@ func TestRabbitMQUsers(t *testing.T) {
 	if ok, err := admin.UserExists(ctx, user); err != nil || ok {
 		t.Errorf("after delete, user exists: %v %v", ok, err)
 	}
-	for _, u := range c.NodeURLs(cluster.RabbitMQ) {
+	for _, u := range urls {
 		if err := login(u); err == nil || !strings.Contains(err.Error(), "403") {
 			t.Errorf("log in as a deleted user at %s: %v, want refused (403)", u, err)
 		}
