@@ -38,6 +38,7 @@ type intruderRun struct {
 	pub       broker.Publisher
 	mu        sync.Mutex // guards rec, accepted; Intrude may run more than once
 	rec       *history.Recorder
+	rounds    int      // Intrude calls so far
 	accepted  []string // event ids the broker accepted
 	removeErr error
 }
@@ -66,11 +67,8 @@ func (r *Deployment) startIntruder(ctx context.Context) error {
 	if r.cfg.Intruder.Key == "" {
 		ic.Key = "order-" + strconv.Itoa(min(1, r.cfg.Keys-1))
 	}
-	if len(ic.Replays) == 0 && r.cfg.IntruderSigner != nil {
-		ic.Replays = intruder.ReplayEvents(ic, r.base)
-		for i := range ic.Replays {
-			ic.Replays[i].Signature = r.cfg.IntruderSigner(ic.Replays[i])
-		}
+	if len(ic.Replays) == 0 {
+		ic.Replays = r.signReplays(ic)
 	}
 	in := &intruderRun{cfg: ic, user: IntruderUser(r.cfg.Name)}
 	password := randomPassword()
@@ -89,6 +87,19 @@ func (r *Deployment) startIntruder(ctx context.Context) error {
 	r.intruder = in
 	r.log.Info("intruder user made", "user", in.user, "permissions", ic.Permissions)
 	return nil
+}
+
+// signReplays are ic's replay events signed with Config.IntruderSigner
+// (nil without one: the replays go unsigned).
+func (r *Deployment) signReplays(ic intruder.Config) []broker.Event {
+	if r.cfg.IntruderSigner == nil {
+		return nil
+	}
+	evs := intruder.ReplayEvents(ic, r.base)
+	for i := range evs {
+		evs[i].Signature = r.cfg.IntruderSigner(evs[i])
+	}
+	return evs
 }
 
 // startRabbit gives the intruder a RabbitMQ user whose only right is
@@ -183,7 +194,14 @@ func (r *Deployment) Intrude(ctx context.Context) (intruder.Result, error) {
 		}
 		in.rec = rec
 	}
-	res, err := intruder.Run(ctx, in.cfg, in.pub, in.rec)
+	// A second intrude step sends new events: ids of their own.
+	in.rounds++
+	c := in.cfg
+	if in.rounds > 1 {
+		c.RunID += "-r" + strconv.Itoa(in.rounds)
+		c.Replays = r.signReplays(c)
+	}
+	res, err := intruder.Run(ctx, c, in.pub, in.rec)
 	for _, e := range res.Accepted() {
 		in.accepted = append(in.accepted, e.ID)
 	}
