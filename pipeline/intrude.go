@@ -26,21 +26,21 @@ import (
 // intruder and the broker"): a broker user of the run's own, made at
 // Start with the rights Config.Intruder.Permissions says and removed at
 // Close; Intrude sends the forged events as that user; the drain waits
-// for every one the broker accepted to be dead-lettered or applied in
-// every subscription.
+// for every one the broker accepted to be dead-lettered, applied or
+// skipped in every subscription.
 
 // intruderRun is a deployment's intruder: its user, publisher, history
 // and what it sent.
 type intruderRun struct {
-	cfg       intruder.Config
-	user      string
-	remove    func(context.Context) error // removes the user
-	pub       broker.Publisher
-	mu        sync.Mutex // guards rec, accepted; Intrude may run more than once
-	rec       *history.Recorder
-	rounds    int      // Intrude calls so far
-	accepted  []string // event ids the broker accepted
-	removeErr error
+	cfg    intruder.Config
+	user   string
+	remove func(context.Context) error // removes the user
+	pub    broker.Publisher
+	mu     sync.Mutex // guards the rest; Intrude may run more than once
+	rec    *history.Recorder
+	rounds int      // Intrude calls so far
+	// accepted are the ids of the events the broker accepted.
+	accepted []string
 }
 
 // intruderUserTimeout bounds making or removing the intruder's user.
