@@ -38,7 +38,7 @@ type intruderRun struct {
 	pub    broker.Publisher
 	mu     sync.Mutex // guards the rest; Intrude may run more than once
 	rec    *history.Recorder
-	rounds int      // Intrude calls so far
+	rounds int // Intrude calls so far
 	// accepted are the ids of the events the broker accepted.
 	accepted []string
 }
