@@ -146,6 +146,7 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 		Reasons:       []string{},
 		Faults:        faults,
 	}
+	r.Intruder = v.intruderSection(faults, f.final)
 	v.group(r, a.opts)
 	v.examples(r, a.opts, replay)
 	a.judgeTxnStage(v, r, replay)
@@ -207,6 +208,9 @@ func (v *view) verdict(r *Result, unseen int64) Validity {
 		unknown("nothing was exercised: no commit took effect")
 	}
 	for _, why := range v.txnReasons {
+		unknown(why)
+	}
+	for _, why := range v.intruderReasons {
 		unknown(why)
 	}
 	var randomDone, randomTook int

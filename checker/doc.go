@@ -36,6 +36,20 @@
 // as unseen, not lost. [Result.Faults] lists each fault window with its
 // outcome and evidence.
 //
+// # Intruder
+//
+// A history may hold the intruder's messages (intrude ops,
+// docs/security.md): events published straight to the broker with the
+// intruder's own credentials, which no authorized producer committed. An
+// effect for one is an [UnauthorizedEffect], always fatal; a dead letter
+// of one is a rejection; none is owed to any subscription, so none is
+// lost. [Result.Intruder] says, per kind, what the broker and each
+// subscription did with them. A run whose intruder did not bite (no
+// message refused by the broker, nor accepted and then rejected, skipped
+// or applied by every subscription), or with an accepted message some
+// subscription neither rejected, skipped nor applied, is Unknown unless
+// it is Invalid.
+//
 // # Transactional stage
 //
 // A history may hold a transactional consume-transform-produce stage

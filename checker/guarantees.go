@@ -29,7 +29,7 @@ const (
 // Guarantees are what a scenario promises, as allowed or fatal anomaly
 // kinds (Jepsen's allowed error types). The zero value promises the most:
 // no loss, no duplicate effects; order and gaps are not promised unless
-// set. unexpected, dlq-unaccounted, wrongly-dead-lettered,
+// set. unexpected, unauthorized-effect, dlq-unaccounted, wrongly-dead-lettered,
 // poison-applied, inbox-mismatch and the transactional stage's kinds but
 // output-order are always fatal; output-order is fatal where order is.
 type Guarantees struct {
@@ -112,7 +112,7 @@ func (g Guarantees) Fatal(k Kind) bool {
 		return g.Order != Unordered
 	case Gap:
 		return g.Gaps != Allowed
-	case Unexpected, DLQUnaccounted, WronglyDeadLettered, PoisonApplied, InboxMismatch,
+	case Unexpected, UnauthorizedEffect, DLQUnaccounted, WronglyDeadLettered, PoisonApplied, InboxMismatch,
 		OutputDuplicate, OutputLost, AbortedVisible, TornTransaction, TransactionLeftOpen:
 		return true
 	case OutputOrder:

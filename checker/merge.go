@@ -42,6 +42,11 @@ type view struct {
 	// against another source's (view.otherSource).
 	aliases aliases
 	byID    map[string][]int32
+	// intrusions are the events the intruder sent, by event index;
+	// intruderReasons say why the facts the verdict needs of the
+	// intruder are not established (intruder.go).
+	intrusions      map[int32]*intrusion
+	intruderReasons []string
 }
 
 func (v *view) se(s *gsub, i int) subEvent {
@@ -65,6 +70,7 @@ func (v *view) facts(f facts, s *gsub, si, i int, e *event, se *subEvent) facts 
 		f.brokerAttempt = v.brokerAttempt(s, i)
 	}
 	f.otherSource = v.otherSource(s, i, se)
+	f.intruder = v.intruderState(i, e)
 	return f
 }
 
@@ -162,6 +168,7 @@ func (a *analyzer) merge() *view {
 		}
 	}
 	v.nk = len(v.keyNames)
+	v.intrusions = a.intrusions(localToGlobal)
 	a.fold(v, keyMap, subIndexOf)
 	a.sweep(v, keyMap, subIndexOf, localToGlobal)
 	return v

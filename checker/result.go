@@ -36,6 +36,11 @@ const (
 	// Unexpected: applied, but its commit failed or was never attempted (a
 	// phantom).
 	Unexpected Kind = "unexpected"
+	// UnauthorizedEffect: applied, and no commit op names the event while
+	// an intrude op (ok, info, or never completed) does: the intruder
+	// forged it past the outbox and the consumer took it for an
+	// authorized producer's (intruder.go, docs/security.md). Always fatal.
+	UnauthorizedEffect Kind = "unauthorized-effect"
 	// OrderRegression: for one aggregate, a subscription applied version v
 	// after it had finished applying a version above v. Order is judged on
 	// each event's first effect; repeats are DuplicateEffect.
@@ -108,7 +113,7 @@ const (
 // results show them. Each call returns a new slice, so no caller can
 // reorder another's.
 func AnomalyKinds() []Kind {
-	return []Kind{Lost, DuplicateEffect, Unexpected, OrderRegression, Gap, DLQUnaccounted, WronglyDeadLettered, PoisonApplied, InboxMismatch}
+	return []Kind{Lost, DuplicateEffect, Unexpected, UnauthorizedEffect, OrderRegression, Gap, DLQUnaccounted, WronglyDeadLettered, PoisonApplied, InboxMismatch}
 }
 
 // TxnStageKinds lists the anomaly kinds of a transactional stage in the
@@ -335,6 +340,10 @@ type Result struct {
 	// (transactions.go): what its transactions did, what each output
 	// topic held, and the database boundary.
 	TxnStage *TxnStage `json:"transactional_stage,omitempty"`
+	// Intruder is what became of the messages the intruder published
+	// straight to the broker, when the history has an intrude op or an
+	// intrude fault (intruder.go).
+	Intruder *Intruder `json:"intruder,omitempty"`
 }
 
 // Fault is one fault window of the history: a fault invoke and the op that
@@ -427,6 +436,8 @@ type SubscriptionStats struct {
 	Unseen          int64  `json:"unseen"`
 	PoisonApplied   int64  `json:"poison_applied"`
 	InboxMismatch   int64  `json:"inbox_mismatch"`
+	// UnauthorizedEffect counts the intruder's events it applied.
+	UnauthorizedEffect int64 `json:"unauthorized_effect"`
 }
 
 // Anomaly is every finding of one kind in one subscription (or, for a

@@ -32,6 +32,11 @@ package checker
 // deliveries, is decided in lostStage; a loss the database caused in a
 // failover (what it acknowledged before, gone from the new primary), in
 // lostInFailover, before any stage downstream can take the blame.
+//
+// And of issue 24: an effect for an event no commit op names and the
+// intruder sent is an unauthorized effect, not a phantom (judge,
+// intruder.go); the intruder's events are owed to no one, so none is
+// lost, and a dead letter of one is a rejection.
 
 import (
 	"cmp"
@@ -58,6 +63,7 @@ const (
 	cSent       // some publish op names it: a publish was attempted
 	cInBroker   // the final read found it in the broker's log
 	cInOutbox   // the final read found its outbox row
+	cIntrude    // an intrude op names it: the intruder sent it (intruder.go)
 	cCommitSeen = cInvoke | cOK | cFail | cInfo
 )
 
@@ -450,6 +456,10 @@ type facts struct {
 	// the subscription applied, when it turned this one away as a
 	// duplicate and never applied it (identity.go); "" if not so.
 	otherSource string
+	// intruder is, for an event no commit op names, what the intruder's
+	// ops say of it (intruder.go): forged (the broker accepted it, or
+	// may have), refused (the broker refused it), or none.
+	intruder intrusionState
 }
 
 // judge judges what one subscription did with event e (se): it counts
@@ -492,9 +502,21 @@ func judge(st *SubscriptionStats, e *event, se *subEvent, f facts, add func(Kind
 		add(StaleSkipped, "", 0, "")
 	}
 	if !e.committed() {
+		// Never owed: not lost, and a dead letter of it is a rejection.
+		// An effect is a phantom, or the intruder's forgery taken for
+		// an authorized producer's (intruder.go).
 		if effects > 0 && !e.indeterminate() {
-			st.Unexpected++
-			add(Unexpected, boundary(e, se), 0, "")
+			switch f.intruder {
+			case intrusionForged:
+				st.UnauthorizedEffect++
+				add(UnauthorizedEffect, boundary(e, se), 0, "forged by the intruder, no authorized producer committed it")
+			case intrusionRefused:
+				st.Unexpected++
+				add(Unexpected, boundary(e, se), 0, "the broker refused the intruder's message, yet it was applied")
+			default:
+				st.Unexpected++
+				add(Unexpected, boundary(e, se), 0, "")
+			}
 		}
 		return
 	}

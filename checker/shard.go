@@ -48,6 +48,8 @@ type shard struct {
 	// ledger is the first effect row with a commit_time of each event per
 	// subscription, in the current final-read attempt.
 	ledger []applyRec
+	// intrusions: the events an intrude op names (intruder.go).
+	intrusions map[int32]*intrusion
 	// fr follows the final read's brackets: every shard sees them.
 	fr finalReads
 	// publishes: some op of the shard is a publish (lostStage).
@@ -365,6 +367,10 @@ func (s *shard) op(op *history.Op, pos int64) {
 		}
 		return
 	}
+	if op.F == history.Intrude {
+		s.intrude(op, ei, e)
+		return
+	}
 	if !e.op(op) {
 		if op.F == history.Publish {
 			s.publishes = true
@@ -381,6 +387,9 @@ func (s *shard) op(op *history.Op, pos int64) {
 		sub.applyOps = true
 		s.apply(op, ei, e, si, se)
 		return
+	}
+	if op.F == history.DLQ {
+		s.rejected(ei, e, sub.name, op)
 	}
 	se.op(op)
 }
@@ -408,6 +417,9 @@ func (s *shard) row(op *history.Op, ei int32, e *event) {
 	se := sub.at(ei)
 	if se.row(s.fr.attempt, op.Time, v) {
 		s.ledger = append(s.ledger, applyRec{sub: si, event: ei, inv: v.CommitTime, ok: v.CommitTime, version: cmp.Or(v.Version, e.version)})
+	}
+	if v.Table == history.TableDLQ {
+		s.rejected(ei, e, sub.name, op)
 	}
 	if v.Table == history.TableBrokerDLQ {
 		if sub.brokerDLQ == nil {

@@ -113,6 +113,7 @@ func (r *Deployment) contractEnv(name, role, sub string) []string {
 	if sub != "" {
 		env[EnvSubscription] = sub
 	}
+	r.securityEnv(env, role)
 	switch b.Kind {
 	case "kafka":
 		env[EnvKafkaBrokers] = b.URL

@@ -20,6 +20,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/pipeline/intruder"
+	"github.com/deliverycheck/deliverycheck/signing"
 )
 
 // The intrude fault's side of a deployment (docs/security.md, "The
@@ -51,8 +52,8 @@ func IntruderUser(name string) string { return name + "-intruder" }
 
 // startIntruder makes the intruder's user and publisher, if the run has
 // an intruder. The replay kind's events are signed here, by the harness,
-// with Config.IntruderSigner: the intruder gets the signed events, never
-// the key.
+// with the run's key (mintKey ran before): the intruder gets the signed
+// events, never the key.
 func (r *Deployment) startIntruder(ctx context.Context) error {
 	if r.cfg.Intruder == nil {
 		return nil
@@ -66,6 +67,9 @@ func (r *Deployment) startIntruder(ctx context.Context) error {
 	}
 	if r.cfg.Intruder.Key == "" {
 		ic.Key = "order-" + strconv.Itoa(min(1, r.cfg.Keys-1))
+	}
+	if ic.Tenant == "" && r.cfg.Security != nil {
+		ic.Tenant = r.cfg.Security.Tenant
 	}
 	if len(ic.Replays) == 0 {
 		ic.Replays = r.signReplays(ic)
@@ -89,15 +93,15 @@ func (r *Deployment) startIntruder(ctx context.Context) error {
 	return nil
 }
 
-// signReplays are ic's replay events signed with Config.IntruderSigner
-// (nil without one: the replays go unsigned).
+// signReplays are ic's replay events signed with the run's key, as the
+// relay signs; nil when the run does not sign (the replays go unsigned).
 func (r *Deployment) signReplays(ic intruder.Config) []broker.Event {
-	if r.cfg.IntruderSigner == nil {
+	if len(r.key) == 0 {
 		return nil
 	}
 	evs := intruder.ReplayEvents(ic, r.base)
 	for i := range evs {
-		evs[i].Signature = r.cfg.IntruderSigner(evs[i])
+		evs[i].Signature = signing.Sign(r.key, evs[i])
 	}
 	return evs
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/pipeline/intruder"
+	"github.com/deliverycheck/deliverycheck/signing"
 )
 
 // TestIntruder runs the intruder as its own per-run broker user on both
@@ -40,8 +41,8 @@ func TestIntruder(t *testing.T) {
 			kinds := []intruder.Kind{intruder.Type, intruder.Tenant, intruder.Replay}
 			cfg := Config{Broker: tc.broker, Producers: 1, Rate: 50, Subscriptions: []string{"inventory", "email"},
 				Name: "intr_" + strconv.FormatInt(time.Now().UnixNano(), 36), Quiet: time.Second, DrainTimeout: time.Minute, MaxAttempts: 2,
-				Intruder:       &intruder.Config{Permissions: tc.perm, Kinds: kinds, PerKind: 2, Tenant: "acme"},
-				IntruderSigner: func(e broker.Event) string { return "signed-by-the-harness" },
+				Security: &Security{Sign: true, Tenant: "acme", Freshness: 10 * time.Minute},
+				Intruder: &intruder.Config{Permissions: tc.perm, Kinds: kinds, PerKind: 2},
 			}
 			r, err := Start(ctx, cl, t.TempDir(), cfg, workerCmd(), nil)
 			if err != nil {
@@ -72,9 +73,12 @@ func TestIntruder(t *testing.T) {
 			if err := sched.Run(ctx, env); err != nil {
 				t.Fatal(err)
 			}
+			if len(r.intruder.cfg.Replays) != 2 || r.intruder.cfg.Tenant != "acme" {
+				t.Errorf("%d replays, tenant %q: want 2, the run's", len(r.intruder.cfg.Replays), r.intruder.cfg.Tenant)
+			}
 			for _, e := range r.intruder.cfg.Replays {
-				if e.Signature != "signed-by-the-harness" {
-					t.Errorf("replay %s signature %q: not the harness's", e.ID, e.Signature)
+				if !signing.Verify(r.SigningKey(), e) {
+					t.Errorf("replay %s signature %q: not the run's key's", e.ID, e.Signature)
 				}
 			}
 			drained, err := r.Finish(ctx)

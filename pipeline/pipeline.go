@@ -112,6 +112,10 @@ type Config struct {
 	// what its consumers did. See docs/contract.md.
 	System System
 
+	// Security, when set, is the run's event authority: the relay stamps
+	// it on every event and the consumers check it (docs/security.md).
+	Security *Security
+
 	// RestartDelay is how long a crashed worker stays down.
 	RestartDelay time.Duration
 	// DrainTimeout bounds the drain, overriding the default 60s.
@@ -126,13 +130,10 @@ type Config struct {
 	// Start makes the intruder's broker user with these permissions
 	// (Close removes it), Deployment.Intrude sends its forged events,
 	// and the drain waits for each one the broker accepted. Its RunID,
-	// Source and Key default to the run's name, first source and a
-	// workload key.
+	// Source, Key and Tenant default to the run's name, first source, a
+	// workload key and Security.Tenant; Start signs its replays with the
+	// run's key when the run signs.
 	Intruder *intruder.Config
-	// IntruderSigner signs the replay kind's events (signing.Sign with
-	// the run's key, as the relay signs): Start signs them and gives the
-	// intruder the signed events, not the key. Nil: replays go unsigned.
-	IntruderSigner func(broker.Event) string
 }
 
 func (c *Config) defaults() error {
@@ -283,6 +284,8 @@ type Deployment struct {
 	// stage, or until it started).
 	stage      *broker.KafkaStageWatcher
 	stopReader func() error
+	// key is the run's signing key (Security.Sign), minted at Start.
+	key []byte
 	// intruder is the intrude fault's user, publisher and history (nil
 	// without Config.Intruder).
 	intruder *intruderRun
@@ -312,6 +315,9 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 			err = errors.Join(err, r.Close())
 		}
 	}()
+	if err := r.mintKey(); err != nil {
+		return nil, err
+	}
 	r.rec, err = history.NewRecorder(filepath.Join(dir, HistoryDir, "harness.jsonl"), "harness", r.base)
 	if err != nil {
 		return nil, err
@@ -388,7 +394,8 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 				continue
 			}
 			spec := r.spec(worker.RoleConsumer, name)
-			spec.Consumer = consumer.Config{Variant: cfg.ConsumerVariant, Subscription: sub, MaxAttempts: cfg.MaxAttempts, Workers: cfg.ConsumerWorkers, Work: cfg.ConsumerWork}
+			spec.Consumer = consumer.Config{Variant: cfg.ConsumerVariant, Subscription: sub, MaxAttempts: cfg.MaxAttempts, Workers: cfg.ConsumerWorkers, Work: cfg.ConsumerWork,
+				Security: r.consumerSecurity()}
 			if err := r.start(ctx, spec); err != nil {
 				return nil, err
 			}
@@ -415,7 +422,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 			continue
 		}
 		spec := r.spec(worker.RoleRelay, name)
-		spec.Relay = relay.Config{Variant: cfg.RelayVariant, Batch: cfg.RelayBatch, Name: spec.Process}
+		spec.Relay = relay.Config{Variant: cfg.RelayVariant, Batch: cfg.RelayBatch, Name: spec.Process, Authority: r.relayAuthority()}
 		if err := r.start(ctx, spec); err != nil {
 			return nil, err
 		}

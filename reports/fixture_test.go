@@ -3,6 +3,7 @@ package reports
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -23,12 +24,17 @@ const (
 // inventory applies event e3 twice after a crash (duplicate effect), the
 // email subscription never gets e4 (lost, though the broker's log read
 // at the end holds it: never delivered), the relay sits through a
-// partition, and e7's commit is in doubt. With hostile it plants hostile
-// strings in ids, errors, details and names.
+// partition, and e7's commit is in doubt. With intruder (implied by
+// hostile) the intruder sends two messages in its fault's window: the
+// broker refuses one and accepts the other, which inventory rejects and
+// email applies (an unauthorized effect; rejects too when clean). With
+// hostile it plants hostile strings in ids, errors, details and names,
+// the intruder's event id, kind, refusal and rejection reason among them.
 type fixture struct {
-	drain   history.Type // history.OK, or Info for a timed-out drain
-	clean   bool         // no anomaly: e3 once, e4 delivered to email
-	hostile bool
+	drain    history.Type // history.OK, or Info for a timed-out drain
+	clean    bool         // no anomaly: e3 once, e4 delivered to email
+	hostile  bool
+	intruder bool
 }
 
 func (f fixture) ops() history.History {
@@ -99,6 +105,7 @@ func (f fixture) ops() history.History {
 			add(ms, c, history.OK, history.Ack, history.Value{Event: e.id, Consumer: sub})
 		}
 	}
+	rejections := f.intrude(add, email, &effects)
 	add(300*ms, "harness", f.drain, history.Drain, history.Value{})
 	if f.drain != history.OK {
 		return h
@@ -107,7 +114,7 @@ func (f fixture) ops() history.History {
 	for _, e := range events {
 		add(ms, "harness", history.OK, history.FinalRead, history.Value{Table: history.TableOutbox, Event: e.id, Key: e.key, Published: true})
 	}
-	for _, v := range effects {
+	for _, v := range slices.Concat(effects, rejections) {
 		add(ms, "harness", history.OK, history.FinalRead, v)
 	}
 	for _, e := range events {
@@ -116,6 +123,49 @@ func (f fixture) ops() history.History {
 	add(ms, "harness", history.OK, history.FinalRead, history.Value{Table: history.TableBroker, Target: "run.events.witness", Detail: "witness queue read whole: 6 messages"})
 	add(ms, "harness", history.OK, history.FinalRead, history.Value{})
 	return h
+}
+
+// intrude writes the intruder's fault and messages through add, what
+// inventory and email did with them, and their effect rows into effects;
+// it returns the rejections' dead-letter rows.
+func (f fixture) intrude(add func(int64, string, history.Type, history.F, history.Value), email string, effects *[]history.Value) []history.Value {
+	if !f.intruder && !f.hostile {
+		return nil
+	}
+	ms := int64(time.Millisecond)
+	id, kind, reason, refusal := "intruder-type-1-run", "type", `source "/orders" may not emit "AdminGranted"`, "ACCESS_REFUSED"
+	if f.hostile {
+		id, kind, reason, refusal = "intruder-"+xssScript, xssAttr, xssScript+xssSub, xssAttr+xssScript
+	}
+	fault := history.Value{Fault: checker.FaultIntrude, Target: "rabbitmq", Detail: "at 2s: intrude"}
+	add(10*ms, "nemesis", history.Invoke, history.Fault, fault)
+	forged := history.Value{Event: id, Source: "/orders", Key: "k1", Version: 1000000, Detail: kind}
+	add(ms, "intruder", history.Invoke, history.Intrude, forged)
+	add(ms, "intruder", history.OK, history.Intrude, forged)
+	refused := history.Value{Event: id + "-2", Source: "/orders", Key: "k1", Version: 1000000, Detail: kind}
+	add(ms, "intruder", history.Invoke, history.Intrude, refused)
+	refused.Error = refusal
+	add(ms, "intruder", history.Fail, history.Intrude, refused)
+	fault.Evidence = "broker accepted 1 of 2 intruder messages, refused 1: " + refusal
+	add(ms, "nemesis", history.OK, history.Fault, fault)
+	var rejections []history.Value
+	for _, sub := range []string{"inventory", email} {
+		c := "consumer-" + sub + "-0"
+		v := history.Value{Event: id, Source: "/orders", Key: "k1", Version: 1000000, Consumer: sub, Tag: 99, Attempt: 1}
+		add(10*ms, c, history.OK, history.Deliver, v)
+		if sub == email && !f.clean {
+			add(ms, c, history.Invoke, history.Apply, v)
+			add(5*ms, c, history.OK, history.Apply, v)
+			*effects = append(*effects, history.Value{Table: history.TableEffects, Event: id, Source: "/orders", Key: "k1", Version: 1000000, Consumer: sub})
+		} else {
+			d := v
+			d.Reason = reason
+			add(ms, c, history.OK, history.DLQ, d)
+			rejections = append(rejections, history.Value{Table: history.TableDLQ, Event: id, Source: "/orders", Consumer: sub, Reason: reason})
+		}
+		add(ms, c, history.OK, history.Ack, history.Value{Event: id, Source: "/orders", Consumer: sub})
+	}
+	return rejections
 }
 
 func (f fixture) result() *checker.Result {

@@ -84,6 +84,7 @@ type view struct {
 	Plots         []plotView
 	Timeline      *timelineView // nil when the history names no server node
 	TxnStage      *txnStageView // nil when the history has no transactional stage
+	Intruder      *intruderView // nil when the history has no intruder
 	Faults        []faultRow
 	MoreFaults    int // fault windows beyond the table (all are in results.json)
 	// Availability has a row per fault window that took effect (at
@@ -327,6 +328,7 @@ func newView(run Record, res *checker.Result) view {
 	v.Plots = plots(run, res)
 	v.Timeline = nodeTimeline(res)
 	v.TxnStage = newTxnStageView(res.TxnStage)
+	v.Intruder = newIntruderView(res.Intruder)
 	v.Availability = newAvailRows(res)
 	if len(v.Availability) > 0 {
 		a := res.Availability
@@ -375,7 +377,7 @@ func newAnomalyView(i int, a checker.Anomaly) anomalyView {
 }
 
 // stageOrder is the pipeline order of the lineage chain.
-var stageOrder = []history.F{history.Commit, history.Publish, history.TxnInput, history.TxnOutput, history.Txn, history.OutputRead,
+var stageOrder = []history.F{history.Intrude, history.Commit, history.Publish, history.TxnInput, history.TxnOutput, history.Txn, history.OutputRead,
 	history.Deliver, history.Apply, history.SkipStale, history.Ack, history.DLQ, history.FinalRead}
 
 func newExampleView(ex checker.Example, sub string) exampleView {

@@ -74,16 +74,16 @@ func TestJUnit(t *testing.T) {
 			run:  func() (Record, *checker.Result) { f := fixture{drain: history.OK}; return f.run(), f.result() },
 			cases: map[string]string{
 				"email: no loss": "failure", "email: no duplicate effects": "pass", "email: per-key order": "pass", "email: no gaps": "pass",
-				"email: no phantom effects": "pass", "email: poison dead-lettered": "pass", "email: only poison dead-lettered": "pass",
+				"email: no phantom effects": "pass", "email: no unauthorized effects": "pass", "email: poison dead-lettered": "pass", "email: only poison dead-lettered": "pass",
 				"email: poison never applied": "pass", "email: inbox and effects agree": "pass",
 				"inventory: no loss": "pass", "inventory: no duplicate effects": "failure", "inventory: per-key order": "pass", "inventory: no gaps": "pass",
-				"inventory: no phantom effects": "pass", "inventory: poison dead-lettered": "pass", "inventory: only poison dead-lettered": "pass",
+				"inventory: no phantom effects": "pass", "inventory: no unauthorized effects": "pass", "inventory: poison dead-lettered": "pass", "inventory: only poison dead-lettered": "pass",
 				"inventory: poison never applied": "pass", "inventory: inbox and effects agree": "pass",
 			},
 			message: map[string]string{"email: no loss": "no loss broken in email: 1 lost (1 after published), e.g. e4; where lost: 1 in the broker, never delivered to email",
 				"inventory: no duplicate effects": "1 duplicate-effect (1 after acked), e.g. e3"},
 			body:   map[string]string{"inventory: no duplicate effects": "deliver"},
-			counts: [4]int{2, 0, 0, 18},
+			counts: [4]int{2, 0, 0, 20},
 		},
 		{
 			name: "unknown verdict: guarantees skipped, not passed",
@@ -95,13 +95,13 @@ func TestJUnit(t *testing.T) {
 				return r, checker.Check(f.ops(), checker.Options{Guarantees: g})
 			},
 			cases: map[string]string{
-				"email: no loss": "skipped", "email: no phantom effects": "skipped", "email: poison dead-lettered": "skipped", "email: only poison dead-lettered": "skipped",
+				"email: no loss": "skipped", "email: no phantom effects": "skipped", "email: no unauthorized effects": "skipped", "email: poison dead-lettered": "skipped", "email: only poison dead-lettered": "skipped",
 				"email: poison never applied": "skipped", "email: inbox and effects agree": "skipped",
-				"inventory: no loss": "skipped", "inventory: no phantom effects": "skipped", "inventory: poison dead-lettered": "skipped", "inventory: only poison dead-lettered": "skipped",
+				"inventory: no loss": "skipped", "inventory: no phantom effects": "skipped", "inventory: no unauthorized effects": "skipped", "inventory: poison dead-lettered": "skipped", "inventory: only poison dead-lettered": "skipped",
 				"inventory: poison never applied": "skipped", "inventory: inbox and effects agree": "skipped",
 			},
 			message: map[string]string{"inventory: no loss": "unknown: drain"},
-			counts:  [4]int{0, 0, 12, 12},
+			counts:  [4]int{0, 0, 14, 14},
 		},
 		{
 			name: "harness error is an error, not a failure",
@@ -111,10 +111,10 @@ func TestJUnit(t *testing.T) {
 				r.Guarantees, _ = checker.ParseGuarantees("at-most-once,subscriptions=inventory")
 				return r, nil
 			},
-			cases: map[string]string{"inventory: no duplicate effects": "skipped", "inventory: no phantom effects": "skipped", "inventory: poison dead-lettered": "skipped", "inventory: only poison dead-lettered": "skipped",
+			cases: map[string]string{"inventory: no duplicate effects": "skipped", "inventory: no phantom effects": "skipped", "inventory: no unauthorized effects": "skipped", "inventory: poison dead-lettered": "skipped", "inventory: only poison dead-lettered": "skipped",
 				"inventory: poison never applied": "skipped", "inventory: inbox and effects agree": "skipped", "harness": "error"},
 			message: map[string]string{"harness": "kafka did not start: <script>", "inventory: no duplicate effects": "unknown: harness error"},
-			counts:  [4]int{0, 1, 6, 7},
+			counts:  [4]int{0, 1, 7, 8},
 		},
 		{
 			name: "no subscription: one verdict testcase",

@@ -82,6 +82,7 @@ var guarantees = []struct {
 	{checker.OrderRegression, "per-key order"},
 	{checker.Gap, "no gaps"},
 	{checker.Unexpected, "no phantom effects"},
+	{checker.UnauthorizedEffect, "no unauthorized effects"},
 	{checker.DLQUnaccounted, "poison dead-lettered"},
 	{checker.WronglyDeadLettered, "only poison dead-lettered"},
 	{checker.PoisonApplied, "poison never applied"},

@@ -185,8 +185,8 @@ func (g guarantees) encodeNode() any {
 //	  order: per-key
 //	  subscriptions: [inventory]
 //
-// unexpected, dlq-unaccounted, wrongly-dead-lettered, poison-applied and
-// inbox-mismatch are always fatal.
+// unexpected, unauthorized-effect, dlq-unaccounted, wrongly-dead-lettered,
+// poison-applied and inbox-mismatch are always fatal.
 type guaranteeFields struct {
 	// Preset is a named set of the settings below, applied before them
 	// whatever the order of the keys; the subscriptions are kept.

@@ -438,6 +438,8 @@ func (g *generator) valueSchema(f field, t reflect.Type, def reflect.Value) map[
 			s["pattern"] = `^\S+$`
 		case "one-line":
 			s["pattern"] = `^\s*[^\r\n]*\s*$`
+		case "event-type":
+			s["pattern"] = eventTypeRe.String()
 		}
 	case reflect.Int, reflect.Int32, reflect.Int64:
 		s["type"] = "integer"

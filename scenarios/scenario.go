@@ -43,6 +43,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/pipeline"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
+	"github.com/deliverycheck/deliverycheck/pipeline/intruder"
 	"github.com/deliverycheck/deliverycheck/pipeline/processor"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
@@ -80,6 +81,11 @@ type Scenario struct {
 	// the events topic and output topics (Kafka only; docs/history.md,
 	// "Transactional stage"); none by default.
 	Stage *Stage `yaml:"stage,omitempty"`
+	// Security is the events' authority: what the relay stamps on every
+	// event (tenant, time, signature) and what correct consumers check
+	// before they apply one (docs/security.md); none by default, when
+	// consumers check only which types each source may emit.
+	Security Security `yaml:"security,omitempty"`
 	// Nemesis is the faults of the run; none by default.
 	Nemesis Nemesis `yaml:"nemesis"`
 	// Guarantees are what the run promises, overriding the default
@@ -217,6 +223,115 @@ type Stage struct {
 	// `lost`) and shown beside the topics: "exactly once on Kafka's
 	// topics; at least once on the database". Not with poison events.
 	Effect processor.Effect `yaml:"effect,omitempty" enum:"processor effect"`
+}
+
+// Security is the run's event authority (docs/security.md). The relay
+// (the built-in one, or a team's given DELIVERYCHECK_SIGNING_KEY and
+// DELIVERYCHECK_TENANT) puts the tenant, the outbox row's creation time
+// and, with sign, a signature on every event; a correct consumer rejects
+// an event that fails a check, in this order: authority, tenant, version
+// ahead, freshness, signature, and dead-letters it at once with the
+// reason. The trusting consumer checks none of it. Give it at least one
+// field: as for every optional section, an empty mapping is none.
+type Security struct {
+	// Sign makes the relay sign every event (HMAC-SHA256 under a 32-byte
+	// key the run mints) and correct consumers verify the signature.
+	Sign bool `yaml:"sign,omitempty"`
+	// Tenant is the run's tenant: the relay sends it with every event and
+	// correct consumers reject an event of any other. Empty: no tenant,
+	// no check.
+	Tenant string `yaml:"tenant,omitempty" check:"name"`
+	// Freshness is the oldest an event's time may be when a consumer
+	// takes it; older is rejected as stale (what stops a replay of a
+	// real, correctly signed event). 0 is no check. It must exceed the
+	// run (workload.duration plus drain.timeout), so no real event goes
+	// stale.
+	Freshness time.Duration `yaml:"freshness,omitempty" range:">=0"`
+	// MaxVersionAhead is how far past its aggregate's applied version (0
+	// when none is) an event's version may be; further is rejected. 0 is
+	// no check.
+	MaxVersionAhead int64 `yaml:"max_version_ahead,omitempty" range:">=0"`
+	// Authority is, per workload source, the event types it may emit,
+	// overriding the default: every workload source may emit
+	// `OrderConfirmed` only.
+	Authority map[string][]string `yaml:"authority,omitempty" key:"source" keycheck:"source" check:"event-type"`
+	// Intruder is what the fault `intrude` publishes and with which
+	// broker rights (docs/security.md).
+	Intruder Intruder `yaml:"intruder,omitempty"`
+}
+
+// Intruder is the fault `intrude`'s shape: its broker user's rights, the
+// kinds of forged event it sends and how many of each.
+type Intruder struct {
+	// Permissions are the broker rights of the intruder's own user:
+	// `publish` (the default: only the consumers stand in its way) or
+	// `none` (least privilege: the broker refuses its publishes).
+	Permissions intruder.Permissions `yaml:"permissions,omitempty" enum:"intruder permissions"`
+	// Kinds are the forgeries it sends, overriding the default: all of
+	// them.
+	Kinds []intruder.Kind `yaml:"kinds,omitempty" enum:"intruder kind"`
+	// PerKind is how many messages of each kind it sends, overriding the
+	// default 2.
+	PerKind int `yaml:"per_kind,omitempty" range:">=1,zero=default"`
+}
+
+// DefaultPerKind is how many messages of each kind the intruder sends.
+const DefaultPerKind = intruder.DefaultPerKind
+
+// Enabled reports whether the scenario has a security section.
+func (s Security) Enabled() bool {
+	return s.Sign || s.Tenant != "" || s.Freshness != 0 || s.MaxVersionAhead != 0 || len(s.Authority) > 0 || !s.Intruder.zero()
+}
+
+func (in Intruder) zero() bool { return in.Permissions == "" && len(in.Kinds) == 0 && in.PerKind == 0 }
+
+// WithDefaults is in with every default filled in: publish, every kind,
+// DefaultPerKind of each.
+func (in Intruder) WithDefaults() Intruder {
+	if in.Permissions == "" {
+		in.Permissions = intruder.Publish
+	}
+	if len(in.Kinds) == 0 {
+		in.Kinds = intruder.Kinds()
+	} else {
+		in.Kinds = slices.Clone(in.Kinds)
+	}
+	if in.PerKind == 0 {
+		in.PerKind = DefaultPerKind
+	}
+	return in
+}
+
+func (s Security) clone() Security {
+	c := s
+	c.Intruder.Kinds = slices.Clone(s.Intruder.Kinds)
+	if s.Authority != nil {
+		c.Authority = make(map[string][]string, len(s.Authority))
+		for k, v := range s.Authority {
+			c.Authority[k] = slices.Clone(v)
+		}
+	}
+	return c
+}
+
+// pipelineSecurity is the pipeline's view of Security, nil without one.
+func (s Scenario) pipelineSecurity() *pipeline.Security {
+	if !s.Security.Enabled() {
+		return nil
+	}
+	sec := s.Security.clone()
+	return &pipeline.Security{Sign: sec.Sign, Tenant: sec.Tenant, Freshness: sec.Freshness, MaxVersionAhead: sec.MaxVersionAhead, Authority: sec.Authority}
+}
+
+// pipelineIntruder is the intruder the pipeline readies: the security
+// section's, when the timeline has an intrude step (its user is made
+// only for a run that uses it); nil otherwise.
+func (s Scenario) pipelineIntruder() *intruder.Config {
+	if !s.Security.Enabled() || !slices.ContainsFunc(s.Nemesis.Timeline, func(st nemesis.Step) bool { return st.Fault.Kind == nemesis.Intrude }) {
+		return nil
+	}
+	in := s.Security.Intruder.WithDefaults()
+	return &intruder.Config{Permissions: in.Permissions, Kinds: in.Kinds, PerKind: in.PerKind}
 }
 
 // Command is an external component: a program the harness starts,
@@ -598,6 +713,8 @@ func (s Scenario) PipelineConfig() pipeline.Config {
 		Seed:              s.Seed,
 		System:            s.pipelineSystem(),
 		Stage:             s.pipelineStage(),
+		Security:          s.pipelineSecurity(),
+		Intruder:          s.pipelineIntruder(),
 	}
 }
 
@@ -751,6 +868,7 @@ func (s Scenario) clone() Scenario {
 	c.Guarantees.Subscriptions = slices.Clone(s.Guarantees.Subscriptions)
 	c.Nemesis.Timeline = slices.Clone(s.Nemesis.Timeline)
 	c.System = s.System.clone()
+	c.Security = s.Security.clone()
 	c.written = maps.Clone(s.written)
 	if s.Stage != nil {
 		st := *s.Stage

@@ -15,6 +15,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/pipeline"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
+	"github.com/deliverycheck/deliverycheck/pipeline/intruder"
 	"github.com/deliverycheck/deliverycheck/pipeline/processor"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
@@ -238,11 +239,11 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key with suggestion", "broker: kafka\nworkload:\n  rat: 5\n",
 			[]string{"my.yaml:3: workload.rat: unknown field; did you mean rate? (valid: duration, producers, producer_processes, rate, keys, poison_ratio, abort_ratio, sources, subscriptions, consumers, consumer_workers, consumer_work, relays, relay_batch)"}},
 		{"unknown top-level key", "broker: kafka\nworkloads: {}\n",
-			[]string{"my.yaml:2: workloads: unknown field; did you mean workload? (valid: name, description, broker, postgres, variants, workload, system, stage, nemesis, guarantees, drain, expect, images, seed)"}},
+			[]string{"my.yaml:2: workloads: unknown field; did you mean workload? (valid: name, description, broker, postgres, variants, workload, system, stage, security, nemesis, guarantees, drain, expect, images, seed)"}},
 		{"wrong standby", "broker: kafka\npostgres:\n  standby: hot\n",
 			[]string{`my.yaml:3: postgres.standby: unknown standby "hot" (valid: none, async, sync)`}},
 		{"wrong variant lists valid ones", "broker: kafka\nvariants:\n  consumer: inbx\n",
-			[]string{`my.yaml:3: variants.consumer: unknown consumer variant "inbx"; did you mean inbox? (valid: inbox, ack-first, no-inbox, check-then-act, no-version-guard, inbox-by-id, inbox-by-trace)`}},
+			[]string{`my.yaml:3: variants.consumer: unknown consumer variant "inbx"; did you mean inbox? (valid: inbox, ack-first, no-inbox, check-then-act, no-version-guard, inbox-by-id, inbox-by-trace, trusting)`}},
 		{"wrong relay", "broker: kafka\nvariants: {relay: outbox}\n",
 			[]string{`my.yaml:2: variants.relay: unknown relay variant "outbox" (valid: polling, high-water-mark, unconfirmed, unroutable, leader-ack, transient, new-id-per-attempt, debezium)`}},
 		{"image with a space", "broker: kafka\nimages:\n  postgres: \"postgres 17\"\n",
@@ -339,7 +340,7 @@ func TestParseErrors(t *testing.T) {
 		{"expected anomaly not fatal", "broker: kafka\nexpect:\n  verdict: invalid\n  anomaly: order-regression\n",
 			[]string{"my.yaml:4: expect.anomaly: order-regression is not fatal under these guarantees, so it cannot make the run invalid (set guarantees.order: per-key)"}},
 		{"invalid without anomaly", "broker: kafka\nexpect:\n  verdict: invalid\n",
-			[]string{"my.yaml:3: expect.anomaly: name the anomaly an invalid run must show (valid: lost, duplicate-effect, unexpected, order-regression, gap, dlq-unaccounted, wrongly-dead-lettered, poison-applied, inbox-mismatch, output-duplicate, output-lost, aborted-visible, torn-transaction, output-order, transaction-left-open)"}},
+			[]string{"my.yaml:3: expect.anomaly: name the anomaly an invalid run must show (valid: lost, duplicate-effect, unexpected, unauthorized-effect, order-regression, gap, dlq-unaccounted, wrongly-dead-lettered, poison-applied, inbox-mismatch, output-duplicate, output-lost, aborted-visible, torn-transaction, output-order, transaction-left-open)"}},
 		{"step after the end", "broker: kafka\nworkload: {duration: 10s}\nnemesis:\n  timeline:\n    - \"at 10s: kill relay-0\"\n",
 			[]string{`my.yaml:5: nemesis.timeline[0]: "at 10s: kill relay-0" starts at or after the workload ends (10s); faults only run while it does`}},
 		{"unknown worker", "broker: kafka\nnemesis:\n  timeline:\n    - \"at 1s: kill relay-1\"\n",
@@ -693,6 +694,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte("name: x\nbroker: kafka\n"))
 	f.Add([]byte("broker: rabbitmq\nworkload: {rate: 1e3, subscriptions: [a]}\nnemesis: {random: {}}\n"))
+	f.Add([]byte("broker: kafka\nsecurity: {sign: true, tenant: acme, freshness: 10m, authority: {/orders: [OrderConfirmed]}, intruder: {kinds: [type], per_kind: 1}}\n"))
 	f.Add([]byte("a: &a [*a]\n"))
 	f.Add([]byte("broker: kafka\nx: &x {a: *x}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -856,6 +858,33 @@ func TestStage(t *testing.T) {
 		if got := s.PipelineConfig().Stage.Effect; got != e || s.KnownBad() != bad {
 			t.Errorf("stage.effect %s: effect %q, known-bad %v", e, got, s.KnownBad())
 		}
+	}
+}
+
+// An intrude step needs a security section, and readies the intruder
+// the section describes; without the step the pipeline has none.
+func TestIntrudeStep(t *testing.T) {
+	s, err := Parse("my.yaml", []byte("broker: kafka\nnemesis:\n  timeline: [\"at 1s: intrude\"]\n"))
+	if err == nil {
+		err = s.Validate()
+	}
+	if err == nil || !strings.Contains(err.Error(), "my.yaml:3: nemesis.timeline[0]") || !strings.Contains(err.Error(), "intrude needs a security section") {
+		t.Errorf("intrude without a security section: %v", err)
+	}
+	s, err = Parse("my.yaml", []byte("broker: kafka\nsecurity: {sign: true, intruder: {permissions: none, kinds: [type], per_kind: 3}}\nnemesis:\n  timeline: [\"at 1s: intrude\"]\n"))
+	if err == nil {
+		err = s.Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := s.PipelineConfig().Intruder
+	if in == nil || in.Permissions != intruder.None || !slices.Equal(in.Kinds, []intruder.Kind{intruder.Type}) || in.PerKind != 3 {
+		t.Errorf("pipeline intruder %+v", in)
+	}
+	s.Nemesis.Timeline = nil
+	if in := s.PipelineConfig().Intruder; in != nil {
+		t.Errorf("no intrude step, yet the pipeline readies an intruder: %+v", in)
 	}
 }
 

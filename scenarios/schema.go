@@ -19,6 +19,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
+	"github.com/deliverycheck/deliverycheck/pipeline/intruder"
 	"github.com/deliverycheck/deliverycheck/pipeline/processor"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
@@ -260,6 +261,10 @@ func enumValues(what string) []string {
 		return strs([]checker.Validity{checker.Valid, checker.Invalid})
 	case "anomaly":
 		return strs(anomalyKinds())
+	case "intruder kind":
+		return strs(intruder.Kinds())
+	case "intruder permissions":
+		return strs([]intruder.Permissions{intruder.Publish, intruder.None})
 	}
 	panic("scenarios: no enum " + strconv.Quote(what))
 }
@@ -280,6 +285,8 @@ func checkText(check, v string) (string, string) {
 		return v, checkImage(v)
 	case "source":
 		return v, checkSource(v)
+	case "event-type":
+		return v, checkEventType(v)
 	case "statement":
 		if _, err := producer.Bind(v); err != nil {
 			return v, err.Error()
@@ -308,6 +315,8 @@ func checkKey(check, k string) string {
 		if k == "" || strings.ContainsAny(k, "= \t\n") {
 			return fmt.Sprintf("%q is not an environment variable name", k)
 		}
+	case "source":
+		return checkSource(k)
 	default:
 		panic("scenarios: no key check " + strconv.Quote(check))
 	}
@@ -340,6 +349,17 @@ func checkName(v string) string {
 func checkSource(v string) string {
 	if v == "" || len(v) > 255 || strings.IndexFunc(v, func(r rune) bool { return r <= ' ' || r == 0x7f || r == utf8.RuneError }) >= 0 {
 		return fmt.Sprintf("want a CloudEvents source such as /orders (a URI reference, no spaces), got %q", v)
+	}
+	return ""
+}
+
+var eventTypeRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,63}$`)
+
+// checkEventType accepts an event type as the type header carries it: a
+// letter, then letters, digits, '.', '_' or '-', at most 64.
+func checkEventType(v string) string {
+	if !eventTypeRe.MatchString(v) {
+		return fmt.Sprintf("want an event type such as OrderConfirmed (a letter, then letters, digits, '.', '_' or '-', at most 64), got %q", v)
 	}
 	return ""
 }

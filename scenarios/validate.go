@@ -221,6 +221,7 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 		fail("system.relay", "the %s producer runs no relay", s.Variants.Producer)
 	}
 	s.checkTeamProcessor(fail)
+	s.checkSecurity(fail)
 
 	// Nemesis.
 	workers := s.workers()
@@ -388,8 +389,9 @@ func (s Scenario) checkStep(st nemesis.Step, workers []string) string {
 	case nemesis.Zombie:
 		return s.checkZombie(f.Target, workers)
 	case nemesis.Intrude:
-		// No target; that it needs the security section's intruder is
-		// checked with that section.
+		if !s.Security.Enabled() {
+			return "intrude needs a security section: what the intruder sends and as whom (security: {intruder: {permissions: publish}}), and what the consumers check"
+		}
 		return ""
 	case nemesis.Failover:
 		if !s.hasStandby() {

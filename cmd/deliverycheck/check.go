@@ -184,6 +184,9 @@ func printSummary(w io.Writer, r *checker.Result, paths []string, out string) {
 		}
 		fmt.Fprintln(w)
 	}
+	if in := r.Intruder; in != nil {
+		fmt.Fprintf(w, "  intruder: %s\n", in.Summary())
+	}
 	for _, aw := range r.Availability.Windows {
 		fmt.Fprintf(w, "  availability: %s\n", r.Availability.Summary(aw, r.Faults))
 	}

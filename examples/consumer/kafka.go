@@ -60,9 +60,10 @@ func consumeKafka(ctx context.Context, log *slog.Logger, cfg config, db *pgxpool
 			id := header(r, "event-id")
 			v := history.Value{Event: id, Partition: int64(r.Partition), Offset: r.Offset}
 			record(history.Deliver, v)
-			ev, err := parseEvent(id, string(r.Key), header(r, "version"))
+			ev, err := parseEvent(id, string(r.Key), func(k string) string { return header(r, k) }, r.Value)
+			var reason string
 			if err == nil {
-				err = handle(ctx, db, cfg.subscription, ev)
+				reason, err = apply(ctx, db, cfg, ev)
 			}
 			if err != nil {
 				failed = fmt.Errorf("record at offset %d: %w", r.Offset, err)
@@ -71,6 +72,11 @@ func consumeKafka(ctx context.Context, log *slog.Logger, cfg config, db *pgxpool
 			failpoint.InjectEvent("after-commit-before-ack", ev.id)
 			if err := cl.CommitRecords(ctx, r); err != nil {
 				failed = fmt.Errorf("commit offset: %w", err)
+				return
+			}
+			if reason != "" {
+				v.Reason = reason
+				record(history.DLQ, v) // optional: the rejection in the history, with its reason
 				return
 			}
 			record(history.Ack, v)

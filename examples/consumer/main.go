@@ -53,6 +53,7 @@ type config struct {
 	instance                  string   // Kafka: the process's name, its static group membership
 	amqpURLs                  []string // RabbitMQ: every node's URL
 	queue                     string
+	authority                 authority // what an event must show before it is applied
 }
 
 func configFromEnv() (config, error) {
@@ -68,6 +69,10 @@ func configFromEnv() (config, error) {
 		// of an older harness otherwise.
 		amqpURLs: strings.Split(cmp.Or(os.Getenv("DELIVERYCHECK_AMQP_URLS"), os.Getenv("DELIVERYCHECK_AMQP_URL")), ","),
 		queue:    os.Getenv("DELIVERYCHECK_AMQP_QUEUE"),
+	}
+	var err error
+	if c.authority, err = authorityFromEnv(); err != nil {
+		return c, err
 	}
 	if c.dsn == "" || c.subscription == "" {
 		return c, errors.New("set DELIVERYCHECK_POSTGRES_DSN and DELIVERYCHECK_SUBSCRIPTION")
@@ -122,6 +127,9 @@ func run(ctx context.Context, log *slog.Logger) error {
 type event struct {
 	id, order string
 	version   int64
+	// What its authority is checked on (authority.go).
+	source, typ, tenant, time, signature string
+	payload                              []byte
 }
 
 // handle applies one event: inbox row and stock move in one transaction.
@@ -140,11 +148,15 @@ func handle(ctx context.Context, db *pgxpool.Pool, subscription string, ev event
 	})
 }
 
-// parseEvent checks the headers every event carries (docs/contract.md).
-func parseEvent(id, order, version string) (event, error) {
+// parseEvent checks the headers every event carries (docs/contract.md);
+// header reads one by name.
+func parseEvent(id, order string, header func(string) string, payload []byte) (event, error) {
+	version := header("version")
 	v, err := strconv.ParseInt(version, 10, 64)
 	if id == "" || order == "" || err != nil {
 		return event{}, fmt.Errorf("no event-id, aggregate id or version (%q, %q, %q)", id, order, version)
 	}
-	return event{id: id, order: order, version: v}, nil
+	return event{id: id, order: order, version: v,
+		source: header("source"), typ: header("type"), tenant: header("tenant"), time: header("time"), signature: header("signature"),
+		payload: payload}, nil
 }

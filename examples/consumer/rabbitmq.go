@@ -67,10 +67,10 @@ func consumeRabbitMQ(ctx context.Context, log *slog.Logger, cfg config, db *pgxp
 		v := history.Value{Event: d.MessageId, Tag: int64(d.DeliveryTag), Attempt: attempt(d.Headers)}
 		record(history.Deliver, v)
 		order, _ := d.Headers["aggregate-id"].(string)
-		version, _ := d.Headers["version"].(string)
-		ev, err := parseEvent(d.MessageId, order, version)
+		ev, err := parseEvent(d.MessageId, order, func(k string) string { s, _ := d.Headers[k].(string); return s }, d.Body)
+		var reason string
 		if err == nil {
-			err = handle(ctx, db, cfg.subscription, ev)
+			reason, err = apply(ctx, db, cfg, ev)
 		}
 		if err != nil {
 			// Unacked, it is redelivered to the next process (and
@@ -81,6 +81,11 @@ func consumeRabbitMQ(ctx context.Context, log *slog.Logger, cfg config, db *pgxp
 		failpoint.InjectEvent("after-commit-before-ack", ev.id)
 		if err := d.Ack(false); err != nil {
 			return fmt.Errorf("rabbitmq ack %d: %w", d.DeliveryTag, err)
+		}
+		if reason != "" {
+			v.Reason = reason
+			record(history.DLQ, v) // optional: the rejection in the history, with its reason
+			continue
 		}
 		record(history.Ack, v)
 	}

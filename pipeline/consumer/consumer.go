@@ -32,7 +32,6 @@ import (
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/internal/backoff"
-	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 )
 
 // Variant is how the consumer dedupes, orders and acks.
@@ -63,11 +62,18 @@ const (
 	// relay starts a new one on every publish attempt, so a republished
 	// event passes the inbox and is applied again.
 	InboxByTrace Variant = "inbox-by-trace"
+	// Trusting is known-bad: exactly the inbox consumer, but it checks
+	// only that an event is well-formed (ids, key, version, a known type,
+	// size, payload schema), not its authority (source and type, tenant,
+	// version ahead, freshness, signature; see [Security]). "It came from
+	// our own broker" is no trust boundary: it applies whatever an
+	// intruder publishes there.
+	Trusting Variant = "trusting"
 )
 
 // Variants lists every consumer variant.
 func Variants() []Variant {
-	return []Variant{Inbox, AckFirst, NoInbox, CheckThenAct, NoVersionGuard, InboxByID, InboxByTrace}
+	return []Variant{Inbox, AckFirst, NoInbox, CheckThenAct, NoVersionGuard, InboxByID, InboxByTrace, Trusting}
 }
 
 // ParseVariant checks a variant name.
@@ -113,6 +119,10 @@ type Config struct {
 	// which keep one delivery per transaction as their tests show them
 	// caught that way. Work applies per transaction, not per delivery.
 	Batch int `json:"batch"`
+	// Security is what the consumer demands of a well-formed event's
+	// authority (every variant but trusting checks it). An event that
+	// fails it is dead-lettered at once: waiting never authorizes it.
+	Security Security `json:"security"`
 }
 
 // Consumer handles one subscription's deliveries for one process.
@@ -127,6 +137,8 @@ type Consumer struct {
 	acks  sync.WaitGroup // asynchronous acks not yet answered
 
 	applySQL string // this variant's [applySQL]
+
+	known versions // versions known applied, for Security.MaxVersionAhead
 }
 
 // New returns a consumer.
@@ -154,7 +166,7 @@ func New(cfg Config, db *pgxpool.Pool, sub broker.Subscriber, rec *history.Recor
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 1
-		if cfg.Variant == Inbox {
+		if batchesAll(cfg.Variant) {
 			cfg.Batch = 100
 		}
 	}
@@ -198,7 +210,7 @@ func (c *Consumer) loop(ctx context.Context) error {
 	if c.cfg.Batch <= 1 {
 		batcher = nil
 	}
-	accept := func(d *broker.Delivery) bool { return c.validate(d) == "" }
+	accept := func(d *broker.Delivery) bool { return c.validate(d) == "" && c.authorizedWithoutQuery(d) }
 	for ctx.Err() == nil {
 		var ds []*broker.Delivery
 		var err error
@@ -255,7 +267,14 @@ func (c *Consumer) Handle(ctx context.Context, d *broker.Delivery) error {
 		return err
 	}
 	if reason := c.validate(d); reason != "" {
-		return c.reject(ctx, d, v, reason)
+		return c.reject(ctx, d, v, reason, false)
+	}
+	reason, err := c.authorize(ctx, d)
+	if err != nil {
+		return nil // ctx ended: the delivery stays unsettled, as in apply
+	}
+	if reason != "" {
+		return c.reject(ctx, d, v, reason, true)
 	}
 	if c.cfg.Variant == AckFirst {
 		if err := c.ack(ctx, d, v); err != nil {
@@ -287,7 +306,8 @@ func (c *Consumer) Handle(ctx context.Context, d *broker.Delivery) error {
 	return nil
 }
 
-// HandleBatch processes deliveries that all passed validation, in one
+// HandleBatch processes deliveries that all passed validation and
+// [Consumer.authorizedWithoutQuery], in one
 // transaction, then acks each. It records every op Handle would, in the
 // same order per delivery, and hits each failpoint once per delivery, so a
 // failpoint fires with the whole batch in flight. Its error is only a
@@ -417,7 +437,7 @@ func (c *Consumer) txBatch(ctx context.Context, ds []*broker.Delivery, vs []hist
 	counts := make([][2]int64, len(ds))
 	var b pgx.Batch
 	b.Queue("BEGIN")
-	if c.cfg.Variant == Inbox && len(ds) > 1 {
+	if batchesAll(c.cfg.Variant) && len(ds) > 1 {
 		for _, seg := range segments(ds, order) {
 			queueApplyAll(&b, c.cfg.Subscription, ds, seg, counts)
 		}
@@ -454,6 +474,7 @@ func (c *Consumer) txBatch(ctx context.Context, ds []*broker.Delivery, vs []hist
 	if err := c.commitConn(ctx, conn); err != nil {
 		return nil, err
 	}
+	c.noteApplied(ds, outs)
 	return outs, nil
 }
 
@@ -563,6 +584,12 @@ SELECT `)
 	b.WriteString(`, (SELECT count(*) FROM e)`)
 	return b.String()
 }
+
+// batchesAll reports whether variant v applies a batch of deliveries in
+// one statement ([applyAllSQL]) and takes batches of 100 by default: the
+// inbox consumer and the trusting one, which differs from it only in what
+// it checks.
+func batchesAll(v Variant) bool { return v == Inbox || v == Trusting }
 
 // keyed reports whether variant v dedupes in inbox_keyed, by a key other
 // than the event's (source, id).
@@ -770,7 +797,7 @@ func (c *Consumer) validate(d *broker.Delivery) string {
 		return "missing or malformed aggregate id"
 	case d.Version <= 0:
 		return "missing or malformed version"
-	case d.Type != producer.EventType:
+	case !slices.Contains(KnownTypes(), d.Type):
 		return "unknown type " + strconv.QuoteToASCII(truncate(d.Type, 64))
 	case len(d.Payload) > c.cfg.MaxPayload:
 		return "payload too large: " + strconv.Itoa(len(d.Payload)) + " bytes"
@@ -797,10 +824,11 @@ func truncate(s string, n int) string {
 }
 
 // reject handles a permanently invalid delivery: give it back until it has
-// had MaxAttempts, then dead-letter it with the reason.
-func (c *Consumer) reject(ctx context.Context, d *broker.Delivery, v history.Value, reason string) error {
+// had MaxAttempts, then dead-letter it with the reason. An unauthorized
+// one (now) is dead-lettered at once: no redelivery makes it authorized.
+func (c *Consumer) reject(ctx context.Context, d *broker.Delivery, v history.Value, reason string, now bool) error {
 	v.Reason = reason
-	if d.Attempt < c.cfg.MaxAttempts && d.ID != "" {
+	if !now && d.Attempt < c.cfg.MaxAttempts && d.ID != "" {
 		if err := c.sub.Retry(ctx, d); err != nil {
 			v.Error = err.Error()
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/internal/backoff"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
+	"github.com/deliverycheck/deliverycheck/signing"
 )
 
 // Variant is how the relay finds rows and publishes them.
@@ -113,6 +114,35 @@ type Config struct {
 	// PublishTimeout bounds one batch's wait for confirmations,
 	// overriding the default 10s.
 	PublishTimeout time.Duration `json:"publish_timeout"`
+	// Authority, when set, is put on every event so that consumers can
+	// check it (docs/security.md, "The relay and consumer").
+	Authority *Authority `json:"authority,omitempty"`
+}
+
+// Authority is what the relay stamps on every event: the run's tenant,
+// the time the outbox row was created (UTC, RFC 3339 with nanoseconds),
+// and, with a key, the signature over all of it ([signing.Sign]), made
+// last, over the event exactly as it goes on the wire.
+type Authority struct {
+	Tenant string `json:"tenant,omitempty"`
+	Key    []byte `json:"key,omitempty"`
+}
+
+// stamp puts the authority's tenant and the row's creation time on ev.
+func (a *Authority) stamp(ev *broker.Event, created time.Time) {
+	if a == nil {
+		return
+	}
+	ev.Tenant = a.Tenant
+	ev.Time = created.UTC().Format(time.RFC3339Nano)
+}
+
+// sign signs ev, once every other field is final.
+func (a *Authority) sign(ev *broker.Event) {
+	if a == nil || len(a.Key) == 0 {
+		return
+	}
+	ev.Signature = signing.Sign(a.Key, *ev)
 }
 
 // Relay publishes outbox rows for one process.
@@ -195,7 +225,7 @@ type row struct {
 // twice) and one round trip.
 const claimSQL = `UPDATE outbox SET published_at = now() WHERE seq IN (
 	SELECT seq FROM outbox WHERE published_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)
-RETURNING seq, id, source, aggregateid, version, type, payload`
+RETURNING seq, id, source, aggregateid, version, type, payload, created_at`
 
 // Once relays one batch and returns how many rows it published.
 func (r *Relay) Once(ctx context.Context) (int, error) {
@@ -217,7 +247,7 @@ func (r *Relay) Once(ctx context.Context) (int, error) {
 		}
 		r.hwmInit = true
 	}
-	rows, err := tx.Query(ctx, `SELECT seq, id, source, aggregateid, version, type, payload FROM outbox
+	rows, err := tx.Query(ctx, `SELECT seq, id, source, aggregateid, version, type, payload, created_at FROM outbox
 		WHERE seq > $1 ORDER BY seq LIMIT $2`, r.lastSeen, r.cfg.Batch)
 	if err != nil {
 		return 0, fmt.Errorf("relay: poll: %w", err)
@@ -226,11 +256,13 @@ func (r *Relay) Once(ctx context.Context) (int, error) {
 	for rows.Next() {
 		var b row
 		var payload string
-		if err := rows.Scan(&b.seq, &b.ev.ID, &b.ev.Source, &b.ev.Key, &b.ev.Version, &b.ev.Type, &payload); err != nil {
+		var created time.Time
+		if err := rows.Scan(&b.seq, &b.ev.ID, &b.ev.Source, &b.ev.Key, &b.ev.Version, &b.ev.Type, &payload, &created); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("relay: scan: %w", err)
 		}
 		b.ev.Payload = []byte(payload)
+		r.cfg.Authority.stamp(&b.ev, created)
 		batch = append(batch, b)
 	}
 	rows.Close()
@@ -276,10 +308,12 @@ func (r *Relay) claimAndPublish(ctx context.Context) (int, error) {
 		for rows.Next() {
 			var x row
 			var payload string
-			if err := rows.Scan(&x.seq, &x.ev.ID, &x.ev.Source, &x.ev.Key, &x.ev.Version, &x.ev.Type, &payload); err != nil {
+			var created time.Time
+			if err := rows.Scan(&x.seq, &x.ev.ID, &x.ev.Source, &x.ev.Key, &x.ev.Version, &x.ev.Type, &payload, &created); err != nil {
 				return err
 			}
 			x.ev.Payload = []byte(payload)
+			r.cfg.Authority.stamp(&x.ev, created)
 			batch = append(batch, x)
 		}
 		return rows.Err()
@@ -391,7 +425,8 @@ func (r *Relay) noteIdle(ctx context.Context, ex interface {
 // a tracing library starts a new span (here, with no context stored in the
 // outbox, a new trace) for each publish: which is why a trace id is no
 // event identity. The new-id-per-attempt relay also sends a new event id,
-// recorded as published_as beside the committed event's.
+// recorded as published_as beside the committed event's. With a signing
+// key the attempt is signed as it is sent (the new id included).
 func (r *Relay) attempt(ev broker.Event, n int64) (broker.Event, history.Value) {
 	v := value(ev, n)
 	ev.TraceParent = NewTraceParent()
@@ -399,6 +434,7 @@ func (r *Relay) attempt(ev broker.Event, n int64) (broker.Event, history.Value) 
 		ev.ID = producer.NewEventID()
 		v.PublishedAs = ev.ID
 	}
+	r.cfg.Authority.sign(&ev)
 	return ev, v
 }
 
