@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/broker"
+	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/nemesis"
+	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
 	"github.com/deliverycheck/deliverycheck/pipeline/intruder"
 	"github.com/deliverycheck/deliverycheck/signing"
 )
@@ -25,23 +27,28 @@ import (
 // user is gone after Close.
 func TestIntruder(t *testing.T) {
 	for _, tc := range []struct {
-		broker  string
-		perm    intruder.Permissions
-		refusal string // in each fail op's error, for none
+		broker   string
+		perm     intruder.Permissions
+		refusal  string // in each fail op's error, for none
+		consumer consumer.Variant
+		verdict  checker.Validity
 	}{
-		{"rabbitmq", intruder.Publish, ""},
-		{"rabbitmq", intruder.None, "ACCESS_REFUSED"},
-		{"kafka", intruder.Publish, ""},
-		{"kafka", intruder.None, "TOPIC_AUTHORIZATION_FAILED"},
+		{"rabbitmq", intruder.Publish, "", consumer.Inbox, checker.Valid},
+		{"rabbitmq", intruder.None, "ACCESS_REFUSED", consumer.Inbox, checker.Valid},
+		{"kafka", intruder.Publish, "", consumer.Inbox, checker.Valid},
+		{"kafka", intruder.None, "TOPIC_AUTHORIZATION_FAILED", consumer.Inbox, checker.Valid},
+		// The known-bad sibling: the broker lets the intruder in, and a
+		// consumer that checks nothing but form applies its events.
+		{"kafka", intruder.Publish, "", consumer.Trusting, checker.Invalid},
 	} {
-		t.Run(tc.broker+"/"+string(tc.perm), func(t *testing.T) {
+		t.Run(tc.broker+"/"+string(tc.perm)+"/"+string(tc.consumer), func(t *testing.T) {
 			cl := servers.Get(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			kinds := []intruder.Kind{intruder.Type, intruder.Tenant, intruder.Replay}
 			cfg := Config{Broker: tc.broker, Producers: 1, Rate: 50, Subscriptions: []string{"inventory", "email"},
 				Name: "intr_" + strconv.FormatInt(time.Now().UnixNano(), 36), Quiet: time.Second, DrainTimeout: time.Minute, MaxAttempts: 2,
-				Security: &Security{Sign: true, Tenant: "acme", Freshness: 10 * time.Minute},
+				Security: &Security{Sign: true, Tenant: "acme", Freshness: 10 * time.Minute}, ConsumerVariant: tc.consumer,
 				Intruder: &intruder.Config{Permissions: tc.perm, Kinds: kinds, PerKind: 2},
 			}
 			r, err := Start(ctx, cl, t.TempDir(), cfg, workerCmd(), nil)
@@ -98,6 +105,7 @@ func TestIntruder(t *testing.T) {
 			h := runHistory(t, r)
 			checkIntrudeOps(t, h, tc.perm, tc.refusal, len(kinds)*2)
 			checkIntrudeFault(t, h, tc.perm, len(kinds)*2)
+			checkIntrudeVerdict(t, r, cfg.Subscriptions, tc.verdict)
 			if err := r.Close(); err != nil {
 				t.Errorf("close: %v", err)
 			}
@@ -160,6 +168,48 @@ func checkIntrudeFault(t *testing.T, h history.History, perm intruder.Permission
 		}
 	}
 	t.Error("no intrude fault completion")
+}
+
+// checkIntrudeVerdict checks the checker's verdict on the run, and that
+// it established what became of every message: each refused, or
+// accepted and rejected, skipped or applied by every subscription; an
+// invalid run is so for unauthorized effects.
+func checkIntrudeVerdict(t *testing.T, r *Deployment, subs []string, want checker.Validity) {
+	t.Helper()
+	files, err := r.HistoryFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := effectivelyOnce()
+	g.Subscriptions = subs
+	res, err := checker.CheckFiles(files, checker.Options{Guarantees: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Valid != want {
+		t.Errorf("verdict %s %v, want %s", res.Valid, res.Reasons, want)
+	}
+	in := res.Intruder
+	if in == nil || in.Sent == 0 || in.Refused+in.Accepted != in.Sent {
+		t.Fatalf("intruder section %+v", in)
+	}
+	for _, k := range in.Kinds {
+		for _, s := range k.Subscriptions {
+			if s.Unaccounted != 0 {
+				t.Errorf("%s in %s: %d unaccounted %v", k.Kind, s.Subscription, s.Unaccounted, s.UnaccountedEvents)
+			}
+			t.Logf("%s in %s: rejected %d %v, applied %d, skipped %d", k.Kind, s.Subscription, s.Rejected, s.Reasons, s.Applied, s.Skipped)
+		}
+	}
+	if want == checker.Invalid {
+		found := false
+		for _, a := range res.Anomalies {
+			found = found || a.Kind == checker.UnauthorizedEffect
+		}
+		if !found {
+			t.Errorf("invalid without an unauthorized effect: %v", res.Reasons)
+		}
+	}
 }
 
 // userExists asks the broker whether the intruder's user exists.
