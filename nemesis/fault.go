@@ -82,7 +82,8 @@ const (
 	// events straight to the events exchange or topic, bypassing the
 	// outbox: per kind (pipeline/intruder) a few messages, each an
 	// intrude op. It takes no target and no window ("at 2s: intrude"):
-	// it is over once every message has its answer. No family: random
+	// it is over once every message has its answer, even past the end of
+	// the workload (up to a minute; an interruption cuts it short). No family: random
 	// schedules do not draw it (it needs the scenario's security
 	// section).
 	Intrude Kind = "intrude"

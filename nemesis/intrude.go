@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/deliverycheck/deliverycheck/cluster"
 )
@@ -20,11 +21,41 @@ func (e *Env) intrude(ctx context.Context) (effect, error) {
 	if e.Intrude == nil {
 		return effect{}, errors.New("intrude: this run has no intruder (a scenario needs a security section with an intruder)")
 	}
-	res, err := e.Intrude(ctx)
-	if err != nil {
+	ictx, cancel := intrusionContext(ctx)
+	defer cancel()
+	res, err := e.Intrude(ictx)
+	switch {
+	case err != nil && len(res.Messages) == 0:
 		return effect{}, fmt.Errorf("intrude: %w", err)
+	case err != nil:
+		// Cut short: what the broker said to those sent still counts.
+		return effect{undo: noop, bit: func() (string, error) {
+			ev, berr := res.Evidence()
+			if berr != nil {
+				return "", fmt.Errorf("%w (cut short after %d messages: %v)", berr, len(res.Messages), err)
+			}
+			return fmt.Sprintf("%s (cut short after %d messages: %v)", ev, len(res.Messages), err), nil
+		}}, nil
 	}
 	return effect{undo: noop, bit: res.Evidence}, nil
+}
+
+// intrusionTimeout bounds one intrusion: a few dozen messages, each
+// answered within the publisher's own timeout.
+const intrusionTimeout = time.Minute
+
+// intrusionContext is the intrusion's context: not ended by the schedule's
+// deadline (the end of the workload, which a step late in it would not
+// outlast: the broker's refusals take a few hundred milliseconds each),
+// but by an interruption (ctx cancelled) or intrusionTimeout.
+func intrusionContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), intrusionTimeout)
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
+	return ictx, func() { stop(); cancel() }
 }
 
 // ableToIntrude says whether the run's broker can give the intruder a

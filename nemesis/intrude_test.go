@@ -70,3 +70,50 @@ func TestIntrudeEvidence(t *testing.T) {
 		t.Errorf("inject without an intruder: %v", err)
 	}
 }
+
+// TestIntrudeOutlastsTheWorkload: an intrusion still running when the
+// schedule's deadline (the end of the workload) passes runs to its end;
+// one interrupted is cut short, and what the broker said to the messages
+// sent before still counts.
+func TestIntrudeOutlastsTheWorkload(t *testing.T) {
+	slow := func(n int) func(context.Context) (intruder.Result, error) {
+		return func(ctx context.Context) (intruder.Result, error) {
+			var res intruder.Result
+			for range n {
+				select {
+				case <-time.After(50 * time.Millisecond):
+					res.Messages = append(res.Messages, intruder.Message{Kind: intruder.Type, Outcome: intruder.Refused, Err: errors.New("403")})
+				case <-ctx.Done():
+					return res, ctx.Err()
+				}
+			}
+			return res, nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	env := &Env{Intrude: slow(4)}
+	a, err := env.inject(ctx, Fault{Kind: Intrude}, "at 0s: intrude", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := a.bit(); err != nil || ev != "broker refused 4 of 4 intruder messages: 403" {
+		t.Errorf("past the deadline: %q %v", ev, err)
+	}
+
+	// Interrupted (ctx cancelled, not timed out) after two messages.
+	ctx, cancel = context.WithCancel(context.Background())
+	env.Intrude = func(ictx context.Context) (intruder.Result, error) {
+		res, _ := slow(2)(ictx)
+		cancel()
+		<-ictx.Done()
+		return res, ictx.Err()
+	}
+	a, err = env.inject(ctx, Fault{Kind: Intrude}, "at 0s: intrude", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := a.bit(); err != nil || !strings.Contains(ev, "cut short after 2 messages") {
+		t.Errorf("interrupted: %q %v", ev, err)
+	}
+}
