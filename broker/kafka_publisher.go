@@ -51,6 +51,11 @@ type KafkaPublisherOptions struct {
 	// (CLUSTER_AUTHORIZATION_FAILED) before any topic's ACL is asked. The
 	// intruder's publisher sets it, so its refusal is the topic's.
 	NotIdempotent bool
+	// MetadataMinAge is how soon the client may ask for metadata again,
+	// overriding franz-go's 5s. A client refused a topic
+	// (TOPIC_AUTHORIZATION_FAILED) fails each record only after its next
+	// metadata request, so the intruder's sets it short.
+	MetadataMinAge time.Duration
 }
 
 // kafkaMaxBuffered caps records a publisher holds unsent (franz-go's
@@ -95,6 +100,9 @@ func NewKafkaPublisher(cfg KafkaConfig, opts KafkaPublisherOptions) (*KafkaPubli
 		kgo.ProduceRequestTimeout(min(opts.DeliveryTimeout, 10*time.Second)),
 		kgo.MaxBufferedRecords(kafkaMaxBuffered),
 	)
+	if opts.MetadataMinAge > 0 {
+		kopts = append(kopts, kgo.MetadataMinAge(opts.MetadataMinAge))
+	}
 	switch opts.Mode {
 	case KafkaConfirmed:
 		if opts.NotIdempotent {

@@ -156,7 +156,7 @@ func (in *intruderRun) startKafka(ctx context.Context, r *Deployment, password s
 		SASL:   &broker.KafkaSASL{User: in.user, Password: password},
 		Logger: r.log.With("process", intruder.Process),
 	}
-	in.pub, err = broker.NewKafkaPublisher(cfg, broker.KafkaPublisherOptions{NotIdempotent: true})
+	in.pub, err = broker.NewKafkaPublisher(cfg, broker.KafkaPublisherOptions{NotIdempotent: true, MetadataMinAge: 50 * time.Millisecond})
 	if err != nil {
 		return errors.Join(err, in.remove(ctx))
 	}
