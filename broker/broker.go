@@ -112,6 +112,13 @@ var ErrUnconfirmed = errors.New("broker: publish outcome unknown")
 // bound for it (RabbitMQ mandatory publish): definitely not delivered.
 var ErrUnroutable = errors.New("broker: message unroutable")
 
+// ErrRefused means the broker refused the publish because the client may
+// not write there (RabbitMQ 403 ACCESS_REFUSED; on Kafka the refusal is
+// TOPIC_AUTHORIZATION_FAILED, a definite kerr error): definitely not
+// stored. It is what least privilege does to a client with the wrong
+// credentials (docs/security.md).
+var ErrRefused = errors.New("broker: publish refused")
+
 // Publisher sends events to the broker.
 type Publisher interface {
 	// Publish sends evs and waits for the broker's answer on each. The

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // Kafka adapter over franz-go. SetupKafka creates the topics
@@ -42,6 +43,16 @@ type KafkaConfig struct {
 	// Logger receives the adapter's and franz-go's warnings, overriding
 	// the default slog.Default().
 	Logger *slog.Logger
+	// SASL, when set, logs every client in as this user with
+	// SCRAM-SHA-256, for a listener that asks for it (the intruder's:
+	// docs/security.md); unset, a client connects without credentials,
+	// as the harness's own do.
+	SASL *KafkaSASL
+}
+
+// KafkaSASL is a SCRAM-SHA-256 user's credentials.
+type KafkaSASL struct {
+	User, Password string
 }
 
 // DLQTopic is the dead-letter topic of c's events topic.
@@ -65,7 +76,7 @@ func (c KafkaConfig) withDefaults() KafkaConfig {
 
 // clientOpts are the options every client of c shares.
 func (c KafkaConfig) clientOpts(role string) []kgo.Opt {
-	return []kgo.Opt{
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(c.Seeds...),
 		kgo.ClientID("deliverycheck-" + role),
 		kgo.DialTimeout(c.DialTimeout),
@@ -73,6 +84,11 @@ func (c KafkaConfig) clientOpts(role string) []kgo.Opt {
 		// No kgo.AllowAutoTopicCreation: topics are made by SetupKafka
 		// with the partition count the scenario asked for.
 	}
+	if c.SASL != nil {
+		auth := scram.Auth{User: c.SASL.User, Pass: c.SASL.Password}
+		opts = append(opts, kgo.SASL(auth.AsSha256Mechanism()))
+	}
+	return opts
 }
 
 // kgoLogger sends franz-go's warnings and errors to slog; its info and

@@ -44,6 +44,18 @@ type KafkaPublisherOptions struct {
 	// Linger is how long the client waits to fill a batch, overriding the
 	// default 0 (send at once; Publish already hands over whole batches).
 	Linger time.Duration
+	// NotIdempotent turns the idempotent producer off in KafkaConfirmed
+	// mode (acks=all still). An idempotent producer first asks for a
+	// producer id, which needs a right on the cluster or WRITE on some
+	// topic: a user with none would be refused that
+	// (CLUSTER_AUTHORIZATION_FAILED) before any topic's ACL is asked. The
+	// intruder's publisher sets it, so its refusal is the topic's.
+	NotIdempotent bool
+	// MetadataMinAge is how soon the client may ask for metadata again,
+	// overriding franz-go's 5s. A client refused a topic
+	// (TOPIC_AUTHORIZATION_FAILED) fails each record only after its next
+	// metadata request, so the intruder's sets it short.
+	MetadataMinAge time.Duration
 }
 
 // kafkaMaxBuffered caps records a publisher holds unsent (franz-go's
@@ -88,8 +100,14 @@ func NewKafkaPublisher(cfg KafkaConfig, opts KafkaPublisherOptions) (*KafkaPubli
 		kgo.ProduceRequestTimeout(min(opts.DeliveryTimeout, 10*time.Second)),
 		kgo.MaxBufferedRecords(kafkaMaxBuffered),
 	)
+	if opts.MetadataMinAge > 0 {
+		kopts = append(kopts, kgo.MetadataMinAge(opts.MetadataMinAge))
+	}
 	switch opts.Mode {
 	case KafkaConfirmed:
+		if opts.NotIdempotent {
+			kopts = append(kopts, kgo.DisableIdempotentWrite())
+		}
 		kopts = append(kopts,
 			kgo.RequiredAcks(kgo.AllISRAcks()),
 			// By default an idempotent client refuses to fail a record
@@ -230,6 +248,9 @@ func classifyKafkaProduceErr(err error) error {
 		return nil
 	}
 	var ke *kerr.Error
+	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		return fmt.Errorf("kafka publish: %w: %w", ErrRefused, err)
+	}
 	if errors.As(err, &ke) && !ke.Retriable {
 		return fmt.Errorf("kafka publish: rejected: %w", err)
 	}

@@ -50,6 +50,7 @@ func (p *RabbitPublisher) setup(s *rabbitChannel) error {
 	// Buffered, and drained while Publish waits for confirms: amqp091-go
 	// drops a return its listener does not take within 5s.
 	s.returns = s.ch.NotifyReturn(make(chan amqp.Return, 256))
+	s.chanClosed = s.ch.NotifyClose(make(chan *amqp.Error, 1))
 	return nil
 }
 
@@ -221,11 +222,34 @@ func (p *RabbitPublisher) await(ctx context.Context, s *rabbitChannel, dc *amqp.
 		// amqp091-go completes every outstanding confirm with ack=false
 		// when the channel closes, indistinguishable from a nack except
 		// that the channel is closed by then.
+		if err := refusal(s); err != nil {
+			return fmt.Errorf("rabbitmq publish %s (gen %d): %w: %w", evID, s.gen, ErrRefused, err)
+		}
 		if s.dead() {
 			return fmt.Errorf("rabbitmq publish %s (gen %d): %w: connection closed with the confirm outstanding", evID, s.gen, ErrUnconfirmed)
 		}
 		return fmt.Errorf("rabbitmq publish %s (gen %d): %w (%w)", evID, s.gen, ErrNacked, ErrUnconfirmed)
 	}
+}
+
+// refusal is the broker's refusal of a publish on s's channel, if the
+// channel was closed with one: 403 ACCESS_REFUSED, sent when the user may
+// not write to the exchange (least privilege). The broker checks the
+// permission before routing, so the message was not stored. amqp091-go
+// hands the close to chanClosed before it completes the confirms, so it
+// is there once a confirm completed as a nack.
+func refusal(s *rabbitChannel) error {
+	if s.closeErr == nil && s.chanClosed != nil {
+		select {
+		case e := <-s.chanClosed:
+			s.closeErr = e // nil once the channel closed cleanly
+		default:
+		}
+	}
+	if s.closeErr != nil && s.closeErr.Code == amqp.AccessRefused {
+		return s.closeErr
+	}
+	return nil
 }
 
 // drainReturns moves every return already buffered into m.

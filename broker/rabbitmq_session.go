@@ -208,6 +208,12 @@ type rabbitChannel struct {
 
 	// A publisher's: basic.return messages, buffered.
 	returns chan amqp.Return
+	// chanClosed receives the channel's close, for a publisher: a publish
+	// the broker refuses (403 ACCESS_REFUSED, a user without write
+	// permission on the exchange) closes the channel, and the confirms
+	// outstanding then complete as nacks.
+	chanClosed chan *amqp.Error
+	closeErr   *amqp.Error // what chanClosed said, once read (publisher only)
 	// A subscriber's: the deliveries, and its tracker of their acks.
 	deliveries <-chan amqp.Delivery
 	acks       *rabbitAcks

@@ -118,6 +118,27 @@ type Wiper interface {
 	Rejoin(ctx context.Context) (evidence string, err error)
 }
 
+// RabbitUserAdmin is a RabbitMQ that can add and remove users of a run's
+// own (AMQP itself cannot): the intruder's, with permissions on the
+// default vhost "/" (configure, write and read: RabbitMQ's regular
+// expressions over resource names, "^$" for none). DeleteUser of a user
+// that does not exist succeeds. See docs/security.md.
+type RabbitUserAdmin interface {
+	AddUser(ctx context.Context, user, password, configure, write, read string) error
+	DeleteUser(ctx context.Context, user string) error
+	UserExists(ctx context.Context, user string) (bool, error)
+}
+
+// SASLListener is a Kafka with a second client listener where users of
+// a run's own log in with SCRAM-SHA-256, and an authorizer whose super
+// user is the plaintext listeners' principal (every client of the
+// harness): such a user may do only what its ACLs allow. Users and ACLs
+// are made through the Kafka API (broker.CreateKafkaUser). The endpoint
+// is dialled directly, not through the service's link.
+type SASLListener interface {
+	SASLEndpoint() string
+}
+
 // PIDer is implemented by services that run as local processes. It lists
 // every process the service started that is still alive, so a test can
 // prove nothing outlived a run.
@@ -184,6 +205,19 @@ func (c *Cluster) Failoverer(name string) (Failoverer, error) {
 // replication alone.
 func (c *Cluster) ReplicationPorter(name string) (ReplicationPorter, error) {
 	return ability[ReplicationPorter](c, name, "cut off from its replication alone (no listener of its own carries it)")
+}
+
+// RabbitUserAdmin returns the named service as a [RabbitUserAdmin], or
+// an error: an [*UnsupportedError] when this runtime cannot add its users.
+func (c *Cluster) RabbitUserAdmin(name string) (RabbitUserAdmin, error) {
+	return ability[RabbitUserAdmin](c, name, "given users of a run's own")
+}
+
+// SASLListener returns the named service as a [SASLListener], or an
+// error: an [*UnsupportedError] when it has no SASL listener on this
+// runtime.
+func (c *Cluster) SASLListener(name string) (SASLListener, error) {
+	return ability[SASLListener](c, name, "logged in to with SASL (it has no SASL listener and authorizer)")
 }
 
 // ability is the named service as A, or why it cannot be.

@@ -14,6 +14,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster/link"
 	"github.com/deliverycheck/deliverycheck/cluster/netns"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/pipeline/intruder"
 	"github.com/deliverycheck/deliverycheck/process/supervisor"
 )
 
@@ -59,6 +60,10 @@ type Env struct {
 	// processor paused by the zombie fault) under its transactional.id
 	// and returns the replacement's name. Nil: no zombie fault.
 	Replace func(ctx context.Context, worker string) (replacement string, err error)
+	// Intrude runs the intruder once (pipeline.Deployment.Intrude): its
+	// forged events published to the broker as its own user, each
+	// recorded as an intrude op. Nil: no intrude fault.
+	Intrude func(ctx context.Context) (intruder.Result, error)
 	// ZombieExit bounds the wait for a resumed zombie to exit, after
 	// which it is killed, overriding the default 15s.
 	ZombieExit time.Duration

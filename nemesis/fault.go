@@ -77,6 +77,16 @@ const (
 	// after a while. The window is how long it stays paused. No family:
 	// random schedules do not draw it (it needs a stage).
 	Zombie Kind = "zombie"
+	// Intrude runs the intruder (issue 24, docs/security.md): a process
+	// with broker credentials of its own publishes well-formed forged
+	// events straight to the events exchange or topic, bypassing the
+	// outbox: per kind (pipeline/intruder) a few messages, each an
+	// intrude op. It takes no target and no window ("at 2s: intrude"):
+	// it is over once every message has its answer, even past the end of
+	// the workload (up to a minute; an interruption cuts it short). No family: random
+	// schedules do not draw it (it needs the scenario's security
+	// section).
+	Intrude Kind = "intrude"
 )
 
 // The shapes of a split, as Jepsen names them.
@@ -108,7 +118,7 @@ func Families() map[string][]Kind {
 
 // Kinds lists every fault kind.
 func Kinds() []Kind {
-	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose, Isolate, Split, Failover, CutReplication, Roll, Wipe, Zombie}
+	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose, Isolate, Split, Failover, CutReplication, Roll, Wipe, Zombie, Intrude}
 }
 
 // runsItsWindow reports whether a fault of kind k runs its whole course
@@ -158,6 +168,9 @@ type Fault struct {
 // String renders f the way ParseStep reads it, e.g. "partition kafka upstream".
 func (f Fault) String() string {
 	parts := []string{string(f.Kind)}
+	if f.Kind == Intrude {
+		return string(Intrude)
+	}
 	if f.Kind == Failpoint {
 		parts = append(parts, f.Target, f.Term)
 		return strings.Join(parts, " ")
@@ -233,6 +246,7 @@ var stepRe = regexp.MustCompile(`^at\s+(\S+)\s*:\s*(.+?)(?:\s+for\s+(\S+))?$`)
 //	at 3s: split broker ring for 5s
 //	at 1s: roll broker for 60s
 //	at 2s: zombie processor-0 for 6s
+//	at 2s: intrude
 //
 // "→" in a target (relay→kafka) names the link to the service after it:
 // links are per service, shared by every client of it.
@@ -258,6 +272,9 @@ func ParseStep(s string) (Step, error) {
 	if f.Kind.runsItsWindow() && dur <= 0 {
 		return Step{}, fmt.Errorf("nemesis: step %q: %s needs a window to finish in, e.g. \"at %s: %s %s for 60s\"", s, f.Kind, m[1], f.Kind, f.Target)
 	}
+	if f.Kind == Intrude && dur > 0 {
+		return Step{}, fmt.Errorf("nemesis: step %q: intrude takes no window: it is over once the broker answered every message (\"at %s: intrude\")", s, m[1])
+	}
 	if f.Kind == Zombie && dur <= 0 {
 		return Step{}, fmt.Errorf("nemesis: step %q: zombie needs a window, how long the zombie stays paused, e.g. \"at %s: zombie %s for 6s\"", s, m[1], f.Target)
 	}
@@ -265,6 +282,12 @@ func ParseStep(s string) (Step, error) {
 }
 
 func parseFault(w []string) (Fault, error) {
+	if len(w) > 0 && w[0] == string(Intrude) {
+		if len(w) > 1 {
+			return Fault{}, fmt.Errorf("intrude takes no target or arguments (%q): the intruder publishes to the run's broker", strings.Join(w[1:], " "))
+		}
+		return Fault{Kind: Intrude}, nil
+	}
 	if len(w) < 2 {
 		return Fault{}, fmt.Errorf("want a fault and a target")
 	}

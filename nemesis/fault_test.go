@@ -29,6 +29,7 @@ func TestParseStepRoundTrip(t *testing.T) {
 		"at 1s: partition kafka-2 upstream for 1s",
 		"at 1s: roll broker for 1m0s",
 		"at 2s: zombie processor-0 for 6s",
+		"at 2s: intrude",
 	} {
 		st, err := ParseStep(s)
 		if err != nil {
@@ -57,7 +58,10 @@ func TestParseStepErrors(t *testing.T) {
 		// A zombie needs its window (how long it stays paused), one
 		// processor, and takes no argument.
 		"at 2s: zombie processor-0", "at 2s: zombie processor-* for 6s", "at 2s: zombie processor-0 5s for 6s",
-		"at 2s: zombie processor-0 upstream for 6s", "at 2s: zombie processor-0 ring for 6s"} {
+		"at 2s: zombie processor-0 upstream for 6s", "at 2s: zombie processor-0 ring for 6s",
+		// The intruder publishes to the run's broker until every
+		// message has its answer: no target, no window.
+		"at 2s: intrude broker", "at 2s: intrude for 3s", "at 2s: intrude upstream"} {
 		if _, err := ParseStep(s); err == nil {
 			t.Errorf("ParseStep(%q) succeeded", s)
 		}

@@ -110,6 +110,12 @@ const (
 //     the error, or "fenced: no, committed") and its exit. A processor
 //     that never reached the point within 5s, was never resumed, or
 //     ended no late transaction, never bit.
+//   - intrude (no target): the intruder (Env.Intrude) publishes its
+//     forged events straight to the broker as its own user, each an
+//     intrude op; heal does nothing. Evidence is what the broker said:
+//     "broker accepted 12 of 12 intruder messages", or "broker refused
+//     12 of 12 intruder messages: <its first refusal>"; a broker that
+//     neither accepted nor refused any never bit.
 //   - a target "kafka-1" or "broker-1" is one node of a replicated
 //     service; "broker:leader" is resolved through Env.Leader when the
 //     fault starts, and the evidence names the node.
@@ -209,6 +215,8 @@ func (e *Env) do(ctx context.Context, f Fault) (effect, error) {
 		return e.wipe(ctx, f)
 	case Zombie:
 		return e.zombie(ctx, f)
+	case Intrude:
+		return e.intrude(ctx)
 	}
 	_, err := ParseKind(string(f.Kind))
 	return effect{}, err
@@ -320,6 +328,9 @@ func (e *Env) serviceFault(ctx context.Context, f Fault) (effect, error) {
 func (e *Env) able(f Fault) error {
 	if f.Kind == CutReplication {
 		return e.ableToCutReplication(f)
+	}
+	if f.Kind == Intrude {
+		return e.ableToIntrude()
 	}
 	name := e.serviceTarget(f)
 	if name == "" || e.service(name) == nil {

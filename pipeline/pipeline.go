@@ -35,6 +35,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
 	"github.com/deliverycheck/deliverycheck/pipeline/debezium"
+	"github.com/deliverycheck/deliverycheck/pipeline/intruder"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 	"github.com/deliverycheck/deliverycheck/pipeline/schema"
@@ -124,6 +125,15 @@ type Config struct {
 	// default 2s.
 	Quiet time.Duration
 	Seed  uint64
+
+	// Intruder, when set, readies the intrude fault (docs/security.md):
+	// Start makes the intruder's broker user with these permissions
+	// (Close removes it), Deployment.Intrude sends its forged events,
+	// and the drain waits for each one the broker accepted. Its RunID,
+	// Source, Key and Tenant default to the run's name, first source, a
+	// workload key and Security.Tenant; Start signs its replays with the
+	// run's key when the run signs.
+	Intruder *intruder.Config
 }
 
 func (c *Config) defaults() error {
@@ -276,6 +286,9 @@ type Deployment struct {
 	stopReader func() error
 	// key is the run's signing key (Security.Sign), minted at Start.
 	key []byte
+	// intruder is the intrude fault's user, publisher and history (nil
+	// without Config.Intruder).
+	intruder *intruderRun
 }
 
 // HistoryDir is where a run's history files go, under its run dir.
@@ -336,6 +349,9 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		return nil, err
 	}
 	if err := r.waitQueuesDurable(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.startIntruder(ctx); err != nil {
 		return nil, err
 	}
 	if _, err := r.rec.Record(history.OK, history.Setup, history.Value{
@@ -612,6 +628,11 @@ type progress struct {
 	// stageLag is the transactional stage's lag on the events topic, and
 	// stageOpen its output partitions with a transaction open.
 	stageLag, stageOpen int64
+	// intruderPending counts (intruder event the broker accepted,
+	// subscription) pairs the subscription has not finished with yet
+	// (intruderPending); intruderOwed names the first few.
+	intruderPending int64
+	intruderOwed    string
 }
 
 func (r *Deployment) progress(ctx context.Context, since time.Time) (progress, error) {
@@ -646,7 +667,15 @@ func (r *Deployment) progress(ctx context.Context, since time.Time) (progress, e
 	if p.backlog, err = r.backlog.Backlog(ctx); err != nil {
 		return p, err
 	}
-	p.stageLag, p.stageOpen, err = r.stagePending(ctx)
+	if p.stageLag, p.stageOpen, err = r.stagePending(ctx); err != nil {
+		return p, err
+	}
+	owed, err := r.intruderPending(ctx)
+	p.intruderPending = int64(len(owed))
+	if len(owed) > 3 {
+		owed = append(owed[:3], "...")
+	}
+	p.intruderOwed = strings.Join(owed, ", ")
 	return p, err
 }
 
@@ -709,7 +738,10 @@ func (r *Deployment) teamProgress(ctx context.Context, p *progress) error {
 // when every subscription has applied or dead-lettered as many events as
 // were committed and nothing moved for Quiet, or when nothing moved for
 // externalQuiet, whichever comes first. The debezium relay's quiet only
-// counts while its replication slot is active (Connect is streaming). It
+// counts while its replication slot is active (Connect is streaming).
+// Every intruder event the broker accepted must also have been
+// dead-lettered, applied or skipped in every (bound) subscription, so
+// the checker finds each one's fate (docs/security.md). It
 // records the outcome as a drain op: ok when complete, info when the
 // deadline passed (the checker then cannot call the run valid).
 func (r *Deployment) Drain(ctx context.Context) (bool, error) {
@@ -733,7 +765,7 @@ func (r *Deployment) Drain(ctx context.Context) (bool, error) {
 			quiet = r.externalQuiet()
 		}
 		switch {
-		case err != nil || p.backlog > 0 || p.idleRelays < r.builtinRelays() || p.relayDown || p.stageLag > 0 || p.stageOpen > 0:
+		case err != nil || p.backlog > 0 || p.idleRelays < r.builtinRelays() || p.relayDown || p.stageLag > 0 || p.stageOpen > 0 || p.intruderPending > 0:
 			last, since = p, time.Now()
 		case p != last:
 			last, since = p, time.Now()
@@ -744,6 +776,9 @@ func (r *Deployment) Drain(ctx context.Context) (bool, error) {
 			}
 			if r.stage != nil {
 				detail += "; the transactional stage has read every input and no transaction is open"
+			}
+			if n := len(r.intruderAccepted()); n > 0 {
+				detail += fmt.Sprintf("; every subscription dead-lettered, applied or skipped each of the %d intruder events the broker accepted", n)
 			}
 			if r.externalRelay() && p.resolvedMin < p.committed {
 				// Quiet, with events missing: lost, or still in a relay
@@ -763,6 +798,9 @@ func (r *Deployment) Drain(ctx context.Context) (bool, error) {
 			v := history.Value{Detail: fmt.Sprintf("deadline %s passed: %d unpublished, %d in the broker, %d of %d relays idle", r.cfg.DrainTimeout, last.unpublished, last.backlog, last.idleRelays, r.builtinRelays())}
 			if r.stage != nil {
 				v.Detail += fmt.Sprintf("; the transactional stage has %d inputs to read and %d output partitions with a transaction open", last.stageLag, last.stageOpen)
+			}
+			if last.intruderPending > 0 {
+				v.Detail += fmt.Sprintf("; %d (accepted intruder event, subscription) pairs not finished (no dead letter, effect or inbox mark: %s)", last.intruderPending, last.intruderOwed)
 			}
 			if lastErr != nil {
 				v.Error = lastErr.Error()
@@ -942,8 +980,9 @@ func (r *Deployment) Finish(ctx context.Context) (bool, error) {
 	return drained, nil
 }
 
-// Close stops whatever still runs and closes the run's files. It does not
-// touch the cluster.
+// Close stops whatever still runs and closes the run's files. Of the
+// cluster it touches only what the run made there for itself besides its
+// names: the intruder's broker user, which it removes.
 func (r *Deployment) Close() error {
 	var errs []error
 	if r.sup != nil {
@@ -951,6 +990,7 @@ func (r *Deployment) Close() error {
 		errs = append(errs, r.sup.StopAll(ctx))
 		cancel()
 	}
+	errs = append(errs, r.closeIntruder())
 	if r.dbz != nil && r.db != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		errs = append(errs, debezium.Drop(ctx, r.db, *r.dbz))

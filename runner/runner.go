@@ -189,7 +189,7 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	}
 	defer r.Close()
 
-	env := nemesis.Env{Cluster: cl, Workers: r.Supervisor(), Recorder: r.Recorder(), Broker: cfg.Broker, Log: log, Leader: r.Leader, Rejoined: r.Redeclare, Replace: r.ReplaceProcessor}
+	env := nemesis.Env{Cluster: cl, Workers: r.Supervisor(), Recorder: r.Recorder(), Broker: cfg.Broker, Log: log, Leader: r.Leader, Rejoined: r.Redeclare, Replace: r.ReplaceProcessor, Intrude: r.Intrude}
 	wctx, cancel := context.WithTimeout(ctx, spec.Duration)
 	nemDone := make(chan error, 1)
 	go func() { nemDone <- spec.Schedule.Run(wctx, &env) }()

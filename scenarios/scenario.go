@@ -276,7 +276,7 @@ type Intruder struct {
 }
 
 // DefaultPerKind is how many messages of each kind the intruder sends.
-const DefaultPerKind = 2
+const DefaultPerKind = intruder.DefaultPerKind
 
 // Enabled reports whether the scenario has a security section.
 func (s Security) Enabled() bool {
@@ -321,6 +321,17 @@ func (s Scenario) pipelineSecurity() *pipeline.Security {
 	}
 	sec := s.Security.clone()
 	return &pipeline.Security{Sign: sec.Sign, Tenant: sec.Tenant, Freshness: sec.Freshness, MaxVersionAhead: sec.MaxVersionAhead, Authority: sec.Authority}
+}
+
+// pipelineIntruder is the intruder the pipeline readies: the security
+// section's, when the timeline has an intrude step (its user is made
+// only for a run that uses it); nil otherwise.
+func (s Scenario) pipelineIntruder() *intruder.Config {
+	if !s.Security.Enabled() || !slices.ContainsFunc(s.Nemesis.Timeline, func(st nemesis.Step) bool { return st.Fault.Kind == nemesis.Intrude }) {
+		return nil
+	}
+	in := s.Security.Intruder.WithDefaults()
+	return &intruder.Config{Permissions: in.Permissions, Kinds: in.Kinds, PerKind: in.PerKind}
 }
 
 // Command is an external component: a program the harness starts,
@@ -703,6 +714,7 @@ func (s Scenario) PipelineConfig() pipeline.Config {
 		System:            s.pipelineSystem(),
 		Stage:             s.pipelineStage(),
 		Security:          s.pipelineSecurity(),
+		Intruder:          s.pipelineIntruder(),
 	}
 }
 

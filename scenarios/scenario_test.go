@@ -15,6 +15,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/pipeline"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
+	"github.com/deliverycheck/deliverycheck/pipeline/intruder"
 	"github.com/deliverycheck/deliverycheck/pipeline/processor"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
@@ -270,7 +271,7 @@ func TestParseErrors(t *testing.T) {
 		{"wrong preset string", "broker: kafka\nguarantees: exactly-once\n",
 			[]string{`my.yaml:2: guarantees: unknown guarantee preset "exactly-once" (have at-least-once, at-most-once, effectively-once, ordered-effectively-once)`}},
 		{"wrong fault", "broker: kafka\nnemesis:\n  timeline:\n    - \"at 1s: explode relay-0\"\n",
-			[]string{`my.yaml:4: nemesis.timeline[0]: step "at 1s: explode relay-0": unknown fault "explode" (valid: kill, pause, restart, failpoint, partition, refuse, latency, bandwidth, reset-peer, limit-data, slow-close, isolate, split, failover, cut-replication, roll, wipe, zombie)`}},
+			[]string{`my.yaml:4: nemesis.timeline[0]: step "at 1s: explode relay-0": unknown fault "explode" (valid: kill, pause, restart, failpoint, partition, refuse, latency, bandwidth, reset-peer, limit-data, slow-close, isolate, split, failover, cut-replication, roll, wipe, zombie, intrude)`}},
 		{"wrong family", "broker: kafka\nnemesis:\n  random:\n    families: [network, disk]\n",
 			[]string{`my.yaml:4: nemesis.random.families[1]: unknown fault family "disk" (valid: failpoint, network, nodes, process)`}},
 		{"wrong failpoint", "broker: kafka\nnemesis:\n  failpoints:\n    relay-0: relay.after-publish\n",
@@ -867,6 +868,33 @@ func TestStage(t *testing.T) {
 		if got := s.PipelineConfig().Stage.Effect; got != e || s.KnownBad() != bad {
 			t.Errorf("stage.effect %s: effect %q, known-bad %v", e, got, s.KnownBad())
 		}
+	}
+}
+
+// An intrude step needs a security section, and readies the intruder
+// the section describes; without the step the pipeline has none.
+func TestIntrudeStep(t *testing.T) {
+	s, err := Parse("my.yaml", []byte("broker: kafka\nnemesis:\n  timeline: [\"at 1s: intrude\"]\n"))
+	if err == nil {
+		err = s.Validate()
+	}
+	if err == nil || !strings.Contains(err.Error(), "my.yaml:3: nemesis.timeline[0]") || !strings.Contains(err.Error(), "intrude needs a security section") {
+		t.Errorf("intrude without a security section: %v", err)
+	}
+	s, err = Parse("my.yaml", []byte("broker: kafka\nsecurity: {sign: true, intruder: {permissions: none, kinds: [type], per_kind: 3}}\nnemesis:\n  timeline: [\"at 1s: intrude\"]\n"))
+	if err == nil {
+		err = s.Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := s.PipelineConfig().Intruder
+	if in == nil || in.Permissions != intruder.None || !slices.Equal(in.Kinds, []intruder.Kind{intruder.Type}) || in.PerKind != 3 {
+		t.Errorf("pipeline intruder %+v", in)
+	}
+	s.Nemesis.Timeline = nil
+	if in := s.PipelineConfig().Intruder; in != nil {
+		t.Errorf("no intrude step, yet the pipeline readies an intruder: %+v", in)
 	}
 }
 

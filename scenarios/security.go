@@ -5,19 +5,10 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/deliverycheck/deliverycheck/pipeline/intruder"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
-)
-
-// The intruder's forgeries that the security section must be able to
-// stop (docs/security.md, "The intruder"): its replay is of an event from
-// an hour before the run, and its version-ahead event has this version.
-const (
-	intruderReplayAge    = time.Hour
-	intruderAheadVersion = 1000000
 )
 
 // checkSecurity checks the security section: its intruder's names (for a
@@ -67,12 +58,12 @@ func (s Scenario) checkSecurity(fail func(path, format string, args ...any)) {
 		if f <= run {
 			fail("security.freshness", "%s does not outlast the run (workload.duration %s + drain.timeout %s = %s): a real event taken at the end of the drain would be rejected as stale", f, s.Workload.Duration, s.Drain.Timeout, run)
 		}
-		if slices.Contains(kinds, intruder.Replay) && f >= intruderReplayAge {
-			fail("security.freshness", "%s lets the intruder's replay (an event from %s before the run) through; make it shorter, or leave replay out of security.intruder.kinds", f, intruderReplayAge)
+		if slices.Contains(kinds, intruder.Replay) && f >= intruder.ReplayAge {
+			fail("security.freshness", "%s lets the intruder's replay (an event from %s before the run) through; make it shorter, or leave replay out of security.intruder.kinds", f, intruder.ReplayAge)
 		}
 	}
-	if m := sec.MaxVersionAhead; m >= intruderAheadVersion && slices.Contains(kinds, intruder.VersionAhead) {
-		fail("security.max_version_ahead", "%d lets the intruder's version-ahead event (version %d) through; make it smaller, or leave version-ahead out of security.intruder.kinds", m, intruderAheadVersion)
+	if m := sec.MaxVersionAhead; m >= intruder.VersionAheadVersion && slices.Contains(kinds, intruder.VersionAhead) {
+		fail("security.max_version_ahead", "%d lets the intruder's version-ahead event (version %d) through; make it smaller, or leave version-ahead out of security.intruder.kinds", m, intruder.VersionAheadVersion)
 	}
 
 	externalConsumers := s.System.Consumer != nil || len(s.System.Consumers) > 0

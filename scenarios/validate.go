@@ -392,6 +392,11 @@ func (s Scenario) checkStep(st nemesis.Step, workers []string) string {
 		return ""
 	case nemesis.Zombie:
 		return s.checkZombie(f.Target, workers)
+	case nemesis.Intrude:
+		if !s.Security.Enabled() {
+			return "intrude needs a security section: what the intruder sends and as whom (security: {intruder: {permissions: publish}}), and what the consumers check"
+		}
+		return ""
 	case nemesis.Failover:
 		if !s.hasStandby() {
 			return "failover needs a standby to promote: set postgres.standby (async or sync)"

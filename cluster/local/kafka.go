@@ -70,10 +70,11 @@ type KafkaOptions struct {
 // Kafka is a single-node Apache Kafka broker in KRaft mode (broker and
 // controller in one JVM) run from the Maven Central jars or a Kafka install.
 //
-// It has three listeners on 127.0.0.1: the client listener (Endpoint,
+// It has four listeners on 127.0.0.1: the client listener (Endpoint,
 // advertised as KafkaOptions.Advertise), a broker listener used for the
-// broker's traffic to itself (transaction markers), and the controller
-// listener. Keeping inter-broker traffic off the client listener means a
+// broker's traffic to itself (transaction markers), the controller
+// listener, and a SASL listener (SASLEndpoint) where users of a run's own
+// log in, authorized by ACLs (see kafkaConfig.sasl). Keeping inter-broker traffic off the client listener means a
 // fault on the client's proxy link hits clients only, as it would with a
 // real network between clients and a cluster.
 type Kafka struct {
@@ -84,6 +85,7 @@ type Kafka struct {
 	port      int // client listener
 	brokerPt  int // inter-broker listener
 	ctrlPort  int // controller listener
+	saslPort  int // SASL listener (SCRAM-SHA-256 users: the intruder's)
 	data      string
 	logPath   string
 
@@ -105,7 +107,7 @@ func NewKafka(o KafkaOptions) (*Kafka, error) {
 	if o.HeapMB <= 0 {
 		o.HeapMB = 512
 	}
-	ports, err := freeport.Take(3)
+	ports, err := freeport.Take(4)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
@@ -120,6 +122,7 @@ func NewKafka(o KafkaOptions) (*Kafka, error) {
 		port:     ports[0],
 		brokerPt: ports[1],
 		ctrlPort: ports[2],
+		saslPort: ports[3],
 		data:     filepath.Join(b.dir, "data"),
 		logPath:  filepath.Join(b.dir, "kafka.log"),
 	}
@@ -127,7 +130,7 @@ func NewKafka(o KafkaOptions) (*Kafka, error) {
 	if k.advertise == "" {
 		k.advertise = k.Endpoint()
 	}
-	if err := writeKafkaConfig(b.dir, k.data, k.port, k.brokerPt, k.ctrlPort, k.advertise); err != nil {
+	if err := writeKafkaConfig(b.dir, k.data, k.port, k.brokerPt, k.ctrlPort, k.saslPort, k.advertise); err != nil {
 		b.closeBase(nil)
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
@@ -141,6 +144,11 @@ func (k *Kafka) Endpoint() string { return fmt.Sprintf("127.0.0.1:%d", k.port) }
 
 // Advertised is the host:port the broker hands out to clients.
 func (k *Kafka) Advertised() string { return k.advertise }
+
+// SASLEndpoint implements cluster.SASLListener: the listener where
+// clients log in with SCRAM-SHA-256 (the intruder's), dialled directly
+// and advertised as itself, not through the broker's link.
+func (k *Kafka) SASLEndpoint() string { return fmt.Sprintf("127.0.0.1:%d", k.saslPort) }
 
 // LogFile implements cluster.LogFiler: the broker's log4j2 output and the
 // JVM's own stdout and stderr, in one file.
@@ -295,8 +303,10 @@ func KafkaUUID() string {
 }
 
 // writeKafkaConfig writes the single node's server.properties and
-// log4j2.properties to dir.
-func writeKafkaConfig(dir, data string, port, brokerPort, ctrlPort int, advertise string) error {
+// log4j2.properties to dir. Besides the client, broker and controller
+// listeners it has a SASL listener on saslPort for users of a run's own
+// (see kafkaConfig.sasl).
+func writeKafkaConfig(dir, data string, port, brokerPort, ctrlPort, saslPort int, advertise string) error {
 	c := kafkaConfig{
 		comment: "Single-node KRaft: broker and controller in one process.",
 		nodeID:  kafkaNodeID,
@@ -304,8 +314,9 @@ func writeKafkaConfig(dir, data string, port, brokerPort, ctrlPort int, advertis
 		// then holds no address, so one format in the cache serves every
 		// broker.
 		voters:     fmt.Sprintf("%d@127.0.0.1:%d", kafkaNodeID, ctrlPort),
-		listeners:  fmt.Sprintf("PLAINTEXT://127.0.0.1:%d,BROKER://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d", port, brokerPort, ctrlPort),
-		advertised: fmt.Sprintf("PLAINTEXT://%s,BROKER://127.0.0.1:%d", advertise, brokerPort),
+		listeners:  fmt.Sprintf("PLAINTEXT://127.0.0.1:%d,BROKER://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d,SASL://127.0.0.1:%d", port, brokerPort, ctrlPort, saslPort),
+		advertised: fmt.Sprintf("PLAINTEXT://%s,BROKER://127.0.0.1:%d,SASL://127.0.0.1:%d", advertise, brokerPort, saslPort),
+		sasl:       true,
 		data:       data,
 		replicas:   1, minISR: 1,
 		internalReplicas: 1, internalMinISR: 1,
@@ -337,6 +348,13 @@ type kafkaConfig struct {
 	unclean                          bool
 	sessionMS                        int // broker.session.timeout.ms
 	lagMS                            int // replica.lag.time.max.ms; 0: Kafka's default
+	// sasl adds a listener named SASL (in listeners and advertised) where
+	// clients log in with SCRAM-SHA-256, and the StandardAuthorizer, with
+	// the plaintext listeners' principal (User:ANONYMOUS: the harness's
+	// clients, the broker's own traffic and the controller's) a super
+	// user, so nothing the harness does changes: only a SASL user's
+	// requests are decided by ACLs (docs/security.md).
+	sasl bool
 }
 
 // write writes server.properties and log4j2.properties to dir, and the
@@ -376,7 +394,7 @@ controller.quorum.voters=%s
 controller.listener.names=CONTROLLER
 listeners=%s
 advertised.listeners=%s
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=%s
 inter.broker.listener.name=BROKER
 log.dirs=%s
 num.partitions=3
@@ -400,12 +418,15 @@ group.min.session.timeout.ms=1000
 controlled.shutdown.enable=true
 broker.session.timeout.ms=%d
 broker.heartbeat.interval.ms=500
-`, c.comment, c.nodeID, c.voters, c.listeners, c.advertised, c.data,
+`, c.comment, c.nodeID, c.voters, c.listeners, c.advertised, c.protocols(), c.data,
 		c.replicas, c.minISR, c.unclean,
 		c.internalReplicas, c.internalReplicas, c.internalMinISR, c.internalReplicas, c.internalMinISR,
 		c.sessionMS)
 	if c.lagMS > 0 {
 		fmt.Fprintf(&b, "replica.lag.time.max.ms=%d\n", c.lagMS)
+	}
+	if c.sasl {
+		b.WriteString(kafkaSASLProperties)
 	}
 	if c.unclean {
 		// A partition left without a leader is not always given an
@@ -418,6 +439,26 @@ broker.heartbeat.interval.ms=500
 	}
 	return b.String()
 }
+
+// protocols is listener.security.protocol.map.
+func (c kafkaConfig) protocols() string {
+	m := "PLAINTEXT:PLAINTEXT,BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT"
+	if c.sasl {
+		m += ",SASL:SASL_PLAINTEXT"
+	}
+	return m
+}
+
+// kafkaSASLProperties are the lines kafkaConfig.sasl adds; its listener
+// is in listeners already (and SASL_PLAINTEXT in the protocol map).
+const kafkaSASLProperties = `# Users of a run's own (the intruder's) log in on the SASL listener with
+# SCRAM-SHA-256 and are authorized by ACLs; every plaintext client is
+# User:ANONYMOUS, a super user.
+listener.name.sasl.sasl.enabled.mechanisms=SCRAM-SHA-256
+listener.name.sasl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS
+`
 
 // kafkaPrep is what starting a broker needs besides its config: java, the
 // jars, and what the per-machine cache holds for them.
@@ -689,13 +730,13 @@ func buildKafkaPrep(ctx context.Context, p *kafkaPrep, dir string, g *guard.Guar
 	if err := os.Mkdir(run, 0o755); err != nil {
 		return err
 	}
-	ports, err := freeport.Take(3)
+	ports, err := freeport.Take(4)
 	if err != nil {
 		return err
 	}
 	data := filepath.Join(run, "data")
 	ep := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	if err := writeKafkaConfig(run, data, ports[0], ports[1], ports[2], ep); err != nil {
+	if err := writeKafkaConfig(run, data, ports[0], ports[1], ports[2], ports[3], ep); err != nil {
 		return err
 	}
 	logPath := filepath.Join(run, "kafka.log")
