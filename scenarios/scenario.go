@@ -848,7 +848,8 @@ func (s Scenario) StandbyKind() string {
 // transactional stage whose processor commits offsets outside its
 // transaction or has none, whose output topics are read
 // read_uncommitted, or whose processor writes a database effect without
-// an inbox).
+// an inbox). A trusting consumer is broken unless the broker refuses the
+// run's intruder.
 func (s Scenario) KnownBad() bool {
 	correctRelay := s.Variants.Relay == relay.Polling || s.Variants.Relay == relay.Debezium
 	b := s.Broker
@@ -857,7 +858,20 @@ func (s Scenario) KnownBad() bool {
 		s.Stage != nil && (s.Stage.Reader == ReadUncommitted || s.Stage.Processor == processor.OffsetsAfter || s.Stage.Processor == processor.Idempotent || s.Stage.Processor == processor.RandomID ||
 			s.Stage.Processor == processor.OffsetsBefore ||
 			s.Stage.Effect == processor.PlainEffect)
-	return s.Variants.Producer != producer.Outbox || !correctRelay || s.Variants.Consumer != consumer.Inbox || badSetting
+	return s.Variants.Producer != producer.Outbox || !correctRelay || s.badConsumer() || badSetting
+}
+
+// badConsumer reports whether the consumer variant is a broken one. The
+// trusting consumer is broken only where an intruder may publish: behind
+// a broker that refuses the intruder (least privilege) it is what the
+// broker protects, and the run shows the broker, not the consumer,
+// stopped it.
+func (s Scenario) badConsumer() bool {
+	if s.Variants.Consumer == consumer.Trusting {
+		in := s.pipelineIntruder()
+		return in == nil || in.Permissions != intruder.None
+	}
+	return s.Variants.Consumer != consumer.Inbox
 }
 
 // clone is a deep copy, so Set can fail without touching the original.

@@ -193,6 +193,23 @@ func printSummary(w io.Writer, r *checker.Result, paths []string, out string) {
 		}
 		fmt.Fprintln(w)
 	}
+	printFacts(w, r)
+	for _, a := range r.Shown {
+		where := ""
+		if a.Subscription != "" {
+			where = " in " + a.Subscription
+		}
+		fmt.Fprintf(w, "  shown   %s%s: %d\n", a.Kind, where, a.Count)
+	}
+	if out != "-" {
+		fmt.Fprintf(w, "  results: %s\n", out)
+	}
+}
+
+// printFacts prints the lines both summaries (check's and a run's) give
+// after the subscriptions: the intruder, the longest stall, the peak
+// memory and each fault's availability.
+func printFacts(w io.Writer, r *checker.Result) {
 	if in := r.Intruder; in != nil {
 		fmt.Fprintf(w, "  intruder: %s\n", in.Summary())
 	}
@@ -204,15 +221,5 @@ func printSummary(w io.Writer, r *checker.Result, paths []string, out string) {
 	}
 	for _, aw := range r.Availability.Windows {
 		fmt.Fprintf(w, "  availability: %s\n", r.Availability.Summary(aw, r.Faults))
-	}
-	for _, a := range r.Shown {
-		where := ""
-		if a.Subscription != "" {
-			where = " in " + a.Subscription
-		}
-		fmt.Fprintf(w, "  shown   %s%s: %d\n", a.Kind, where, a.Count)
-	}
-	if out != "-" {
-		fmt.Fprintf(w, "  results: %s\n", out)
 	}
 }

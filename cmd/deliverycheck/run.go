@@ -207,9 +207,7 @@ func printOutcome(w io.Writer, s scenarios.Scenario, o *runner.Outcome) {
 		fmt.Fprintf(w, "  %-12s applied %d, redelivered %d, dead-lettered %d, stale-skipped %d, lost %d, duplicate effects %d\n",
 			sub.Name, sub.Applied, sub.Redelivered, sub.DeadLettered, sub.StaleSkipped, sub.Lost, sub.DuplicateEffect)
 	}
-	for _, aw := range r.Availability.Windows {
-		fmt.Fprintf(w, "  availability: %s\n", r.Availability.Summary(aw, r.Faults))
-	}
+	printFacts(w, r)
 	if v.Expected != nil && (s.Expect != scenarios.Expect{}) {
 		fmt.Fprintf(w, "  expected %s: %s\n", v.Expected, metWord(v.Met))
 	}
