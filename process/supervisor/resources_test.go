@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -34,7 +35,11 @@ func init() {
 			take(8 << 20)
 			time.Sleep(100 * time.Millisecond)
 		}
-		os.WriteFile(os.Getenv("RSS_TEST_DONE"), nil, 0o644)
+		// The done file holds the child's own peak after its last step,
+		// so the test knows which op is the last growth to wait for.
+		status, _ := os.ReadFile("/proc/self/status")
+		peak, _ := vmHWM(status)
+		os.WriteFile(os.Getenv("RSS_TEST_DONE"), []byte(strconv.FormatInt(peak, 10)), 0o644)
 		time.Sleep(10 * time.Minute)
 	case "short":
 		take(48 << 20)
@@ -92,9 +97,14 @@ func TestResourcesGrow(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
+		// Grown: an op at least at the peak the child reported once done
+		// (within the 1 MiB / 5% step the sampler needs to write again).
 		ops := resourcesOps(t, path, "consumer-x-0")
-		if _, err := os.Stat(done); err == nil && len(ops) > 0 && ops[len(ops)-1].Value.RSS >= 64<<20 {
-			break
+		if b, err := os.ReadFile(done); err == nil && len(b) > 0 && len(ops) > 0 {
+			peak, _ := strconv.ParseInt(string(b), 10, 64)
+			if last := ops[len(ops)-1].Value.RSS; last >= 64<<20 && !rssGrew(last, peak) {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no resources op with rss ≥ 64 MiB after 20s: %v", ops)
