@@ -16,6 +16,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 )
 
@@ -45,6 +46,12 @@ type Event struct {
 	Tenant    string
 	Time      string
 	Signature string
+	// Extra are headers sent as they are, after the event's own (a name
+	// the event already sets is sent again and wins, as the last of a
+	// repeated Kafka header does). Only hostile messages set it
+	// (package pipeline/hostile): nothing in it is checked or encoded, so
+	// a value may hold any bytes, invalid UTF-8 included.
+	Extra map[string]string
 }
 
 // Header names carried with every message, so a consumer (ours or not)
@@ -80,6 +87,17 @@ func (e Event) Headers() map[string]string {
 	setIf(h, HeaderTime, e.Time)
 	setIf(h, HeaderSignature, e.Signature)
 	return h
+}
+
+// ExtraNames returns the names of e's Extra headers, sorted, so equal
+// events give equal messages.
+func (e Event) ExtraNames() []string {
+	names := make([]string, 0, len(e.Extra))
+	for k := range e.Extra {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // setIf sets an optional header: an absent one is not sent empty.
