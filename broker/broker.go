@@ -18,6 +18,8 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 )
 
 // Event is what travels from outbox to inbox. ID and Source together are
@@ -118,6 +120,20 @@ func EventFromHeaders(h map[string]string, payload []byte) Event {
 		TraceParent: h[HeaderTraceParent],
 		Tenant:      h[HeaderTenant], Time: h[HeaderTime], Signature: h[HeaderSignature],
 	}
+}
+
+// SafeText is s as a text column or a history value can hold it: s itself
+// if it is valid UTF-8 without NUL bytes (which PostgreSQL refuses in
+// text), else s quoted with strconv.QuoteToASCII. A message's identity is
+// untrusted input: its event id may hold any bytes, and whoever stores or
+// records it (the consumer's dead letter, the harness's reading of a
+// dead-letter queue) renders it this one way, so the records agree and a
+// hostile id never makes an insert fail forever.
+func SafeText(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+		return s
+	}
+	return strconv.QuoteToASCII(s)
 }
 
 // ErrUnconfirmed means the broker's answer to a publish was lost (a

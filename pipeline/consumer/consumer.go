@@ -260,7 +260,7 @@ func (c *Consumer) record(t history.Type, f history.F, v history.Value) error {
 
 func (c *Consumer) value(d *broker.Delivery) history.Value {
 	return history.Value{
-		Event: safeText(d.ID), Source: safeText(d.Source), Key: safeText(d.Key), Version: d.Version,
+		Event: broker.SafeText(d.ID), Source: broker.SafeText(d.Source), Key: broker.SafeText(d.Key), Version: d.Version,
 		Partition: d.Partition, Offset: d.Offset, Tag: int64(d.Tag), Attempt: d.Attempt,
 		Consumer: c.cfg.Subscription,
 	}
@@ -819,7 +819,7 @@ func (c *Consumer) reject(ctx context.Context, d *broker.Delivery, v history.Val
 	for attempt := 0; ; attempt++ {
 		_, err := c.db.Exec(ctx, `INSERT INTO dead_letters (consumer, source, event_id, aggregateid, version, reason, attempts, metadata)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			c.cfg.Subscription, safeText(d.Source), safeText(d.ID), safeText(d.Key), d.Version, safeText(reason), d.Attempt, metadata(d))
+			c.cfg.Subscription, broker.SafeText(d.Source), broker.SafeText(d.ID), broker.SafeText(d.Key), d.Version, broker.SafeText(reason), d.Attempt, metadata(d))
 		if err == nil {
 			break
 		}
@@ -846,7 +846,7 @@ func metadata(d *broker.Delivery) string {
 	slices.Sort(names)
 	hs := make(map[string]string, min(len(names), MaxHeaders))
 	for _, k := range names[:min(len(names), MaxHeaders)] {
-		hs[safeText(truncate(k, 256))] = safeText(truncate(d.Headers[k], 256))
+		hs[broker.SafeText(truncate(k, 256))] = broker.SafeText(truncate(d.Headers[k], 256))
 	}
 	m := map[string]any{
 		"partition": d.Partition, "offset": d.Offset, "tag": d.Tag,

@@ -7,7 +7,6 @@ import (
 	"io"
 	"slices"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/deliverycheck/deliverycheck/broker"
@@ -194,15 +193,4 @@ func (c *Consumer) schema(d *broker.Delivery, payload []byte) string {
 		return "payload disagrees with its headers"
 	}
 	return ""
-}
-
-// safeText is s as a text column (and a history value) can hold it: s
-// itself if it is valid UTF-8 without NUL bytes (which PostgreSQL refuses
-// in text), else s quoted with strconv.QuoteToASCII, so a hostile value
-// never makes an insert fail forever.
-func safeText(s string) string {
-	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
-		return s
-	}
-	return strconv.QuoteToASCII(s)
 }

@@ -158,8 +158,8 @@ func TestSafeText(t *testing.T) {
 		"a\x00b":      `"a\x00b"`,
 		"":            "",
 	} {
-		if got := safeText(in); got != want {
-			t.Errorf("safeText(%q) = %q, want %q", in, got, want)
+		if got := broker.SafeText(in); got != want {
+			t.Errorf("broker.SafeText(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
