@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -796,17 +797,23 @@ func (c *Consumer) validate(d *broker.Delivery) string {
 	return r
 }
 
+// truncate cuts s to at most n bytes, at a rune boundary, so a cut never
+// makes valid text invalid.
 func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
+	if len(s) <= n {
+		return s
 	}
-	return s
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // reject handles a permanently invalid delivery: give it back until it has
 // had MaxAttempts, then dead-letter it with the reason. An unauthorized
 // one (now) is dead-lettered at once: no redelivery makes it authorized.
 func (c *Consumer) reject(ctx context.Context, d *broker.Delivery, v history.Value, reason string, now bool) error {
+	reason = broker.SafeText(reason) // it may cite a hostile value
 	v.Reason = reason
 	if !now && d.Attempt < c.cfg.MaxAttempts && d.ID != "" {
 		if err := c.sub.Retry(ctx, d); err != nil {
@@ -819,7 +826,7 @@ func (c *Consumer) reject(ctx context.Context, d *broker.Delivery, v history.Val
 	for attempt := 0; ; attempt++ {
 		_, err := c.db.Exec(ctx, `INSERT INTO dead_letters (consumer, source, event_id, aggregateid, version, reason, attempts, metadata)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			c.cfg.Subscription, broker.SafeText(d.Source), broker.SafeText(d.ID), broker.SafeText(d.Key), d.Version, broker.SafeText(reason), d.Attempt, metadata(d))
+			c.cfg.Subscription, broker.SafeText(d.Source), broker.SafeText(d.ID), broker.SafeText(d.Key), d.Version, reason, d.Attempt, metadata(d))
 		if err == nil {
 			break
 		}
