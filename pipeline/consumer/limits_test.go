@@ -179,3 +179,16 @@ func TestMetadataBounded(t *testing.T) {
 		t.Fatalf("metadata of %d bytes: %.300s", len(m), m)
 	}
 }
+
+// TestTruncate: a cut never splits a rune.
+func TestTruncate(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		n    int
+		want string
+	}{{"abc", 5, "abc"}, {"abc", 2, "ab"}, {"café", 4, "caf"}, {"café", 5, "café"}, {"ééé", 3, "é"}} {
+		if got := truncate(tc.s, tc.n); got != tc.want {
+			t.Errorf("truncate(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
+		}
+	}
+}
