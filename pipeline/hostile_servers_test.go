@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deliverycheck/deliverycheck/broker"
+	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
 	"github.com/deliverycheck/deliverycheck/pipeline/hostile"
@@ -122,5 +123,45 @@ func checkHostileOps(t *testing.T, r *Deployment, fs []forged) {
 		if last := ops[id][1]; !strings.HasPrefix(last.Value.Reason, f.reason) || last.Value.Attempt != 1 {
 			t.Errorf("%s: dlq reason %q at attempt %d, want %q at 1", id, last.Value.Reason, last.Value.Attempt, f.reason)
 		}
+	}
+}
+
+// TestUnboundedBomb shows the known-bad unbounded consumer caught by the
+// memory facts: a compression bomb published mid-run (RabbitMQ) raises
+// its peak resident set past the bomb's inflated size (a memory anomaly
+// under max-rss), while the correct consumer's peak stays under it.
+func TestUnboundedBomb(t *testing.T) {
+	for _, v := range []consumer.Variant{consumer.Inbox, consumer.Unbounded} {
+		t.Run(string(v), func(t *testing.T) {
+			cfg := Config{Broker: "rabbitmq", Producers: 1, Rate: 50, Subscriptions: []string{"inventory"}, ConsumerVariant: v}
+			g := effectivelyOnce()
+			g.MaxRSS = hostile.BombBytes
+			res, _ := runPipelineWith(t, cfg, 3*time.Second, func(t *testing.T, r *Deployment) {
+				var cr hostile.Crafter
+				e, err := cr.Craft(hostile.CompressionBomb, 1, broker.Event{ID: strings.ToLower(r.base.Format("150405.000")),
+					Source: producer.DefaultSource, Key: "order-1", Version: 1, Type: producer.EventType})
+				if err != nil {
+					t.Fatal(err)
+				}
+				publishForged(t, r, []forged{{ev: e}})
+			}, g)
+			var peak int64
+			for _, p := range res.Resources {
+				if strings.HasPrefix(p.Process, "consumer-") {
+					peak = max(peak, p.PeakRSS)
+				}
+			}
+			var memory bool
+			for _, an := range res.Anomalies {
+				memory = memory || an.Kind == checker.Memory
+			}
+			t.Logf("%s: consumer peak RSS %d MiB, memory anomaly %v", v, peak>>20, memory)
+			if peak == 0 {
+				t.Fatal("no consumer's resident set measured")
+			}
+			if want := v == consumer.Unbounded; memory != want || (peak > hostile.BombBytes) != want {
+				t.Errorf("%s: peak %d bytes, memory anomaly %v; want over %d: %v", v, peak, memory, hostile.BombBytes, want)
+			}
+		})
 	}
 }
