@@ -16,7 +16,10 @@ package broker
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 )
 
 // Event is what travels from outbox to inbox. ID and Source together are
@@ -45,6 +48,12 @@ type Event struct {
 	Tenant    string
 	Time      string
 	Signature string
+	// Extra are headers sent as they are, after the event's own (a name
+	// the event already sets is sent again and wins, as the last of a
+	// repeated Kafka header does). Only hostile messages set it
+	// (package pipeline/hostile): nothing in it is checked or encoded, so
+	// a value may hold any bytes, invalid UTF-8 included.
+	Extra map[string]string
 }
 
 // Header names carried with every message, so a consumer (ours or not)
@@ -82,6 +91,17 @@ func (e Event) Headers() map[string]string {
 	return h
 }
 
+// ExtraNames returns the names of e's Extra headers, sorted, so equal
+// events give equal messages.
+func (e Event) ExtraNames() []string {
+	names := make([]string, 0, len(e.Extra))
+	for k := range e.Extra {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // setIf sets an optional header: an absent one is not sent empty.
 func setIf(h map[string]string, name, v string) {
 	if v != "" {
@@ -100,6 +120,20 @@ func EventFromHeaders(h map[string]string, payload []byte) Event {
 		TraceParent: h[HeaderTraceParent],
 		Tenant:      h[HeaderTenant], Time: h[HeaderTime], Signature: h[HeaderSignature],
 	}
+}
+
+// SafeText is s as a text column or a history value can hold it: s itself
+// if it is valid UTF-8 without NUL bytes (which PostgreSQL refuses in
+// text), else s quoted with strconv.QuoteToASCII. A message's identity is
+// untrusted input: its event id may hold any bytes, and whoever stores or
+// records it (the consumer's dead letter, the harness's reading of a
+// dead-letter queue) renders it this one way, so the records agree and a
+// hostile id never makes an insert fail forever.
+func SafeText(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+		return s
+	}
+	return strconv.QuoteToASCII(s)
 }
 
 // ErrUnconfirmed means the broker's answer to a publish was lost (a

@@ -67,9 +67,9 @@ func KafkaLog(ctx context.Context, cfg KafkaConfig) (Log, error) {
 		for _, h := range r.Headers {
 			switch h.Key { // a repeated key: the last wins, as for a delivery
 			case HeaderEventID:
-				rec.Event = string(h.Value)
+				rec.Event = SafeText(string(h.Value))
 			case HeaderSource:
-				rec.Source = string(h.Value)
+				rec.Source = SafeText(string(h.Value))
 			}
 		}
 		out.Records = append(out.Records, rec)
@@ -235,11 +235,12 @@ func RabbitLog(ctx context.Context, cfg RabbitConfig) (Log, error) {
 		if !ok {
 			break
 		}
-		rec := LogRecord{Event: m.MessageId}
+		rec := LogRecord{Event: SafeText(m.MessageId)}
 		if id, ok := m.Headers[HeaderEventID].(string); ok && rec.Event == "" {
-			rec.Event = id
+			rec.Event = SafeText(id)
 		}
-		rec.Source, _ = m.Headers[HeaderSource].(string)
+		source, _ := m.Headers[HeaderSource].(string)
+		rec.Source = SafeText(source)
 		out.Records = append(out.Records, rec)
 	}
 	if len(out.Records) < st.Messages {

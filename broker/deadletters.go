@@ -69,11 +69,12 @@ func RabbitDeadLetters(ctx context.Context, cfg RabbitConfig) ([]DeadLetter, err
 // definition of x-delivery-limit; RabbitMQ 3.10 does not carry an exact
 // count on the dead-lettered copy (x-delivery-count lags it).
 func rabbitDeadLetter(sub string, limit int, m amqp.Delivery) DeadLetter {
-	d := DeadLetter{Event: m.MessageId, Queue: sub}
+	d := DeadLetter{Event: SafeText(m.MessageId), Queue: sub}
 	if id, ok := m.Headers[HeaderEventID].(string); ok && d.Event == "" {
-		d.Event = id
+		d.Event = SafeText(id)
 	}
-	d.Source, _ = m.Headers[HeaderSource].(string)
+	source, _ := m.Headers[HeaderSource].(string)
+	d.Source = SafeText(source)
 	if deaths, ok := m.Headers["x-death"].([]any); ok && len(deaths) > 0 {
 		if t, ok := deaths[0].(amqp.Table); ok {
 			d.Reason, _ = t["reason"].(string)
@@ -132,13 +133,13 @@ func KafkaDeadLetters(ctx context.Context, cfg KafkaConfig) ([]DeadLetter, error
 			for _, h := range r.Headers {
 				switch h.Key {
 				case HeaderEventID:
-					d.Event = string(h.Value)
+					d.Event = SafeText(string(h.Value))
 				case HeaderSource:
-					d.Source = string(h.Value)
+					d.Source = SafeText(string(h.Value))
 				case HeaderDLQSubscription:
-					d.Queue = string(h.Value)
+					d.Queue = SafeText(string(h.Value))
 				case HeaderReason:
-					d.Reason = string(h.Value)
+					d.Reason = SafeText(string(h.Value))
 				case HeaderAttempt:
 					d.Deliveries, _ = strconv.ParseInt(string(h.Value), 10, 64)
 				}

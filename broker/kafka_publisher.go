@@ -221,9 +221,15 @@ func (p *KafkaPublisher) Publish(ctx context.Context, evs []Event) []error {
 }
 
 // record renders e as a Kafka record: key = aggregate id, value = payload,
-// identity in headers (sorted, so equal events give equal records).
+// identity in headers (sorted, so equal events give equal records), then
+// its Extra headers (sorted too; Kafka keeps header values as bytes, so
+// invalid UTF-8 arrives as sent).
 func (p *KafkaPublisher) record(e Event) *kgo.Record {
-	return &kgo.Record{Topic: p.cfg.Topic, Key: []byte(e.Key), Value: e.Payload, Headers: kafkaRecordHeaders(e.Headers())}
+	hs := kafkaRecordHeaders(e.Headers())
+	for _, k := range e.ExtraNames() {
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(e.Extra[k])})
+	}
+	return &kgo.Record{Topic: p.cfg.Topic, Key: []byte(e.Key), Value: e.Payload, Headers: hs}
 }
 
 func kafkaRecordHeaders(h map[string]string) []kgo.RecordHeader {

@@ -129,8 +129,14 @@ func (p *RabbitPublisher) Publish(ctx context.Context, evs []Event) []error {
 		p.seq++
 		ids[i] = strconv.FormatUint(p.seq, 10)
 		hs := ev.Headers()
-		h := make(amqp.Table, len(hs))
+		h := make(amqp.Table, len(hs)+len(ev.Extra))
 		for k, v := range hs {
+			h[k] = v
+		}
+		// Extra headers go as they are: a Go string is a long string
+		// in the table, whose bytes AMQP does not check, so invalid
+		// UTF-8 arrives as sent.
+		for k, v := range ev.Extra {
 			h[k] = v
 		}
 		mode := amqp.Persistent

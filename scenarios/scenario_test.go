@@ -249,7 +249,7 @@ func TestParseErrors(t *testing.T) {
 		{"wrong standby", "broker: kafka\npostgres:\n  standby: hot\n",
 			[]string{`my.yaml:3: postgres.standby: unknown standby "hot" (valid: none, async, sync)`}},
 		{"wrong variant lists valid ones", "broker: kafka\nvariants:\n  consumer: inbx\n",
-			[]string{`my.yaml:3: variants.consumer: unknown consumer variant "inbx"; did you mean inbox? (valid: inbox, ack-first, no-inbox, check-then-act, no-version-guard, inbox-by-id, inbox-by-trace, trusting)`}},
+			[]string{`my.yaml:3: variants.consumer: unknown consumer variant "inbx"; did you mean inbox? (valid: inbox, ack-first, no-inbox, check-then-act, no-version-guard, inbox-by-id, inbox-by-trace, trusting, unbounded)`}},
 		{"wrong relay", "broker: kafka\nvariants: {relay: outbox}\n",
 			[]string{`my.yaml:2: variants.relay: unknown relay variant "outbox" (valid: polling, high-water-mark, unconfirmed, unroutable, leader-ack, transient, new-id-per-attempt, debezium)`}},
 		{"image with a space", "broker: kafka\nimages:\n  postgres: \"postgres 17\"\n",

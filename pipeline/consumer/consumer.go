@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -69,11 +68,19 @@ const (
 	// our own broker" is no trust boundary: it applies whatever an
 	// intruder publishes there.
 	Trusting Variant = "trusting"
+	// Unbounded is known-bad: exactly the inbox consumer, but it parses
+	// whatever a message claims, without limits (see [MaxHeaders]): no
+	// header count, encoding or size checks, no payload size limit, gzip
+	// inflated whole, JSON decoded into any. A compression bomb makes its
+	// memory grow to the bomb's size on every attempt, and an event id
+	// that is not valid UTF-8 makes its effect's insert fail forever: it
+	// stalls.
+	Unbounded Variant = "unbounded"
 )
 
 // Variants lists every consumer variant.
 func Variants() []Variant {
-	return []Variant{Inbox, AckFirst, NoInbox, CheckThenAct, NoVersionGuard, InboxByID, InboxByTrace, Trusting}
+	return []Variant{Inbox, AckFirst, NoInbox, CheckThenAct, NoVersionGuard, InboxByID, InboxByTrace, Trusting, Unbounded}
 }
 
 // ParseVariant checks a variant name.
@@ -254,7 +261,7 @@ func (c *Consumer) record(t history.Type, f history.F, v history.Value) error {
 
 func (c *Consumer) value(d *broker.Delivery) history.Value {
 	return history.Value{
-		Event: d.ID, Source: d.Source, Key: d.Key, Version: d.Version,
+		Event: broker.SafeText(d.ID), Source: broker.SafeText(d.Source), Key: broker.SafeText(d.Key), Version: d.Version,
 		Partition: d.Partition, Offset: d.Offset, Tag: int64(d.Tag), Attempt: d.Attempt,
 		Consumer: c.cfg.Subscription,
 	}
@@ -266,8 +273,8 @@ func (c *Consumer) Handle(ctx context.Context, d *broker.Delivery) error {
 	if err := c.record(history.OK, history.Deliver, v); err != nil {
 		return err
 	}
-	if reason := c.validate(d); reason != "" {
-		return c.reject(ctx, d, v, reason, false)
+	if reason, permanent := c.check(d); reason != "" {
+		return c.reject(ctx, d, v, reason, permanent)
 	}
 	reason, err := c.authorize(ctx, d)
 	if err != nil {
@@ -587,9 +594,9 @@ SELECT `)
 
 // batchesAll reports whether variant v applies a batch of deliveries in
 // one statement ([applyAllSQL]) and takes batches of 100 by default: the
-// inbox consumer and the trusting one, which differs from it only in what
-// it checks.
-func batchesAll(v Variant) bool { return v == Inbox || v == Trusting }
+// inbox consumer and the trusting and unbounded ones, which differ from
+// it only in what they check.
+func batchesAll(v Variant) bool { return v == Inbox || v == Trusting || v == Unbounded }
 
 // keyed reports whether variant v dedupes in inbox_keyed, by a key other
 // than the event's (source, id).
@@ -783,50 +790,30 @@ func (c *Consumer) commit(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// validate returns why d can never be applied, or "" if it can. It must
-// not panic on anything a broker hands it.
+// validate returns why d can never be applied, or "" if it can (see
+// [Consumer.check]).
 func (c *Consumer) validate(d *broker.Delivery) string {
-	switch {
-	case d.ID == "":
-		return "missing event id"
-	case d.Source == "":
-		return "missing source"
-	case len(c.cfg.Sources) > 0 && !slices.Contains(c.cfg.Sources, d.Source):
-		return "unknown source " + strconv.Quote(d.Source)
-	case d.Key == "" || !utf8.ValidString(d.Key):
-		return "missing or malformed aggregate id"
-	case d.Version <= 0:
-		return "missing or malformed version"
-	case !slices.Contains(KnownTypes(), d.Type):
-		return "unknown type " + strconv.QuoteToASCII(truncate(d.Type, 64))
-	case len(d.Payload) > c.cfg.MaxPayload:
-		return "payload too large: " + strconv.Itoa(len(d.Payload)) + " bytes"
-	}
-	var p struct {
-		Order   string `json:"order"`
-		Version int64  `json:"version"`
-		Status  string `json:"status"`
-	}
-	if err := json.Unmarshal(d.Payload, &p); err != nil {
-		return "payload does not match the schema: " + truncate(err.Error(), 120)
-	}
-	if p.Order != d.Key || p.Version != d.Version || p.Status == "" {
-		return "payload disagrees with its headers"
-	}
-	return ""
+	r, _ := c.check(d)
+	return r
 }
 
+// truncate cuts s to at most n bytes, at a rune boundary, so a cut never
+// makes valid text invalid.
 func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
+	if len(s) <= n {
+		return s
 	}
-	return s
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // reject handles a permanently invalid delivery: give it back until it has
 // had MaxAttempts, then dead-letter it with the reason. An unauthorized
 // one (now) is dead-lettered at once: no redelivery makes it authorized.
 func (c *Consumer) reject(ctx context.Context, d *broker.Delivery, v history.Value, reason string, now bool) error {
+	reason = broker.SafeText(reason) // it may cite a hostile value
 	v.Reason = reason
 	if !now && d.Attempt < c.cfg.MaxAttempts && d.ID != "" {
 		if err := c.sub.Retry(ctx, d); err != nil {
@@ -839,7 +826,7 @@ func (c *Consumer) reject(ctx context.Context, d *broker.Delivery, v history.Val
 	for attempt := 0; ; attempt++ {
 		_, err := c.db.Exec(ctx, `INSERT INTO dead_letters (consumer, source, event_id, aggregateid, version, reason, attempts, metadata)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			c.cfg.Subscription, d.Source, d.ID, d.Key, d.Version, reason, d.Attempt, metadata(d))
+			c.cfg.Subscription, broker.SafeText(d.Source), broker.SafeText(d.ID), broker.SafeText(d.Key), d.Version, reason, d.Attempt, metadata(d))
 		if err == nil {
 			break
 		}
@@ -854,12 +841,28 @@ func (c *Consumer) reject(ctx context.Context, d *broker.Delivery, v history.Val
 	return c.record(history.OK, history.DLQ, v)
 }
 
-// metadata keeps the original delivery facts with a dead letter.
+// metadata keeps the original delivery facts with a dead letter: at most
+// MaxHeaders headers (the first by name), each value cut to 256 bytes and
+// quoted if it is not valid text, so a hostile message's row stays small
+// and storable; headers_dropped counts the rest.
 func metadata(d *broker.Delivery) string {
-	b, _ := json.Marshal(map[string]any{
+	names := make([]string, 0, len(d.Headers))
+	for k := range d.Headers {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	hs := make(map[string]string, min(len(names), MaxHeaders))
+	for _, k := range names[:min(len(names), MaxHeaders)] {
+		hs[broker.SafeText(truncate(k, 256))] = broker.SafeText(truncate(d.Headers[k], 256))
+	}
+	m := map[string]any{
 		"partition": d.Partition, "offset": d.Offset, "tag": d.Tag,
-		"attempt": d.Attempt, "headers": d.Headers, "subscription": d.Subscription,
-	})
+		"attempt": d.Attempt, "headers": hs, "subscription": d.Subscription,
+	}
+	if len(names) > MaxHeaders {
+		m["headers_dropped"] = len(names) - MaxHeaders
+	}
+	b, _ := json.Marshal(m)
 	return string(b)
 }
 
