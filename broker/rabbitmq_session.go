@@ -219,9 +219,11 @@ type rabbitChannel struct {
 	acks       *rabbitAcks
 }
 
-// dead reports whether the library has seen the channel or the
-// connection close.
-func (c *rabbitChannel) dead() bool { return c.ch.IsClosed() || c.conn.IsClosed() }
+// dead reports whether the connection was killed or the library has seen
+// the channel or the connection close. A killed one counts at once: the
+// library notices its socket is gone only later, and a publish handed the
+// generation in between could only end unconfirmed.
+func (c *rabbitChannel) dead() bool { return c.broken(c.ch) }
 
 // end closes the generation, then fails the acks it was holding.
 func (c *rabbitChannel) end() {

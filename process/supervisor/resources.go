@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"os"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/history"
@@ -47,11 +46,18 @@ type rssSampler struct {
 	last   int64 // the rss of the last op written
 }
 
-// sampleRSS samples pid, the process of worker name, every interval until
-// exited closes, and then writes the incarnation's last op from the
-// process's own account of its peak, maxRSS (the kernel's, from wait4),
-// or the last sample it had. It returns once that op is written.
-func (s *Supervisor) sampleRSS(name string, pid int, exited <-chan struct{}, maxRSS func() int64) {
+// sampleRSS samples pid, the process of worker name, at once and every
+// interval until exited closes, and then writes the incarnation's last op
+// from the last sample it had, if that grew at all since the last op. It
+// returns once that op is written.
+//
+// It does not take the kernel's account at exit (wait4's ru_maxrss): a
+// child started by vfork, as Go's os/exec does, shares its parent's
+// memory until it execs, and Linux's exec folds that memory's peak into
+// the child's maxrss, so a small worker of a large harness would report
+// the harness's peak. A process that grows and exits between two samples
+// is measured short of its peak.
+func (s *Supervisor) sampleRSS(name string, pid int, exited <-chan struct{}) {
 	r := &rssSampler{s: s, name: name, path: "/proc/" + strconv.Itoa(pid) + "/status",
 		parent: []byte("PPid:\t" + strconv.Itoa(os.Getpid()) + "\n"), buf: make([]byte, 4096)}
 	t := time.NewTicker(s.cfg.RSSInterval)
@@ -60,7 +66,6 @@ func (s *Supervisor) sampleRSS(name string, pid int, exited <-chan struct{}, max
 	for {
 		select {
 		case <-exited:
-			r.peak = max(r.peak, maxRSS())
 			if r.peak > r.last {
 				r.record()
 			}
@@ -119,16 +124,4 @@ func vmHWM(status []byte) (int64, bool) {
 		return 0, false
 	}
 	return v << 10, true
-}
-
-// rusageMaxRSS is the peak resident set the kernel accounted to an
-// exited process (ru_maxrss, in KiB on Linux), in bytes; 0 if unknown.
-func rusageMaxRSS(st *os.ProcessState) int64 {
-	if st == nil {
-		return 0
-	}
-	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
-		return ru.Maxrss << 10
-	}
-	return 0
 }

@@ -15,7 +15,8 @@ import (
 
 // The children of the resources tests: the test binary, started as an
 // external worker, grows its resident set in steps and waits to be
-// stopped ("grow"), or takes 48 MiB at once and exits ("short").
+// stopped ("grow"), or takes 48 MiB at once and exits soon after
+// ("short").
 func init() {
 	mode := os.Getenv("RSS_TEST_CHILD")
 	if mode == "" {
@@ -43,6 +44,7 @@ func init() {
 		time.Sleep(10 * time.Minute)
 	case "short":
 		take(48 << 20)
+		time.Sleep(3 * DefaultRSSInterval) // a few samples, then exit
 	}
 	runtime.KeepAlive(held)
 	os.Exit(0)
@@ -144,11 +146,17 @@ func TestResourcesGrow(t *testing.T) {
 	waitGoroutines(t, before)
 }
 
-// A worker that exits before its first tick still gets its op: the
-// kernel's account of its peak when it is reaped.
+// A worker that exits soon after it grew has its peak recorded, and only
+// its own: the harness here holds 256 MiB, and a worker started by vfork
+// shares the harness's memory until it execs, which Linux folds into the
+// worker's ru_maxrss (the reason the sampler does not use it).
 func TestResourcesShortLived(t *testing.T) {
+	ballast := make([]byte, 256<<20)
+	for i := 0; i < len(ballast); i += 4096 {
+		ballast[i] = 1 // resident, so the harness's peak is over 256 MiB
+	}
+	defer runtime.KeepAlive(ballast)
 	s, path := newRecordingSup(t)
-	s.cfg.RSSInterval = time.Hour // no tick: only the first sample and the last op
 	if err := s.StartCommand(context.Background(), "relay-0", Command{Argv: []string{os.Args[0]}, Env: []string{"RSS_TEST_CHILD=short"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -162,11 +170,16 @@ func TestResourcesShortLived(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// Its op is written before its exit is known; later ones are its
+	// Its ops are written before its exit is known; later ones are its
 	// restarts'.
 	ops := resourcesOps(t, path, "relay-0")
 	if !slices.ContainsFunc(ops, func(op history.Op) bool { return op.Value.RSS >= 48<<20 }) {
 		t.Errorf("no resources op with at least the 48 MiB it took: %v", ops)
+	}
+	for _, op := range ops {
+		if op.Value.RSS >= 200<<20 {
+			t.Errorf("a worker that took 48 MiB recorded at %d MiB: the harness's peak, not its own", op.Value.RSS>>20)
+		}
 	}
 }
 

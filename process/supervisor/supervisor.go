@@ -296,7 +296,7 @@ func (s *Supervisor) launch(w *worker) error {
 	if s.cfg.Recorder != nil && s.cfg.RSSInterval > 0 {
 		go func() {
 			defer close(sampled)
-			s.sampleRSS(w.name, cmd.Process.Pid, reaped, func() int64 { return rusageMaxRSS(cmd.ProcessState) })
+			s.sampleRSS(w.name, cmd.Process.Pid, reaped)
 		}()
 	} else {
 		close(sampled)
