@@ -70,23 +70,7 @@ func TestHostileMessages(t *testing.T) {
 				}
 			}
 			checkHostileOps(t, r, fs)
-			var committed, real int
-			if err := db.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&committed); err != nil {
-				t.Fatal(err)
-			}
-			for id := range applied {
-				if !strings.Contains(id, "hostile-") {
-					real++
-				}
-			}
-			for id, d := range dead {
-				if !strings.Contains(id, "hostile-") {
-					t.Errorf("real event %s dead-lettered: %s", id, d.reason)
-				}
-			}
-			if committed < 50 || real != committed {
-				t.Errorf("%d real events applied of %d committed", real, committed)
-			}
+			checkRealEvents(ctx, t, db, applied, dead, func(id string) bool { return strings.Contains(id, "hostile-") })
 		})
 	}
 }
