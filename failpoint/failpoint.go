@@ -26,6 +26,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/deliverycheck/deliverycheck/internal/choice"
 )
 
 // Name is a failpoint: <component>.<window>.
@@ -83,15 +85,7 @@ func (n Name) Component() string {
 
 // ParseName checks that s names a failpoint and lists the valid ones if not.
 func ParseName(s string) (Name, error) {
-	n := Name(s)
-	if slices.Contains(All(), n) {
-		return n, nil
-	}
-	names := make([]string, 0, len(All()))
-	for _, a := range All() {
-		names = append(names, string(a))
-	}
-	return "", fmt.Errorf("failpoint: unknown failpoint %q (valid: %s)", s, strings.Join(names, ", "))
+	return choice.Parse(s, All(), "failpoint: unknown failpoint")
 }
 
 // EnvHitsFD names the environment variable holding the file descriptor

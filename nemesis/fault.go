@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/internal/choice"
 )
 
 // Kind is what a fault does.
@@ -128,14 +129,7 @@ func (k Kind) runsItsWindow() bool { return k == Roll }
 
 // ParseKind checks a kind name and lists the valid ones if wrong.
 func ParseKind(s string) (Kind, error) {
-	if slices.Contains(Kinds(), Kind(s)) {
-		return Kind(s), nil
-	}
-	names := make([]string, 0, len(Kinds()))
-	for _, k := range Kinds() {
-		names = append(names, string(k))
-	}
-	return "", fmt.Errorf("nemesis: unknown fault %q (valid: %s)", s, strings.Join(names, ", "))
+	return choice.Parse(s, Kinds(), "nemesis: unknown fault")
 }
 
 // Fault is one fault, with its parameters. Its zero values mean defaults.

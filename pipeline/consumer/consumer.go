@@ -31,6 +31,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/internal/backoff"
+	"github.com/deliverycheck/deliverycheck/internal/choice"
 )
 
 // Variant is how the consumer dedupes, orders and acks.
@@ -85,14 +86,7 @@ func Variants() []Variant {
 
 // ParseVariant checks a variant name.
 func ParseVariant(s string) (Variant, error) {
-	if slices.Contains(Variants(), Variant(s)) {
-		return Variant(s), nil
-	}
-	valid := make([]string, 0, len(Variants()))
-	for _, v := range Variants() {
-		valid = append(valid, string(v))
-	}
-	return "", fmt.Errorf("consumer: unknown variant %q (valid: %s)", s, strings.Join(valid, ", "))
+	return choice.Parse(s, Variants(), "consumer: unknown variant")
 }
 
 // Config tunes one consumer process.

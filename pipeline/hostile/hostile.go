@@ -12,12 +12,11 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/deliverycheck/deliverycheck/broker"
+	"github.com/deliverycheck/deliverycheck/internal/choice"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 )
 
@@ -83,14 +82,7 @@ func Kinds() []Kind {
 
 // ParseKind checks a kind name.
 func ParseKind(s string) (Kind, error) {
-	if slices.Contains(Kinds(), Kind(s)) {
-		return Kind(s), nil
-	}
-	names := make([]string, 0, len(Kinds()))
-	for _, k := range Kinds() {
-		names = append(names, string(k))
-	}
-	return "", fmt.Errorf("hostile: unknown kind %q (valid: %s)", s, strings.Join(names, ", "))
+	return choice.Parse(s, Kinds(), "hostile: unknown kind")
 }
 
 // Crafter makes hostile messages. The bomb's inflating part is the same

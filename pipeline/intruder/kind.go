@@ -10,9 +10,7 @@
 package intruder
 
 import (
-	"fmt"
-	"slices"
-	"strings"
+	"github.com/deliverycheck/deliverycheck/internal/choice"
 )
 
 // Kind is one way the intruder forges an event.
@@ -49,14 +47,7 @@ func Kinds() []Kind {
 
 // ParseKind checks a kind name.
 func ParseKind(s string) (Kind, error) {
-	if slices.Contains(Kinds(), Kind(s)) {
-		return Kind(s), nil
-	}
-	names := make([]string, 0, len(Kinds()))
-	for _, k := range Kinds() {
-		names = append(names, string(k))
-	}
-	return "", fmt.Errorf("intruder: unknown kind %q (valid: %s)", s, strings.Join(names, ", "))
+	return choice.Parse(s, Kinds(), "intruder: unknown kind")
 }
 
 // Permissions are the broker rights of the intruder's own user.

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +25,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/internal/backoff"
+	"github.com/deliverycheck/deliverycheck/internal/choice"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/signing"
 )
@@ -74,20 +74,7 @@ func Variants() []Variant {
 
 // ParseVariant checks a variant name.
 func ParseVariant(s string) (Variant, error) {
-	for _, v := range Variants() {
-		if string(v) == s {
-			return v, nil
-		}
-	}
-	return "", fmt.Errorf("relay: unknown variant %q (valid: %s)", s, strings.Join(names(Variants()), ", "))
-}
-
-func names(vs []Variant) []string {
-	out := make([]string, len(vs))
-	for i, v := range vs {
-		out[i] = string(v)
-	}
-	return out
+	return choice.Parse(s, Variants(), "relay: unknown variant")
 }
 
 // Config tunes one relay process.
