@@ -664,21 +664,37 @@ func erlBinary(s string) string {
 // string. erl_call runs inside the node's namespace (where its name
 // resolves) as a hidden node, which the cluster never counts as a member.
 func (n *RabbitMQNode) eval(ctx context.Context, expr string) (string, error) {
-	timeout := 5
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = max(1, int(time.Until(dl).Seconds()))
-	}
-	// A name of its own for each call: erl_call's -r draws from few
-	// names, and two calls at once to a node under one name (the leader
-	// sampler's and a fault's) have the second refused ("failed to
-	// connect to node").
-	var id [8]byte
-	_, _ = rand.Read(id[:])
-	argv, err := n.runNS(n.cluster.erlCall, "-sname", n.node, "-c", n.cookie, "-h", "dc_"+hex.EncodeToString(id[:]), "-timeout", strconv.Itoa(timeout), "-e")
+	argv, err := n.runNS(append([]string{n.cluster.erlCall}, erlCallArgs(ctx, 5, n.node, n.cookie)...)...)
 	if err != nil {
 		return "", err
 	}
+	return runErlCall(ctx, argv, nil, expr)
+}
+
+// erlCallArgs are erl_call's arguments to evaluate stdin on node: as a
+// hidden node, with a timeout of what is left of ctx (def seconds if it
+// has no deadline). Each call takes a name of its own: erl_call's -r
+// draws from few names, and two calls at once to a node under one name
+// (the leader sampler's and a fault's) have the second refused ("failed
+// to connect to node").
+func erlCallArgs(ctx context.Context, def int, node, cookie string) []string {
+	timeout := def
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(1, int(time.Until(dl).Seconds()))
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	return []string{"-sname", node, "-c", cookie, "-h", "dc_" + hex.EncodeToString(id[:]), "-timeout", strconv.Itoa(timeout), "-e"}
+}
+
+// runErlCall runs argv (an erl_call, see erlCallArgs) with env added to
+// the harness's, feeding it expr, and returns the string it yields (see
+// erlCallResult).
+func runErlCall(ctx context.Context, argv, env []string, expr string) (string, error) {
 	cmd := process.Command(ctx, argv[0], argv[1:]...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdin = strings.NewReader(expr + "\n") // erl_call reads forms ending in ".\n"
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -1,18 +1,10 @@
 package local
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
-	"strings"
-	"time"
-
-	"github.com/deliverycheck/deliverycheck/process"
 )
 
 // A user of a run's own on the single node (the intruder's,
@@ -131,22 +123,7 @@ func (r *RabbitMQ) eval(ctx context.Context, expr string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	timeout := 10
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = max(1, int(time.Until(dl).Seconds()))
-	}
-	var id [8]byte
-	_, _ = rand.Read(id[:])
-	cmd := process.Command(ctx, erlCall, "-sname", r.node, "-c", r.cookie, "-h", "dc_"+hex.EncodeToString(id[:]), "-timeout", strconv.Itoa(timeout), "-e")
 	// The node's private epmd, not a host's on 4369.
-	cmd.Env = append(os.Environ(), "ERL_EPMD_PORT="+strconv.Itoa(r.epmdPort))
-	cmd.Stdin = strings.NewReader(expr + "\n")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	b, err := cmd.Output()
-	out := strings.TrimSpace(string(b))
-	if err != nil {
-		return "", fmt.Errorf("erl_call: %w: %s", err, strings.TrimSpace(stderr.String()+" "+out))
-	}
-	return erlCallResult(out)
+	argv := append([]string{erlCall}, erlCallArgs(ctx, 10, r.node, r.cookie)...)
+	return runErlCall(ctx, argv, []string{"ERL_EPMD_PORT=" + strconv.Itoa(r.epmdPort)}, expr)
 }
