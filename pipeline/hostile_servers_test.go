@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/checker"
-	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
 	"github.com/deliverycheck/deliverycheck/pipeline/hostile"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
@@ -69,44 +67,10 @@ func TestHostileMessages(t *testing.T) {
 					t.Errorf("%s: dead-lettered %v with %q at attempt %d, applied %v; want %q at attempt 1", id, ok, got.reason, got.attempts, applied[id], f.reason)
 				}
 			}
-			checkHostileOps(t, r, fs)
-			checkRealEvents(ctx, t, db, applied, dead, func(id string) bool { return strings.Contains(id, "hostile-") })
+			hostileID := func(id string) bool { return strings.Contains(id, "hostile-") }
+			checkForgedOps(t, r, fs, consumer.Inbox, hostileID)
+			checkRealEvents(ctx, t, db, applied, dead, hostileID)
 		})
-	}
-}
-
-// checkHostileOps checks the consumer's history of each hostile message:
-// its deliver, then at once its dlq with the reason (attempt 1, no apply,
-// no retry).
-func checkHostileOps(t *testing.T, r *Deployment, fs []forged) {
-	t.Helper()
-	files, err := r.HistoryFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, _, err := history.ReadFiles(files...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ops := map[string][]history.Op{}
-	for _, op := range h {
-		if strings.HasPrefix(op.Process, "consumer-") && strings.Contains(op.Value.Event, "hostile-") {
-			ops[op.Value.Event] = append(ops[op.Value.Event], op)
-		}
-	}
-	for _, f := range fs {
-		id := broker.SafeText(f.ev.ID)
-		var got []string
-		for _, op := range ops[id] {
-			got = append(got, fmt.Sprintf("%s %s", op.Type, op.F))
-		}
-		if want := "ok deliver, ok dlq"; strings.Join(got, ", ") != want {
-			t.Errorf("%s: ops %v, want %v", id, got, want)
-			continue
-		}
-		if last := ops[id][1]; !strings.HasPrefix(last.Value.Reason, f.reason) || last.Value.Attempt != 1 {
-			t.Errorf("%s: dlq reason %q at attempt %d, want %q at 1", id, last.Value.Reason, last.Value.Attempt, f.reason)
-		}
 	}
 }
 

@@ -122,11 +122,12 @@ func TestSecurityConsumers(t *testing.T) {
 					t.Errorf("%s: dead-lettered %v with %q at attempt %d, applied %v; want %q at attempt 1", f.ev.ID, ok, got.reason, got.attempts, applied[f.ev.ID], f.reason)
 				}
 			}
-			checkForgedOps(t, r, fs, tc.variant)
+			forgedID := func(id string) bool { return strings.HasPrefix(id, "forged-") }
+			checkForgedOps(t, r, fs, tc.variant, forgedID)
 			if tc.variant == consumer.Trusting {
 				return // its forged version-ahead event made real ones stale
 			}
-			checkRealEvents(ctx, t, db, applied, dead, func(id string) bool { return strings.HasPrefix(id, "forged-") })
+			checkRealEvents(ctx, t, db, applied, dead, forgedID)
 		})
 	}
 }
@@ -201,10 +202,11 @@ func appliedIDs(ctx context.Context, t *testing.T, db *pgxpool.Pool) map[string]
 	return out
 }
 
-// checkForgedOps checks the consumer's history of each forged event: the
-// correct consumer records its deliver, then at once its dlq with the
-// reason (attempt 1, no apply, no retry); the trusting one applies it.
-func checkForgedOps(t *testing.T, r *Deployment, fs []forged, v consumer.Variant) {
+// checkForgedOps checks the consumer's history of each forged event (an
+// id injected reports as the test's own, stored as broker.SafeText makes
+// it): the correct consumer records its deliver, then at once its dlq with
+// the reason (attempt 1, no apply, no retry); the trusting one applies it.
+func checkForgedOps(t *testing.T, r *Deployment, fs []forged, v consumer.Variant, injected func(id string) bool) {
 	t.Helper()
 	files, err := r.HistoryFiles()
 	if err != nil {
@@ -216,13 +218,14 @@ func checkForgedOps(t *testing.T, r *Deployment, fs []forged, v consumer.Variant
 	}
 	ops := map[string][]history.Op{}
 	for _, op := range h {
-		if strings.HasPrefix(op.Process, "consumer-") && strings.HasPrefix(op.Value.Event, "forged-") {
+		if strings.HasPrefix(op.Process, "consumer-") && injected(op.Value.Event) {
 			ops[op.Value.Event] = append(ops[op.Value.Event], op)
 		}
 	}
 	for _, f := range fs {
+		id := broker.SafeText(f.ev.ID)
 		var got []string
-		for _, op := range ops[f.ev.ID] {
+		for _, op := range ops[id] {
 			got = append(got, fmt.Sprintf("%s %s", op.Type, op.F))
 		}
 		want := []string{"ok deliver", "ok dlq"}
@@ -230,11 +233,11 @@ func checkForgedOps(t *testing.T, r *Deployment, fs []forged, v consumer.Variant
 			want = []string{"ok deliver", "invoke apply", "ok apply", "invoke ack", "ok ack"}
 		}
 		if strings.Join(got, ", ") != strings.Join(want, ", ") {
-			t.Errorf("%s: ops %v, want %v", f.ev.ID, got, want)
+			t.Errorf("%s: ops %v, want %v", id, got, want)
 			continue
 		}
-		if last := ops[f.ev.ID][len(got)-1]; v == consumer.Inbox && (!strings.HasPrefix(last.Value.Reason, f.reason) || last.Value.Attempt != 1) {
-			t.Errorf("%s: dlq reason %q at attempt %d, want %q at 1", f.ev.ID, last.Value.Reason, last.Value.Attempt, f.reason)
+		if last := ops[id][len(got)-1]; v == consumer.Inbox && (!strings.HasPrefix(last.Value.Reason, f.reason) || last.Value.Attempt != 1) {
+			t.Errorf("%s: dlq reason %q at attempt %d, want %q at 1", id, last.Value.Reason, last.Value.Attempt, f.reason)
 		}
 	}
 }
