@@ -15,7 +15,7 @@ import (
 
 // The children of the resources tests: the test binary, started as an
 // external worker, grows its resident set in steps and waits to be
-// stopped ("grow"), or takes 48 MiB at once and exits soon after
+// stopped ("grow"), or takes 48 MiB at once and exits once told to
 // ("short").
 func init() {
 	mode := os.Getenv("RSS_TEST_CHILD")
@@ -44,7 +44,13 @@ func init() {
 		time.Sleep(10 * time.Minute)
 	case "short":
 		take(48 << 20)
-		time.Sleep(3 * DefaultRSSInterval) // a few samples, then exit
+		// Exit once the test has seen the peak and says so.
+		for {
+			if _, err := os.Stat(os.Getenv("RSS_TEST_DONE")); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	runtime.KeepAlive(held)
 	os.Exit(0)
@@ -157,10 +163,20 @@ func TestResourcesShortLived(t *testing.T) {
 	}
 	defer runtime.KeepAlive(ballast)
 	s, path := newRecordingSup(t)
-	if err := s.StartCommand(context.Background(), "relay-0", Command{Argv: []string{os.Args[0]}, Env: []string{"RSS_TEST_CHILD=short"}}); err != nil {
+	exit := filepath.Join(t.TempDir(), "exit")
+	if err := s.StartCommand(context.Background(), "relay-0", Command{Argv: []string{os.Args[0]}, Env: []string{"RSS_TEST_CHILD=short", "RSS_TEST_DONE=" + exit}}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
+	for !slices.ContainsFunc(resourcesOps(t, path, "relay-0"), func(op history.Op) bool { return op.Value.RSS >= 48<<20 }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no resources op with at least the 48 MiB it took: %v", resourcesOps(t, path, "relay-0"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := os.WriteFile(exit, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for {
 		if c, _ := s.Stats("relay-0"); c >= 1 {
 			break
@@ -170,13 +186,9 @@ func TestResourcesShortLived(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// Its ops are written before its exit is known; later ones are its
-	// restarts'.
-	ops := resourcesOps(t, path, "relay-0")
-	if !slices.ContainsFunc(ops, func(op history.Op) bool { return op.Value.RSS >= 48<<20 }) {
-		t.Errorf("no resources op with at least the 48 MiB it took: %v", ops)
-	}
-	for _, op := range ops {
+	// Its ops, the one at its exit included, are written before its exit
+	// is known; later ones are its restarts' (which exit at once).
+	for _, op := range resourcesOps(t, path, "relay-0") {
 		if op.Value.RSS >= 200<<20 {
 			t.Errorf("a worker that took 48 MiB recorded at %d MiB: the harness's peak, not its own", op.Value.RSS>>20)
 		}
