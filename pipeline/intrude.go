@@ -207,7 +207,7 @@ func (r *Deployment) Intrude(ctx context.Context) (intruder.Result, error) {
 	}
 	res, err := intruder.Run(ctx, c, in.pub, in.rec)
 	for _, e := range res.Accepted() {
-		in.accepted = append(in.accepted, e.ID)
+		in.accepted = append(in.accepted, broker.SafeText(e.ID)) // as the consumers store it
 	}
 	return res, err
 }

@@ -267,8 +267,11 @@ type Intruder struct {
 	// `publish` (the default: only the consumers stand in its way) or
 	// `none` (least privilege: the broker refuses its publishes).
 	Permissions intruder.Permissions `yaml:"permissions,omitempty" enum:"intruder permissions"`
-	// Kinds are the forgeries it sends, overriding the default: all of
-	// them.
+	// Kinds are what it sends, overriding the default, the six forged
+	// kinds (type, tenant, signature-missing, signature-wrong, replay,
+	// version-ahead). The hostile kinds (oversize, compression-bomb,
+	// deep-json, invalid-utf8, unknown-type, many-headers) are sent only
+	// when listed here.
 	Kinds []intruder.Kind `yaml:"kinds,omitempty" enum:"intruder kind"`
 	// PerKind is how many messages of each kind it sends, overriding the
 	// default 2.
@@ -285,8 +288,8 @@ func (s Security) Enabled() bool {
 
 func (in Intruder) zero() bool { return in.Permissions == "" && len(in.Kinds) == 0 && in.PerKind == 0 }
 
-// WithDefaults is in with every default filled in: publish, every kind,
-// DefaultPerKind of each.
+// WithDefaults is in with every default filled in: publish, the forged
+// kinds, DefaultPerKind of each.
 func (in Intruder) WithDefaults() Intruder {
 	if in.Permissions == "" {
 		in.Permissions = intruder.Publish

@@ -262,7 +262,7 @@ func enumValues(what string) []string {
 	case "anomaly":
 		return strs(anomalyKinds())
 	case "intruder kind":
-		return strs(intruder.Kinds())
+		return strs(intruder.AllKinds())
 	case "intruder permissions":
 		return strs([]intruder.Permissions{intruder.Publish, intruder.None})
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/pipeline/hostile"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/signing"
 )
@@ -42,7 +43,8 @@ type Config struct {
 	// Permissions are its broker user's rights on the events exchange or
 	// topic: Publish, or None (the broker refuses every message).
 	Permissions Permissions
-	// Kinds are the kinds sent, in this order; empty: every kind.
+	// Kinds are the kinds sent, in this order; empty: the forged kinds
+	// (Kinds()), without the hostile ones.
 	Kinds []Kind
 	// PerKind is how many messages of each kind, overriding
 	// DefaultPerKind.
@@ -117,6 +119,24 @@ func Forge(c Config, k Kind, n int, now time.Time) broker.Event {
 		e.Signature = signing.Sign(madeUpKey(), e)
 	}
 	return e
+}
+
+// Craft makes the n-th (from 1) message of kind k, made at now: Forge's
+// event for a forged kind; for a hostile kind, cr's message of that kind
+// (hostile.Crafter.Craft) made from a well-formed, unsigned OrderConfirmed
+// of version 1 for c.Key from c.Source in c.Tenant, with the id
+// hostile-<kind>-<n>-<c.RunID>.
+func Craft(c Config, cr *hostile.Crafter, k Kind, n int, now time.Time) (broker.Event, error) {
+	if !k.Hostile() {
+		return Forge(c, k, n, now), nil
+	}
+	base := Forge(c, SignatureMissing, n, now)
+	base.ID = c.WithDefaults().RunID
+	e, err := cr.Craft(hostile.Kind(k), n, base)
+	if err != nil {
+		return broker.Event{}, fmt.Errorf("intruder: %w", err)
+	}
+	return e, nil
 }
 
 // ReplayEvents are the replay kind's events as c will send them, made
@@ -239,12 +259,17 @@ const publishTimeout = 10 * time.Second
 func Run(ctx context.Context, c Config, pub broker.Publisher, rec *history.Recorder) (Result, error) {
 	c = c.WithDefaults()
 	var res Result
+	var cr hostile.Crafter // compresses the bomb once, if a kind needs it
 	for _, k := range c.Kinds {
 		for n := 1; n <= c.PerKind; n++ {
 			if err := ctx.Err(); err != nil {
 				return res, fmt.Errorf("intruder: %w", err)
 			}
-			m, err := send(ctx, pub, rec, k, Forge(c, k, n, time.Now()))
+			e, err := Craft(c, &cr, k, n, time.Now())
+			if err != nil {
+				return res, err
+			}
+			m, err := send(ctx, pub, rec, k, e)
 			if err != nil {
 				return res, err
 			}
@@ -254,9 +279,11 @@ func Run(ctx context.Context, c Config, pub broker.Publisher, rec *history.Recor
 	return res, nil
 }
 
-// send publishes one forged event and records it.
+// send publishes one forged event and records it, its identity as a
+// consumer records it (broker.SafeText: a hostile id may hold invalid
+// UTF-8).
 func send(ctx context.Context, pub broker.Publisher, rec *history.Recorder, k Kind, e broker.Event) (Message, error) {
-	v := history.Value{Event: e.ID, Source: e.Source, Key: e.Key, Version: e.Version, Detail: string(k)}
+	v := history.Value{Event: broker.SafeText(e.ID), Source: broker.SafeText(e.Source), Key: broker.SafeText(e.Key), Version: e.Version, Detail: string(k)}
 	if _, err := rec.Record(history.Invoke, history.Intrude, v); err != nil {
 		return Message{}, fmt.Errorf("intruder: %w", err)
 	}

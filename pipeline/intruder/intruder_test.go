@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/pipeline/hostile"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/signing"
 )
@@ -126,5 +129,53 @@ func TestRunRecords(t *testing.T) {
 	}
 	if acc := res.Accepted(); len(acc) != 1 || acc[0].ID != "intruder-type-1-r" {
 		t.Errorf("accepted %v", acc)
+	}
+}
+
+// TestRunHostile: a hostile kind is sent only when named, crafted by
+// package hostile from the workload's aggregate with the id
+// hostile-<kind>-<n>-<run>, and recorded as a consumer stores its id
+// (broker.SafeText), so the checker can match the two.
+func TestRunHostile(t *testing.T) {
+	if slices.ContainsFunc(Config{}.WithDefaults().Kinds, Kind.Hostile) {
+		t.Errorf("default kinds %v hold a hostile one", Config{}.WithDefaults().Kinds)
+	}
+	for _, k := range HostileKinds() {
+		if got, err := ParseKind(string(k)); err != nil || got != k || !k.Hostile() {
+			t.Errorf("ParseKind(%q) = %q, %v; hostile %v", k, got, err, k.Hostile())
+		}
+	}
+	path := filepath.Join(t.TempDir(), "intruder.jsonl")
+	rec, err := history.NewRecorder(path, Process, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := &fakePublisher{answers: make([]error, len(HostileKinds()))}
+	c := Config{Kinds: HostileKinds(), PerKind: 1, RunID: "r", Tenant: "acme", Source: "/orders", Key: "order-1"}
+	res, err := Run(context.Background(), c, pub, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Close()
+	h, _, err := history.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Messages) != len(HostileKinds()) || len(h) != 2*len(HostileKinds()) {
+		t.Fatalf("%d messages, %d ops", len(res.Messages), len(h))
+	}
+	for i, m := range res.Messages {
+		k := HostileKinds()[i]
+		want := "hostile-" + string(k) + "-1-r"
+		if m.Kind != k || !strings.HasPrefix(m.Event.ID, want) || m.Event.Key != "order-1" || m.Event.Tenant != "acme" || m.Event.Signature != "" {
+			t.Errorf("message %d: kind %s, event %+v", i, m.Kind, m.Event)
+		}
+		op := h[2*i+1]
+		if op.Value.Event != broker.SafeText(m.Event.ID) || op.Value.Detail != string(k) || !utf8.ValidString(op.Value.Event) {
+			t.Errorf("%s op: event %q detail %q", k, op.Value.Event, op.Value.Detail)
+		}
+	}
+	if inv := res.Messages[slices.Index(HostileKinds(), Kind(hostile.InvalidUTF8))].Event.ID; utf8.ValidString(inv) {
+		t.Errorf("invalid-utf8 id %q is valid UTF-8", inv)
 	}
 }

@@ -11,6 +11,7 @@ package intruder
 
 import (
 	"github.com/deliverycheck/deliverycheck/internal/choice"
+	"github.com/deliverycheck/deliverycheck/pipeline/hostile"
 )
 
 // Kind is one way the intruder forges an event.
@@ -40,14 +41,38 @@ const (
 	VersionAhead Kind = "version-ahead"
 )
 
-// Kinds lists every kind, in the order the intruder sends them.
+// Kinds lists the forged kinds, in the order the intruder sends them:
+// what it sends unless a scenario names its kinds.
 func Kinds() []Kind {
 	return []Kind{Type, Tenant, SignatureMissing, SignatureWrong, Replay, VersionAhead}
 }
 
+// HostileKinds are the hostile kinds (package hostile: oversize,
+// compression-bomb, deep-json, invalid-utf8, unknown-type,
+// many-headers), which the intruder sends only when a scenario names
+// them: each a well-formed event made hostile in one way a consumer must
+// survive (docs/security.md, "Hostile payloads and headers").
+func HostileKinds() []Kind {
+	var out []Kind
+	for _, k := range hostile.Kinds() {
+		out = append(out, Kind(k))
+	}
+	return out
+}
+
+// AllKinds lists every kind a scenario may name: the forged ones, then
+// the hostile ones.
+func AllKinds() []Kind { return append(Kinds(), HostileKinds()...) }
+
+// Hostile reports whether k is one of the hostile kinds.
+func (k Kind) Hostile() bool {
+	_, err := hostile.ParseKind(string(k))
+	return err == nil
+}
+
 // ParseKind checks a kind name.
 func ParseKind(s string) (Kind, error) {
-	return choice.Parse(s, Kinds(), "intruder: unknown kind")
+	return choice.Parse(s, AllKinds(), "intruder: unknown kind")
 }
 
 // Permissions are the broker rights of the intruder's own user.
