@@ -270,3 +270,50 @@ func TestJUnitInertPayloads(t *testing.T) {
 func xmlChar(r rune) bool {
 	return r == 0x9 || r == 0xA || r == 0xD || r >= 0x20 && r <= 0xD7FF || r >= 0xE000 && r <= 0xFFFD || r >= 0x10000 && r <= 0x10FFFF
 }
+
+// shown keeps plain text as it is, shows what is not text as U+FFFD or a
+// control picture, and cuts long text at a rune boundary with a marker.
+func TestShown(t *testing.T) {
+	long := strings.Repeat("é", maxShownText) // two bytes each
+	for _, tc := range []struct{ name, in, want string }{
+		{"plain", "e1 <b>\t\"x\"\n", "e1 <b>\t\"x\"\n"},
+		{"empty", "", ""},
+		{"invalid bytes", "a\xffb\xc0\xafc", "a\ufffdb\ufffd\ufffdc"},
+		{"NUL and ESC", "\x00\x1b[2J", "␀␛[2J"},
+		{"DEL and a C1 control", "\x7f\u0085", "␡\ufffd"},
+		{"noncharacters", "\ufffe\uffff\ufdd0\U0001fffe", "\ufffd\ufffd\ufffd\ufffd"},
+		{"at the limit", strings.Repeat("a", maxShownText), strings.Repeat("a", maxShownText)},
+		{"over the limit", strings.Repeat("a", maxShownText+1), strings.Repeat("a", maxShownText) + cutMarker + "4,097 bytes in all, whole in results.json]"},
+		{"cut at a rune", long, long[:maxShownText] + cutMarker + "8,192 bytes in all, whole in results.json]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := shown(tc.in)
+			if got != tc.want {
+				t.Errorf("shown(%.40q) = %.80q, want %.80q", tc.in, got, tc.want)
+			}
+			if !utf8.ValidString(got) {
+				t.Errorf("shown(%.40q) is not valid UTF-8", tc.in)
+			}
+		})
+	}
+}
+
+// Rendering the page leaves the run and the result as they were: the view
+// shares their slices, and inert rewrites copies.
+func TestHTMLLeavesResultWhole(t *testing.T) {
+	run, res := payloadRun(t)
+	before, _ := json.Marshal(struct {
+		R Record
+		C *checker.Result
+	}{run, res})
+	if err := HTML(io.Discard, run, res); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := json.Marshal(struct {
+		R Record
+		C *checker.Result
+	}{run, res})
+	if !bytes.Equal(before, after) {
+		t.Error("rendering report.html changed the run or the result")
+	}
+}
