@@ -317,3 +317,13 @@ func TestHTMLLeavesResultWhole(t *testing.T) {
 		t.Error("rendering report.html changed the run or the result")
 	}
 }
+
+// A reason's one line (a harness error's first line) is cut at a rune
+// boundary: results.json and junit.xml show it as it is.
+func TestOneLineCutsAtRune(t *testing.T) {
+	in := "x" + strings.Repeat("é", 200) // é at odd offsets: byte 300 is inside one
+	got := oneLine(in)
+	if !utf8.ValidString(got) || !strings.HasSuffix(got, "é…") || len(got) > 300+len("…") {
+		t.Errorf("oneLine cut to %d bytes: %q", len(got), got[max(0, len(got)-10):])
+	}
+}
