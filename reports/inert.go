@@ -1,6 +1,7 @@
 package reports
 
 import (
+	"io"
 	"reflect"
 	"strings"
 	"unicode/utf8"
@@ -16,27 +17,50 @@ const maxShownText = 4 << 10
 // cutMarker begins what the page shows in place of a string's cut tail.
 const cutMarker = "… [cut: "
 
-// shown is s as the page shows it: valid UTF-8 with each byte that is not
-// UTF-8 as U+FFFD, each C0 control but tab, newline and carriage return
-// (NUL, ESC, ...) and DEL as its Unicode control picture (␀, ␛, ␡), each
-// C1 control and noncharacter as U+FFFD, and cut to maxShownText bytes
-// with a marker giving the whole length. html/template escapes markup but
-// passes these through, and they make the page invalid UTF-8 or a parse
-// error, or hide text (an ANSI escape).
-func shown(s string) string {
-	if len(s) <= maxShownText && plain(s) {
+// shown is s as the page shows it: [Printable], cut to maxShownText
+// bytes with a marker giving the whole length. html/template escapes
+// markup but passes bytes that are not UTF-8 and controls through, and
+// they make the page invalid UTF-8 or a parse error, or hide text.
+func shown(s string) string { return printable(s, maxShownText) }
+
+// Printable is s with nothing a reader's screen acts on: valid UTF-8 with
+// each byte that is not UTF-8 as U+FFFD, each C0 control but tab and
+// newline (NUL, ESC, carriage return, ...) and DEL as its Unicode control
+// picture (␀, ␛, ␍, ␡), each C1 control and noncharacter as U+FFFD. Text
+// from a hostile message (an id, a reason, a broker's error) shown on a
+// terminal could otherwise move the cursor, rewrite the screen or set the
+// window title; on a page it is invalid.
+func Printable(s string) string { return printable(s, -1) }
+
+// PrintableWriter writes to w what it is given through [Printable], for a
+// terminal; each Write must be whole runes, as fmt.Fprintf's are.
+func PrintableWriter(w io.Writer) io.Writer { return printableWriter{w} }
+
+type printableWriter struct{ w io.Writer }
+
+func (p printableWriter) Write(b []byte) (int, error) {
+	if _, err := io.WriteString(p.w, Printable(string(b))); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// printable is Printable, cut to limit bytes with a marker when limit is
+// not negative.
+func printable(s string, limit int) string {
+	if (limit < 0 || len(s) <= limit) && plain(s) {
 		return s
 	}
 	var b strings.Builder
 	for i := 0; i < len(s); {
-		if b.Len() >= maxShownText {
+		if limit >= 0 && b.Len() >= limit {
 			b.WriteString(cutMarker + groupDigits(int64(len(s))) + " bytes in all, whole in results.json]")
 			break
 		}
 		r, n := utf8.DecodeRuneInString(s[i:])
 		i += n
 		switch {
-		case r == '\t' || r == '\n' || r == '\r':
+		case r == '\t' || r == '\n':
 		case r < 0x20:
 			r += 0x2400 // control pictures: U+2400 ␀ to U+241F
 		case r == 0x7f:
@@ -49,10 +73,11 @@ func shown(s string) string {
 	return b.String()
 }
 
-// plain reports whether s is valid UTF-8 with nothing shown would replace.
+// plain reports whether s is valid UTF-8 with nothing Printable would
+// replace.
 func plain(s string) bool {
 	for _, r := range s {
-		if r == utf8.RuneError || r < 0x20 && r != '\t' && r != '\n' && r != '\r' || r >= 0x7f && r < 0xa0 || noncharacter(r) {
+		if r == utf8.RuneError || r < 0x20 && r != '\t' && r != '\n' || r >= 0x7f && r < 0xa0 || noncharacter(r) {
 			return false
 		}
 	}

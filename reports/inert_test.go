@@ -279,7 +279,7 @@ func TestShown(t *testing.T) {
 		{"plain", "e1 <b>\t\"x\"\n", "e1 <b>\t\"x\"\n"},
 		{"empty", "", ""},
 		{"invalid bytes", "a\xffb\xc0\xafc", "a\ufffdb\ufffd\ufffdc"},
-		{"NUL and ESC", "\x00\x1b[2J", "␀␛[2J"},
+		{"NUL, ESC and CR", "\x00\x1b[2J\r", "␀␛[2J␍"},
 		{"DEL and a C1 control", "\x7f\u0085", "␡\ufffd"},
 		{"noncharacters", "\ufffe\uffff\ufdd0\U0001fffe", "\ufffd\ufffd\ufffd\ufffd"},
 		{"at the limit", strings.Repeat("a", maxShownText), strings.Repeat("a", maxShownText)},
