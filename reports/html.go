@@ -40,8 +40,8 @@ func parseTemplate() (*template.Template, error) {
 // history goes through html/template's contextual escaping, and the page's
 // Content-Security-Policy forbids scripts, so a hostile payload, header or
 // error text is shown, never run; before that, [inert] makes every string
-// valid UTF-8 without controls and cuts it to maxShownText bytes. res may be nil when the harness failed
-// before checking.
+// valid UTF-8 without controls and cuts it to maxShownText bytes. res may
+// be nil when the harness failed before checking.
 func HTML(w io.Writer, run Record, res *checker.Result) error {
 	t, err := parseTemplate()
 	if err != nil {

@@ -101,12 +101,10 @@ func inert(v *view) {
 	inertValue(reflect.ValueOf(v).Elem())
 }
 
-var stringType = reflect.TypeFor[string]()
-
 func inertValue(v reflect.Value) {
 	switch v.Kind() {
 	case reflect.String:
-		if v.Type() == stringType && v.CanSet() {
+		if v.Type() == reflect.TypeFor[string]() && v.CanSet() {
 			v.SetString(shown(v.String()))
 		}
 	case reflect.Struct:
