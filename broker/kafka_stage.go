@@ -52,16 +52,18 @@ type OutputRecord struct {
 // ParseOutputRecord reads r's position and the headers naming its input.
 // A header that is missing or does not parse leaves its field zero (an
 // event id "" says the record is not the stage's; HasInput false that
-// it names no input).
+// it names no input). The event id and source are untrusted header bytes
+// (an input the stage copies may be hostile): they are kept as
+// [SafeText] makes them, as every other reader of a message records them.
 func ParseOutputRecord(r *kgo.Record) OutputRecord {
 	out := OutputRecord{Topic: r.Topic, Partition: int64(r.Partition), Offset: r.Offset, Control: r.Attrs.IsControl()}
 	var hasPart, hasOff bool
 	for _, h := range r.Headers {
 		switch h.Key {
 		case HeaderEventID:
-			out.Event = string(h.Value)
+			out.Event = SafeText(string(h.Value))
 		case HeaderSource:
-			out.Source = string(h.Value)
+			out.Source = SafeText(string(h.Value))
 		case HeaderInputPartition:
 			var err error
 			out.InputPartition, err = strconv.ParseInt(string(h.Value), 10, 64)

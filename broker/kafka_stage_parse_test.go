@@ -35,3 +35,20 @@ func TestParseOutputRecordInput(t *testing.T) {
 		}
 	}
 }
+
+// An output record's event id and source that are not text (invalid
+// UTF-8, a NUL) are kept as SafeText makes them, as the broker's log
+// records them; a text id is kept as it is.
+func TestParseOutputRecordHostileID(t *testing.T) {
+	for _, tc := range []struct{ id, source, event, src string }{
+		{"e1", "/orders", "e1", "/orders"},
+		{"hostile-\xff\xfe", "/orders\x00", `"hostile-\xff\xfe"`, `"/orders\x00"`},
+	} {
+		got := ParseOutputRecord(&kgo.Record{Topic: "out", Headers: []kgo.RecordHeader{
+			{Key: HeaderEventID, Value: []byte(tc.id)}, {Key: HeaderSource, Value: []byte(tc.source)},
+		}})
+		if got.Event != tc.event || got.Source != tc.src {
+			t.Errorf("id %q source %q: read as %q %q, want %q %q", tc.id, tc.source, got.Event, got.Source, tc.event, tc.src)
+		}
+	}
+}

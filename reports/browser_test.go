@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/internal/testenv"
 )
@@ -52,10 +53,10 @@ func headless(t *testing.T, bin, page string, args ...string) (string, string) {
 // Chromium 156 logs them as `INFO:CONSOLE:1] "message", source: ...`.
 var consoleProblem = regexp.MustCompile(`(?i)(Uncaught|CONSOLE[:(]\d+|Refused to (execute|load|apply)|Content.Security.Policy)`)
 
-// A real run's report and a report full of hostile strings open in
-// headless Chromium with no console error and no injected element, and
-// render to a screenshot ($DELIVERYCHECK_REPORT_SHOT keeps a copy of the
-// real one, e.g. for docs/report.png).
+// A real run's report, a report full of hostile strings and one full of
+// hostile payloads open in headless Chromium with no console error and no
+// injected element, and render to a screenshot ($DELIVERYCHECK_REPORT_SHOT
+// keeps a copy of the real one, e.g. for docs/report.png).
 func TestReportInBrowser(t *testing.T) {
 	bin := chromium(t)
 	t.Run("control: a page that runs a script is caught", func(t *testing.T) {
@@ -66,11 +67,20 @@ func TestReportInBrowser(t *testing.T) {
 			t.Fatalf("the detectors missed a script error; stderr:\n%s\nDOM:\n%s", stderr, dom)
 		}
 	})
+	// readDir is a run folder's report as ReadRunDir reads it.
+	readDir := func(t *testing.T, dir string) (string, Record, *checker.Result) {
+		t.Helper()
+		run, res, err := ReadRunDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dir, run, res
+	}
 	for _, tc := range []struct {
-		name string
-		dir  func(t *testing.T) string
+		name   string
+		report func(t *testing.T) (dir string, run Record, res *checker.Result)
 	}{
-		{"real run", func(t *testing.T) string {
+		{"real run", func(t *testing.T) (string, Record, *checker.Result) {
 			dir := t.TempDir()
 			for _, f := range []string{RunFile, ResultsFile} {
 				b, err := os.ReadFile(filepath.Join("testdata", "run-no-inbox-rabbitmq", f))
@@ -79,26 +89,27 @@ func TestReportInBrowser(t *testing.T) {
 				}
 				os.WriteFile(filepath.Join(dir, f), b, 0o644)
 			}
-			return dir
+			return readDir(t, dir)
 		}},
-		{"hostile", func(t *testing.T) string {
+		{"hostile", func(t *testing.T) (string, Record, *checker.Result) {
 			f := fixture{drain: history.OK, hostile: true}
 			dir := f.writeRunDir(t)
 			if err := WriteAll(dir, f.run(), f.result()); err != nil {
 				t.Fatal(err)
 			}
-			return dir
+			dir, run, res := readDir(t, dir)
+			run.HarnessError = xssScript + xssAttr
+			return dir, run, res
+		}},
+		// Invalid UTF-8, controls, 1 MiB strings: in memory, as the runner
+		// has them (a history file holds no invalid UTF-8 to read back).
+		{"hostile payloads", func(t *testing.T) (string, Record, *checker.Result) {
+			run, res := payloadRun(t)
+			return t.TempDir(), run, res
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := tc.dir(t)
-			run, res, err := ReadRunDir(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.name == "hostile" {
-				run.HarnessError = xssScript + xssAttr
-			}
+			dir, run, res := tc.report(t)
 			page := filepath.Join(dir, HTMLName)
 			if err := HTMLFile(page, run, res); err != nil {
 				t.Fatal(err)

@@ -1,14 +1,17 @@
 package reports
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/pipeline/hostile"
 )
 
 // Hostile strings planted where untrusted text reaches the report: event
@@ -20,6 +23,32 @@ const (
 	xssSub    = `email'"><svg onload=alert(2)>`
 )
 
+// Hostile payloads (pipeline/hostile's kinds) as their text reaches a
+// report: bytes that are not UTF-8, NUL and control bytes, a reason
+// listing 5000 headers, a JSON value nested 20000 deep, and 1 MiB.
+var (
+	// badUTF8 is a stray continuation byte, an overlong "/" and an
+	// encoded surrogate: three ways bytes are not UTF-8.
+	badUTF8 = "\xff\xfe\xc0\xaf\xed\xa0\x80"
+	// ctrl is NUL, C0 controls (an ANSI escape among them), DEL, a C1
+	// control and U+FFFE: none is a character XML 1.0 allows.
+	ctrl        = "\x00\x01\x07\x08\x0b\x0c\x1b[2J\x7f\u0085\ufffe"
+	manyHeaders = "too many headers: " + headerList(hostile.ManyHeadersCount)
+	deepJSON    = "JSON nested deeper than 32: " + strings.Repeat(`{"a":`, hostile.DeepJSONDepth) + "1" + strings.Repeat("}", hostile.DeepJSONDepth)
+	// huge is a 1 MiB reason of everything above, markup included.
+	huge = strings.Repeat(xssScript+badUTF8+ctrl, 1<<20/len(xssScript+badUTF8+ctrl)+1)[:1<<20]
+)
+
+// headerList is n headers as a many-headers message's reason might list
+// them.
+func headerList(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "x-hostile-%04d=v%d, ", i, i)
+	}
+	return b.String()
+}
+
 // fixture describes a small run of a pipeline with two subscriptions:
 // inventory applies event e3 twice after a crash (duplicate effect), the
 // email subscription never gets e4 (lost, though the broker's log read
@@ -30,17 +59,25 @@ const (
 // email applies (an unauthorized effect; rejects too when clean). With
 // hostile it plants hostile strings in ids, errors, details and names,
 // the intruder's event id, kind, refusal and rejection reason among them.
+// With payloads (which implies intruder) it plants the hostile payloads
+// in those places instead.
 type fixture struct {
 	drain    history.Type // history.OK, or Info for a timed-out drain
 	clean    bool         // no anomaly: e3 once, e4 delivered to email
 	hostile  bool
 	intruder bool
+	payloads bool
 }
 
 func (f fixture) ops() history.History {
-	email, e5, key5, errText, detail := "email", "e5", "k5", "unique violation", "relay→broker both ways"
+	email, e4, e5, key5, errText, detail := "email", "e4", "e5", "k5", "unique violation", "relay→broker both ways"
+	publishErr := map[string]string{"e2": "confirm timeout"}
 	if f.hostile {
 		email, e5, key5, errText, detail = xssSub, xssScript, xssAttr, xssScript+xssAttr, xssAttr
+	}
+	if f.payloads {
+		email, e4, e5, key5, errText, detail = "email"+badUTF8+"\x1b", "e4"+badUTF8+ctrl, "e5"+badUTF8+ctrl, ctrl, huge, "both ways "+badUTF8+ctrl
+		publishErr[e4] = huge // in the lost event's lineage
 	}
 	var h history.History
 	t := int64(0)
@@ -55,7 +92,7 @@ func (f fixture) ops() history.History {
 	for _, sub := range []string{"inventory", email} {
 		add(0, "harness", history.OK, history.Lineage, history.Value{Consumer: sub})
 	}
-	events := []struct{ id, key string }{{"e1", "k1"}, {"e2", "k1"}, {"e3", "k2"}, {"e4", "k3"}, {e5, key5}, {"e6", "k2"}}
+	events := []struct{ id, key string }{{"e1", "k1"}, {"e2", "k1"}, {"e3", "k2"}, {e4, "k3"}, {e5, key5}, {"e6", "k2"}}
 	ver := map[string]int64{}
 	versions := map[string]int64{}
 	for _, e := range events {
@@ -69,8 +106,8 @@ func (f fixture) ops() history.History {
 	add(10*ms, "producer-1", history.Info, history.Commit, history.Value{Event: "e7", Key: "k9", Error: "connection reset"})
 	add(200*ms, "nemesis", history.Invoke, history.Fault, history.Value{Fault: "partition", Target: "relay-0", Detail: detail})
 	for i, e := range events {
-		if e.id == "e2" {
-			add(20*ms, "relay-0", history.Info, history.Publish, history.Value{Event: e.id, Tag: 11, Attempt: 1, Error: "confirm timeout"})
+		if err, ok := publishErr[e.id]; ok {
+			add(20*ms, "relay-0", history.Info, history.Publish, history.Value{Event: e.id, Tag: 11, Attempt: 1, Error: err})
 		}
 		add(150*ms, "relay-0", history.OK, history.Publish, history.Value{Event: e.id, Tag: int64(12 + i), Attempt: 1})
 	}
@@ -78,7 +115,7 @@ func (f fixture) ops() history.History {
 	for i, e := range events {
 		v := versions[e.id]
 		for _, sub := range []string{"inventory", email} {
-			if sub == email && e.id == "e4" && !f.clean {
+			if sub == email && e.id == e4 && !f.clean {
 				continue
 			}
 			c := "consumer-" + sub + "-0"
@@ -129,13 +166,16 @@ func (f fixture) ops() history.History {
 // inventory and email did with them, and their effect rows into effects;
 // it returns the rejections' dead-letter rows.
 func (f fixture) intrude(add func(int64, string, history.Type, history.F, history.Value), email string, effects *[]history.Value) []history.Value {
-	if !f.intruder && !f.hostile {
+	if !f.intruder && !f.hostile && !f.payloads {
 		return nil
 	}
 	ms := int64(time.Millisecond)
 	id, kind, reason, refusal := "intruder-type-1-run", "type", `source "/orders" may not emit "AdminGranted"`, "ACCESS_REFUSED"
 	if f.hostile {
 		id, kind, reason, refusal = "intruder-"+xssScript, xssAttr, xssScript+xssSub, xssAttr+xssScript
+	}
+	if f.payloads {
+		id, kind, reason, refusal = "intruder-"+badUTF8+ctrl, string(hostile.ManyHeaders)+ctrl+badUTF8, manyHeaders, "PRECONDITION_FAILED "+deepJSON
 	}
 	fault := history.Value{Fault: checker.FaultIntrude, Target: "rabbitmq", Detail: "at 2s: intrude"}
 	add(10*ms, "nemesis", history.Invoke, history.Fault, fault)
@@ -188,6 +228,15 @@ func (f fixture) run() Record {
 		r.Scenario = "order" + xssScript
 		r.Command = "deliverycheck run '" + xssAttr + "'"
 		r.Description = xssAttr
+	}
+	if f.payloads {
+		r.Scenario = "order" + badUTF8 + ctrl
+		r.Command = "deliverycheck run '" + ctrl + badUTF8 + "'"
+		r.Description = deepJSON
+		r.Environment.Servers["rabbitmq"] += badUTF8 + ctrl
+		r.HarnessError = huge
+		r.CrashLoops = []string{"consumer-email-0 crash-looped; last log lines: " + manyHeaders + badUTF8 + ctrl}
+		r.External = []External{{Workers: []string{"consumer-x" + ctrl + "-0"}, Command: "./consumer " + badUTF8 + ctrl, Failpoints: []string{deepJSON}}}
 	}
 	return r
 }

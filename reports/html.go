@@ -39,14 +39,17 @@ func parseTemplate() (*template.Template, error) {
 // CSS and SVG, no script, no network. Every string from the run or the
 // history goes through html/template's contextual escaping, and the page's
 // Content-Security-Policy forbids scripts, so a hostile payload, header or
-// error text is shown, never run. res may be nil when the harness failed
-// before checking.
+// error text is shown, never run; before that, [inert] makes every string
+// valid UTF-8 without controls and cuts it to maxShownText bytes. res may
+// be nil when the harness failed before checking.
 func HTML(w io.Writer, run Record, res *checker.Result) error {
 	t, err := parseTemplate()
 	if err != nil {
 		return err
 	}
-	if err := t.Execute(w, newView(run, res)); err != nil {
+	v := newView(run, res)
+	inert(&v)
+	if err := t.Execute(w, v); err != nil {
 		return fmt.Errorf("reports: render html: %w", err)
 	}
 	return nil

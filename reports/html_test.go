@@ -234,8 +234,8 @@ func TestPlotsBounded(t *testing.T) {
 	ps := plots(run, res)
 	for _, p := range ps {
 		for _, l := range p.Lines {
-			if l.N > maxPoints || strings.Count(l.Points, ",") != l.N {
-				t.Errorf("%s/%s: %d points (counted %d)", p.ID, l.Name, l.N, strings.Count(l.Points, ","))
+			if l.N > maxPoints || strings.Count(string(l.Points), ",") != l.N {
+				t.Errorf("%s/%s: %d points (counted %d)", p.ID, l.Name, l.N, strings.Count(string(l.Points), ","))
 			}
 		}
 		if len(p.Bands) > maxBands || len(p.Marks) > 2*maxMarks {

@@ -45,10 +45,14 @@ type plotView struct {
 type lineView struct {
 	Name   string
 	Color  string
-	Dash   string // stroke-dasharray, empty for solid
-	Points string // "x,y x,y ..." at most maxPoints pairs
-	N      int    // points in Points
+	Dash   string    // stroke-dasharray, empty for solid
+	Points svgPoints // "x,y x,y ..." at most maxPoints pairs
+	N      int       // points in Points
 }
+
+// svgPoints is a polyline's points: the report's own numbers, longer than
+// maxShownText, so not a string [inert] cuts.
+type svgPoints string
 
 type bandView struct {
 	X, W  float64
@@ -181,7 +185,7 @@ func layout(id, title, unit string, a axis, ss []series, run Record) plotView {
 			b.WriteByte(',')
 			b.WriteString(strconv.FormatFloat(a.y(v), 'f', 1, 64))
 		}
-		p.Lines = append(p.Lines, lineView{Name: s.name, Color: palette[i%len(palette)], Dash: s.dash, Points: b.String(), N: len(vals)})
+		p.Lines = append(p.Lines, lineView{Name: s.name, Color: palette[i%len(palette)], Dash: s.dash, Points: svgPoints(b.String()), N: len(vals)})
 	}
 	if len(p.Lines) == 0 {
 		p.Empty = "no data"

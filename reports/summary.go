@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/deliverycheck/deliverycheck/checker"
 )
@@ -99,11 +100,16 @@ func capitalize(s string) string {
 	return strings.ToUpper(s[:1]) + s[1:]
 }
 
-// oneLine keeps the first line of s, cut to 300 bytes.
+// oneLine keeps the first line of s, cut to at most 300 bytes at a rune
+// boundary (a cut through a rune would leave bytes that are not UTF-8).
 func oneLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	if len(s) > 300 {
-		s = s[:300] + "…"
+		i := 300
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		s = s[:i] + "…"
 	}
 	return s
 }

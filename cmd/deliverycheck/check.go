@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/reports"
 )
 
 func newCheckCmd() *cobra.Command {
@@ -130,7 +131,11 @@ func writeResults(stdout io.Writer, path string, r *checker.Result) error {
 	return nil
 }
 
+// printSummary prints check's summary of r. Event ids, reasons and
+// errors in it may come from hostile messages: they go to the terminal
+// through reports.PrintableWriter, with no escape sequence left to act on.
 func printSummary(w io.Writer, r *checker.Result, paths []string, out string) {
+	w = reports.PrintableWriter(w)
 	g := r.Guarantees
 	var limits string
 	if g.MaxStall > 0 {

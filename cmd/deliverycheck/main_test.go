@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/pipeline"
@@ -83,5 +84,30 @@ func TestOutcomeBadInputSaysWhere(t *testing.T) {
 	}
 	if got := badInput(errors.New("provision: no docker")); got != nil {
 		t.Errorf("a harness failure is bad input: %v", got)
+	}
+}
+
+// Text from hostile messages (an event id, a harness error quoting a
+// broker's) reaches the terminal with no control left to act on: an
+// escape sequence that would set the window title or clear the screen,
+// a carriage return that would overwrite the verdict, prints as control
+// pictures, and bytes that are not UTF-8 as U+FFFD.
+func TestPrintedHostileTextInert(t *testing.T) {
+	hostile := "e1\x1b]0;pwned\x07\x1b[2J\rVALID\xff"
+	res := &checker.Result{Valid: checker.Invalid, Reasons: []string{"1 lost in inventory"},
+		Anomalies: []checker.Anomaly{{Kind: checker.Lost, Subscription: "inventory", Fatal: true, Count: 1, Events: []string{hostile}}}}
+	run := reports.Record{Scenario: "s", HarnessError: "broker: " + hostile}
+	o := &runner.Outcome{Result: res, Run: run, Verdict: reports.Judge(run, res), Dir: "runs/s/1"}
+	var out bytes.Buffer
+	printOutcome(&out, scenarios.Scenario{Name: "s"}, o)
+	printSummary(&out, res, nil, "-")
+	want := "e1␛]0;pwned␇␛[2J␍VALID\ufffd"
+	if strings.Count(out.String(), want) != 2 {
+		t.Errorf("the hostile text is not shown inert in the reasons and the anomaly:\n%s", out.String())
+	}
+	for i, r := range out.String() {
+		if r < 0x20 && r != '\n' && r != '\t' || r == 0x7f || r == utf8.RuneError && !strings.HasPrefix(out.String()[i:], "\ufffd") {
+			t.Fatalf("control %U or a byte that is not UTF-8 printed at %d: %q", r, i, out.String())
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/pipeline"
+	"github.com/deliverycheck/deliverycheck/reports"
 	"github.com/deliverycheck/deliverycheck/runner"
 	"github.com/deliverycheck/deliverycheck/scenarios"
 )
@@ -185,8 +186,11 @@ func badInput(err error) error {
 }
 
 // printOutcome prints the short summary of one run: its verdict as
-// results.json states it, and what the scenario expected.
+// results.json states it, and what the scenario expected. Its reasons and
+// errors may quote hostile messages: they go to the terminal through
+// reports.PrintableWriter.
 func printOutcome(w io.Writer, s scenarios.Scenario, o *runner.Outcome) {
+	w = reports.PrintableWriter(w)
 	v := o.Verdict
 	if !v.Checked {
 		what, err := "harness error", o.HarnessErr

@@ -144,6 +144,10 @@ func (p *Processor) effect(ctx context.Context, tv history.Value, ins []*kgo.Rec
 
 // applyValue is the value of the apply ops of input in: its event, as
 // its headers name it, and its position, in the effect's subscription.
+// The event's identity is untrusted header bytes, kept as
+// [broker.SafeText] makes them: the effect's rows store it in text
+// columns, which refuse invalid UTF-8 and NUL, and the consumers record
+// it the same way.
 func (p *Processor) applyValue(tv history.Value, in *kgo.Record) history.Value {
 	hs := make(map[string]string, len(in.Headers))
 	for _, h := range in.Headers {
@@ -151,7 +155,7 @@ func (p *Processor) applyValue(tv history.Value, in *kgo.Record) history.Value {
 	}
 	e := broker.EventFromHeaders(hs, nil)
 	return history.Value{
-		Txn: tv.Txn, Event: e.ID, Source: e.Source, Key: e.Key, Version: e.Version,
+		Txn: tv.Txn, Event: broker.SafeText(e.ID), Source: broker.SafeText(e.Source), Key: broker.SafeText(e.Key), Version: e.Version,
 		Partition: int64(in.Partition), Offset: in.Offset, Consumer: p.cfg.Subscription,
 	}
 }

@@ -68,4 +68,10 @@ func TestApplyValue(t *testing.T) {
 	if got := p.applyValue(history.Value{}, in); got.Version != 0 || got.Event != "ord-17-v3" {
 		t.Errorf("hostile version: %+v", got)
 	}
+	// An identity that is not text (invalid UTF-8, a NUL) is kept quoted,
+	// as broker.SafeText makes it for the effects table's text columns.
+	in.Headers[0].Value, in.Headers[1].Value, in.Headers[2].Value = []byte("hostile-\xff"), []byte("/orders\x00"), []byte("ord-\xc0")
+	if got := p.applyValue(history.Value{}, in); got.Event != `"hostile-\xff"` || got.Source != `"/orders\x00"` || got.Key != `"ord-\xc0"` {
+		t.Errorf("hostile identity: event %q source %q key %q", got.Event, got.Source, got.Key)
+	}
 }
