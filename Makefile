@@ -52,9 +52,11 @@ node-example:
 # Both runtimes are tested, and every server-backed test runs: a missing
 # server, tool or container engine fails the run instead of skipping the
 # tests that need it (internal/testenv). Building the images (mostly
-# download and unpack) overlaps with compiling.
+# download and unpack) overlaps with compiling. The Go example is its own
+# module, outside ./...: its unit tests (no servers) run first.
 test: deps
 	$(MAKE) -j2 --no-print-directory containers compile
+	cd examples/consumer && $(GO) test -count=1 ./...
 	$(IMAGES) DELIVERYCHECK_REQUIRE_SERVERS=1 DELIVERYCHECK_REQUIRE_CONTAINERS=1 $(GO) test $(TESTFLAGS) ./...
 
 # A real scenario end to end: order confirmations consumed by inventory and

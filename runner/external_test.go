@@ -5,12 +5,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/internal/testenv"
+	"github.com/deliverycheck/deliverycheck/pipeline/hostile"
 	"github.com/deliverycheck/deliverycheck/pipeline/pipelinetest"
 	"github.com/deliverycheck/deliverycheck/scenarios"
 )
@@ -73,9 +76,12 @@ func installNodeExample(t *testing.T) {
 // out valid although its failpoints crashed it, each buggy build is
 // caught with the anomaly its scenario expects. examples/consumer (Go):
 // the buggy build has no inbox check, a redelivered event is applied
-// twice. examples/consumer-node (Node.js, failpoints and lineage through
-// DELIVERYCHECK_ENDPOINT): the buggy build acks or commits the offset
-// before its transaction, and a crash in between loses the event.
+// twice; against the intruder's hostile messages (scenario-hostile.yaml)
+// the correct build turns each away by its limits with the contract's
+// reason, within max-rss (checkHostile). examples/consumer-node (Node.js,
+// failpoints and lineage through DELIVERYCHECK_ENDPOINT): the buggy build
+// acks or commits the offset before its transaction, and a crash in
+// between loses the event.
 func TestExampleConsumer(t *testing.T) {
 	shared.Get(t)
 	type run struct {
@@ -83,10 +89,12 @@ func TestExampleConsumer(t *testing.T) {
 		command           []string // nil: the scenario's own
 	}
 	var runs []run
+	good, buggy := buildExample(t, ""), buildExample(t, "buggy")
 	for _, br := range []string{"kafka", "rabbitmq"} {
 		runs = append(runs,
-			run{"consumer", "scenario.yaml", br, []string{buildExample(t, "")}},
-			run{"consumer", "scenario-buggy.yaml", br, []string{buildExample(t, "buggy")}})
+			run{"consumer", "scenario.yaml", br, []string{good}},
+			run{"consumer", "scenario-buggy.yaml", br, []string{buggy}},
+			run{"consumer", "scenario-hostile.yaml", br, []string{good}})
 	}
 	installNodeExample(t)
 	for _, br := range []string{"kafka", "rabbitmq"} {
@@ -165,5 +173,63 @@ func runExample(t *testing.T, servers *pipelinetest.Servers, dir, file, br strin
 		if sub.Redelivered == 0 {
 			t.Error("no event was redelivered although the consumer crashed between its commit and its ack")
 		}
+	}
+	if len(s.Security.Intruder.Kinds) > 0 {
+		checkHostile(t, s, r)
+	}
+}
+
+// hostileReasons are the contract's reasons (docs/contract.md, "Hostile
+// messages"), by prefix, a team's consumer gives for each hostile kind:
+// the example's limits.go. The header count depends on the event's own
+// headers, which the run decides.
+var hostileReasons = map[hostile.Kind]string{
+	hostile.Oversize:        "payload too large: 921600 bytes",
+	hostile.CompressionBomb: "decompressed payload over 65536 bytes",
+	hostile.DeepJSON:        "JSON nested deeper than 32",
+	hostile.InvalidUTF8:     `header "event-id" is not valid UTF-8`,
+	hostile.UnknownType:     `unknown type "Sabotage"`,
+	hostile.ManyHeaders:     "too many headers: 50",
+}
+
+// checkHostile: every hostile message the intruder got into the broker was
+// rejected by the inventory subscription with its kind's reason, none
+// applied or left unaccounted, and every consumer process's memory was
+// measured and stayed under max-rss (the verdict says so too; the peaks
+// are logged, so a run's margin can be read).
+func checkHostile(t *testing.T, s scenarios.Scenario, r *checker.Result) {
+	t.Helper()
+	in := r.Intruder
+	if in == nil || in.Accepted == 0 {
+		t.Fatalf("no hostile message reached the broker: %+v", in)
+	}
+	for _, kind := range s.Security.Intruder.Kinds {
+		want, ok := hostileReasons[hostile.Kind(kind)]
+		if !ok {
+			t.Fatalf("kind %s: no reason known (is it a hostile kind?)", kind)
+		}
+		i := slices.IndexFunc(in.Kinds, func(k checker.IntruderKind) bool { return k.Kind == string(kind) })
+		if i < 0 || in.Kinds[i].Accepted == 0 {
+			t.Errorf("kind %s: none accepted by the broker (%+v)", kind, in.Kinds)
+			continue
+		}
+		k := in.Kinds[i]
+		for _, sub := range k.Subscriptions {
+			if sub.Rejected != k.Accepted || sub.Applied+sub.Skipped+sub.Unaccounted != 0 ||
+				len(sub.Reasons) != 1 || !strings.HasPrefix(sub.Reasons[0], want) {
+				t.Errorf("kind %s, %s: %d of %d rejected (%q), %d applied, %d skipped, %d unaccounted; want every one rejected with %q",
+					kind, sub.Subscription, sub.Rejected, k.Accepted, sub.Reasons, sub.Applied, sub.Skipped, sub.Unaccounted, want)
+			}
+		}
+	}
+	consumers := 0
+	for _, p := range r.Resources {
+		t.Logf("%s peaked at %.1f MiB (max-rss %.0f MiB)", p.Process, float64(p.PeakRSS)/(1<<20), float64(s.Guarantees.MaxRSS)/(1<<20))
+		if strings.HasPrefix(p.Process, "consumer-") {
+			consumers++
+		}
+	}
+	if consumers == 0 || s.Guarantees.MaxRSS == 0 {
+		t.Errorf("no consumer's memory measured, or no max-rss promised (%d MiB)", s.Guarantees.MaxRSS>>20)
 	}
 }

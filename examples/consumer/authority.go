@@ -113,15 +113,20 @@ func reject(ctx context.Context, db *pgxpool.Pool, subscription string, ev event
 	return err
 }
 
-// apply checks ev and either applies it or rejects it; it returns the
-// reason of a rejection, "" when applied (or already applied).
-func apply(ctx context.Context, db *pgxpool.Pool, cfg config, ev event) (string, error) {
-	reason, err := cfg.authority.check(ctx, db, cfg.subscription, ev)
-	if err != nil {
-		return "", err
+// apply turns m away if it is over a limit (limits.go) or not authorized,
+// else applies it. It returns the event and the reason of a rejection, ""
+// when applied (or already applied).
+func apply(ctx context.Context, db *pgxpool.Pool, cfg config, m message) (event, string, error) {
+	ev, reason := inspect(m)
+	if reason == "" {
+		var err error
+		if reason, err = cfg.authority.check(ctx, db, cfg.subscription, ev); err != nil {
+			return ev, "", err
+		}
 	}
 	if reason != "" {
-		return reason, reject(ctx, db, cfg.subscription, ev, reason)
+		reason = broker.SafeText(reason) // it may cite a hostile value
+		return ev, reason, reject(ctx, db, cfg.subscription, ev, reason)
 	}
-	return "", handle(ctx, db, cfg.subscription, ev)
+	return ev, "", handle(ctx, db, cfg.subscription, ev)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
 )
@@ -57,14 +58,10 @@ func consumeKafka(ctx context.Context, log *slog.Logger, cfg config, db *pgxpool
 			if failed != nil {
 				return
 			}
-			id := header(r, "event-id")
-			v := history.Value{Event: id, Partition: int64(r.Partition), Offset: r.Offset}
+			m := kafkaMessage(r)
+			v := history.Value{Event: broker.SafeText(m.id), Partition: int64(r.Partition), Offset: r.Offset}
 			record(history.Deliver, v)
-			ev, err := parseEvent(id, string(r.Key), func(k string) string { return header(r, k) }, r.Value)
-			var reason string
-			if err == nil {
-				reason, err = apply(ctx, db, cfg, ev)
-			}
+			ev, reason, err := apply(ctx, db, cfg, m)
 			if err != nil {
 				failed = fmt.Errorf("record at offset %d: %w", r.Offset, err)
 				return
@@ -91,11 +88,14 @@ func consumeKafka(ctx context.Context, log *slog.Logger, cfg config, db *pgxpool
 	}
 }
 
-func header(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
+// kafkaMessage is r as the limits see it: every header, a repeated name
+// each time (a record may repeat one), every value text; the event id from
+// the event-id header, the aggregate id from the record's key.
+func kafkaMessage(r *kgo.Record) message {
+	m := message{order: string(r.Key), payload: r.Value, headers: make([]header, len(r.Headers))}
+	for i, h := range r.Headers {
+		m.headers[i] = header{name: h.Key, value: string(h.Value), text: true}
 	}
-	return ""
+	m.id = m.header("event-id")
+	return m
 }

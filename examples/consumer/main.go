@@ -9,6 +9,12 @@
 // (shop_inbox, shop_stock_moves) and marks its crash windows with
 // failpoint.Inject, which is a no-op outside a deliverycheck run.
 //
+// A message is untrusted input: before it parses one, it bounds what the
+// message may claim (limits.go: header count, UTF-8 and length, a known
+// type, payload size, gzip inflated through a bounded reader, JSON depth),
+// then checks the event's authority (authority.go); a message that fails
+// either is turned away at its first delivery with the reason.
+//
 // In one transaction it records the event in its inbox and, only if the
 // event is new, writes the stock move; after the commit it commits the
 // Kafka offset or acks the RabbitMQ delivery. A redelivered event finds
@@ -25,7 +31,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -146,17 +151,4 @@ func handle(ctx context.Context, db *pgxpool.Pool, subscription string, ev event
 		failpoint.InjectEvent("after-effect-before-commit", ev.id)
 		return nil
 	})
-}
-
-// parseEvent checks the headers every event carries (docs/contract.md);
-// header reads one by name.
-func parseEvent(id, order string, header func(string) string, payload []byte) (event, error) {
-	version := header("version")
-	v, err := strconv.ParseInt(version, 10, 64)
-	if id == "" || order == "" || err != nil {
-		return event{}, fmt.Errorf("no event-id, aggregate id or version (%q, %q, %q)", id, order, version)
-	}
-	return event{id: id, order: order, version: v,
-		source: header("source"), typ: header("type"), tenant: header("tenant"), time: header("time"), signature: header("signature"),
-		payload: payload}, nil
 }

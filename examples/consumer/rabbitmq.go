@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
 )
@@ -64,19 +65,15 @@ func consumeRabbitMQ(ctx context.Context, log *slog.Logger, cfg config, db *pgxp
 		if !ok {
 			return errors.New("rabbitmq: deliveries stopped (channel or connection closed)")
 		}
-		v := history.Value{Event: d.MessageId, Tag: int64(d.DeliveryTag), Attempt: attempt(d.Headers)}
+		m := rabbitMessage(d)
+		v := history.Value{Event: broker.SafeText(m.id), Tag: int64(d.DeliveryTag), Attempt: attempt(d.Headers)}
 		record(history.Deliver, v)
-		order, _ := d.Headers["aggregate-id"].(string)
-		ev, err := parseEvent(d.MessageId, order, func(k string) string { s, _ := d.Headers[k].(string); return s }, d.Body)
-		var reason string
-		if err == nil {
-			reason, err = apply(ctx, db, cfg, ev)
-		}
+		ev, reason, err := apply(ctx, db, cfg, m)
 		if err != nil {
 			// Unacked, it is redelivered to the next process (and
 			// dead-lettered by the queue's delivery limit if it never
 			// goes through).
-			return fmt.Errorf("delivery %d (%s): %w", d.DeliveryTag, d.MessageId, err)
+			return fmt.Errorf("delivery %d (%s): %w", d.DeliveryTag, ev.id, err)
 		}
 		failpoint.InjectEvent("after-commit-before-ack", ev.id)
 		if err := d.Ack(false); err != nil {
@@ -89,6 +86,26 @@ func consumeRabbitMQ(ctx context.Context, log *slog.Logger, cfg config, db *pgxp
 		}
 		record(history.Ack, v)
 	}
+}
+
+// rabbitMessage is d as the limits see it: every header of its table, a
+// string or bytes value as text, any other (x-delivery-count, an
+// integer) counted but not read; the event id from the message_id
+// property, the aggregate id from the aggregate-id header.
+func rabbitMessage(d amqp.Delivery) message {
+	m := message{id: d.MessageId, payload: d.Body, headers: make([]header, 0, len(d.Headers))}
+	for k, v := range d.Headers {
+		h := header{name: k}
+		switch v := v.(type) {
+		case string:
+			h.value, h.text = v, true
+		case []byte:
+			h.value, h.text = string(v), true
+		}
+		m.headers = append(m.headers, h)
+	}
+	m.order = m.header("aggregate-id")
+	return m
 }
 
 // attempt is which delivery of its message d is, from 1. A quorum queue
