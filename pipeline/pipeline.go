@@ -697,8 +697,9 @@ func (r *Deployment) builtinRelays() int64 {
 }
 
 // teamProgress adds what the drain can know without a relay that reports
-// its idle polls: how far each subscription got. One query reads the
-// built-in and the team's effects and dead letters together.
+// its idle polls: how far each subscription got with the committed events
+// (the intruder's left out). One query reads the built-in and the team's
+// effects and dead letters together.
 func (r *Deployment) teamProgress(ctx context.Context, p *progress) error {
 	union := `SELECT event_id, consumer, false AS team FROM effects UNION ALL SELECT event_id, consumer, false FROM dead_letters`
 	for _, q := range r.teamQueries() {
@@ -707,7 +708,10 @@ func (r *Deployment) teamProgress(ctx context.Context, p *progress) error {
 	if err := r.db.QueryRow(ctx, `SELECT coalesce(sum(version), 0) FROM orders`).Scan(&p.committed); err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
-	rows, err := r.db.Query(ctx, `SELECT consumer, count(DISTINCT event_id), count(*) FILTER (WHERE team) FROM (`+union+`) AS u GROUP BY consumer`)
+	// The intruder's events are resolved too, but no commit owes them:
+	// counted, they would let the drain think real events were done.
+	rows, err := r.db.Query(ctx, `SELECT consumer, count(DISTINCT event_id), count(*) FILTER (WHERE team) FROM (`+union+`) AS u
+		WHERE NOT (event_id = ANY(coalesce($1::text[], '{}'))) GROUP BY consumer`, r.intruderAccepted()) // nil is NULL
 	if err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
