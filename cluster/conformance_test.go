@@ -72,6 +72,7 @@ func TestConformance(t *testing.T) {
 					}
 				}
 			})
+			t.Run("rabbitmq-users", func(t *testing.T) { checkRabbitMQUsers(t, ctx, c) })
 			t.Run("kill-restart-keeps-acknowledged-data", func(t *testing.T) {
 				for _, name := range cluster.Names() {
 					t.Run(name, func(t *testing.T) { killKeepsData(t, ctx, c, name) })
