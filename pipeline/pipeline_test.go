@@ -85,6 +85,7 @@ func effectivelyOnce() checker.Guarantees {
 func TestNoFaults(t *testing.T) {
 	for _, b := range []string{"kafka", "rabbitmq"} {
 		t.Run(b, func(t *testing.T) {
+			t.Parallel() // no fault: the two brokers' runs go side by side
 			res := runPipeline(t, Config{Broker: b, Producers: 2, Rate: 100, Subscriptions: []string{"inventory", "email"}}, 3*time.Second, effectivelyOnce())
 			if res.Valid != checker.Valid {
 				t.Fatalf("verdict %s: %v", res.Valid, res.Reasons)
@@ -106,6 +107,7 @@ func TestNoFaults(t *testing.T) {
 func TestPoisonReachesDLQ(t *testing.T) {
 	for _, b := range []string{"kafka", "rabbitmq"} {
 		t.Run(b, func(t *testing.T) {
+			t.Parallel() // no fault: the two brokers' runs go side by side
 			res := runPipeline(t, Config{Broker: b, Producers: 2, Rate: 60, PoisonRatio: 0.1, MaxAttempts: 3}, 3*time.Second, effectivelyOnce())
 			if res.Valid != checker.Valid {
 				t.Fatalf("verdict %s: %v", res.Valid, res.Reasons)

@@ -86,6 +86,9 @@ func TestStageDatabaseEffect(t *testing.T) {
 		{processor.InboxEffect, checker.Valid, "exactly once on Kafka's topics; exactly once on the database"},
 	} {
 		t.Run(string(tt.effect), func(t *testing.T) {
+			// No fault (the aborts are the processor's own, on purpose):
+			// the two runs go side by side.
+			t.Parallel()
 			cfg := Config{Broker: "kafka", Producers: 2, Rate: 60, Subscriptions: []string{"inventory"}, Stage: &Stage{Effect: tt.effect}}
 			res, _ := runPipelineWith(t, cfg, 3*time.Second, nil, effectivelyOnce())
 			st := res.TxnStage
