@@ -46,6 +46,10 @@ func TestConformance(t *testing.T) {
 	}
 	for _, rt := range runtimesUnderTest(t) {
 		t.Run(rt, func(t *testing.T) {
+			// Each runtime's single servers are its own (its own ports,
+			// dirs, containers): the two go side by side, as the
+			// runner's matrix lanes of single servers do.
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			c, err := cluster.Start(ctx, cluster.Config{Runtime: rt})
