@@ -167,8 +167,14 @@ func runFaultCases(t *testing.T, cases []faultCase) {
 	}
 }
 
-func TestCorrectUnderFailpoints(t *testing.T) { runFaultCases(t, correctUnderFailpoints()) }
-func TestKnownBadAreCaught(t *testing.T)      { runFaultCases(t, knownBad()) }
+func TestCorrectUnderFailpoints(t *testing.T) {
+	// Its fault is its own workers': it runs beside the other such
+	// tests, once the ones that break the shared servers are done.
+	t.Parallel()
+	runFaultCases(t, correctUnderFailpoints())
+}
+
+func TestKnownBadAreCaught(t *testing.T) { runFaultCases(t, knownBad()) }
 
 // arm arms a failpoint in a running worker, as a nemesis does.
 func arm(worker, term string) func(*testing.T, *Deployment) {

@@ -128,6 +128,9 @@ func TestPoisonReachesDLQ(t *testing.T) {
 // own commits, a failpoint in a shared process crashes (and restarts) all
 // its clients together, and the pipeline stays valid.
 func TestProducerProcesses(t *testing.T) {
+	// Its fault is its own workers': it runs beside the other such
+	// tests, once the ones that break the shared servers are done.
+	t.Parallel()
 	cfg := Config{Broker: "kafka", Producers: 4, ProducerProcesses: 2, Rate: 60, Subscriptions: []string{"inventory"},
 		Failpoints: map[string][]string{"producer-2": {"producer.after-commit=kill(1)"}}}
 	res, r := runPipelineWith(t, cfg, 3*time.Second, nil, effectivelyOnce())
