@@ -434,23 +434,18 @@ func waitWhole(t *testing.T, ctx context.Context, rc rabbitCluster) {
 	t.Logf("cluster whole after %v", time.Since(start).Round(time.Millisecond))
 }
 
-// autohealGrace is how long the cluster on runtime rt is given to mend
-// itself after a node that was frozen or cut off is back, before the test
-// restarts that node as an operator would. Autoheal needs 0.5 to 3 s when
-// it works; RabbitMQ 3.10.8 (local) and 4.0.5 (containers) sometimes never
-// finish it (on 3.10.8 after a leader's partition, most runs: the cut-off
-// node no longer answers erl_call and the others keep it out), which is
-// RabbitMQ's weakness, not the fault's, and would otherwise fail every
-// subtest after this one. 4.0.5 (containers) gets 60 s: it once needed
-// over 20 s after a pause. 3.10.8 (local) gets 20 s: its autoheal, when it
-// works, is done in under 3 s, its failing one retries only after 60 s,
-// and waiting that out cost nearly a minute of every CI run.
-func autohealGrace(rt string) time.Duration {
-	if rt == cluster.Local {
-		return 20 * time.Second
-	}
-	return 60 * time.Second
-}
+// autohealGrace is how long the cluster is given to mend itself after a
+// node that was frozen or cut off is back, before the test restarts that
+// node as an operator would. Autoheal needs 0.5 to 4 s when it works;
+// RabbitMQ 3.10.8 (local) and 4.0.5 (containers) often never finish it
+// (after a leader's pause or partition: the node no longer answers
+// erl_call and the others keep it out; 3.10.8 retries only after 60 s),
+// which is RabbitMQ's weakness, not the fault's, and would otherwise fail
+// every subtest after this one. The restart (kill -9, start) mends it in
+// about 3 s; waiting 60 s for an autoheal that did not come cost a minute
+// of most CI runs. (4.0.5 once needed over 20 s after a pause: the
+// restart then mends what autoheal was still doing.)
+const autohealGrace = 20 * time.Second
 
 // waitWholeMending waits for the cluster to be whole again after the
 // fault on node ended: first on its own, for autohealGrace, then after
@@ -463,15 +458,14 @@ func autohealGrace(rt string) time.Duration {
 func waitWholeMending(t *testing.T, ctx context.Context, c *cluster.Cluster, rc rabbitCluster, node string) {
 	t.Helper()
 	start := time.Now()
-	grace := autohealGrace(c.Runtime())
-	gctx, cancel := context.WithTimeout(ctx, grace)
+	gctx, cancel := context.WithTimeout(ctx, autohealGrace)
 	err := rc.WaitWhole(gctx)
 	cancel()
 	if err == nil {
 		t.Logf("cluster whole after %v", time.Since(start).Round(time.Millisecond))
 		return
 	}
-	t.Logf("cluster not whole %v after the fault on %s ended (%v): restarting %s (kill -9, start), as an operator would", grace, node, err, node)
+	t.Logf("cluster not whole %v after the fault on %s ended (%v): restarting %s (kill -9, start), as an operator would", autohealGrace, node, err, node)
 	svc := c.Service(node)
 	if svc == nil {
 		t.Fatalf("no RabbitMQ node %s", node)
