@@ -46,6 +46,10 @@ func TestConformance(t *testing.T) {
 	}
 	for _, rt := range runtimesUnderTest(t) {
 		t.Run(rt, func(t *testing.T) {
+			// Each runtime's single servers are its own (its own ports,
+			// dirs, containers): the two go side by side, as the
+			// runner's matrix lanes of single servers do.
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			c, err := cluster.Start(ctx, cluster.Config{Runtime: rt})
@@ -72,6 +76,7 @@ func TestConformance(t *testing.T) {
 					}
 				}
 			})
+			t.Run("rabbitmq-users", func(t *testing.T) { checkRabbitMQUsers(t, ctx, c) })
 			t.Run("kill-restart-keeps-acknowledged-data", func(t *testing.T) {
 				for _, name := range cluster.Names() {
 					t.Run(name, func(t *testing.T) { killKeepsData(t, ctx, c, name) })

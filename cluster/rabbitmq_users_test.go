@@ -5,48 +5,19 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/cluster/probe"
-	"github.com/deliverycheck/deliverycheck/internal/testenv"
 )
 
-// TestRabbitMQUsers: a RabbitMQ, single on every runtime or replicated
-// on the local runtime, adds a user of a run's own (the intruder's): it
-// logs in on every node, and is gone from every node once deleted. (What
+// checkRabbitMQUsers adds a user of a run's own (the intruder's) to c's
+// RabbitMQ, single on every runtime or replicated on the local runtime:
+// it logs in on every node, and is gone from every node once deleted. (What
 // its permissions allow is tested with the intruder in package pipeline.)
-func TestRabbitMQUsers(t *testing.T) {
-	testenv.SkipIfShort(t, "starts RabbitMQ")
-	for _, rt := range runtimesUnderTest(t) {
-		t.Run(rt, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			c, err := cluster.Start(ctx, cluster.Config{Runtime: rt, Services: []string{cluster.RabbitMQ}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkRabbitMQUsers(t, ctx, c)
-		})
-	}
-	t.Run("local cluster", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		c, _ := startRabbitMQCluster(t, ctx, cluster.Local)
-		checkRabbitMQUsers(t, ctx, c)
-	})
-}
-
-// checkRabbitMQUsers adds, checks and deletes a user on c, then closes c.
+// It runs on servers other tests start anyway (TestConformance's single
+// one, TestRabbitMQCluster's local cluster): a RabbitMQ of its own per
+// case cost about 25 s of every CI run.
 func checkRabbitMQUsers(t *testing.T, ctx context.Context, c *cluster.Cluster) {
-	defer func() {
-		if t.Failed() {
-			logTails(t, c)
-		}
-		if err := c.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
 	admin, err := c.RabbitUserAdmin(cluster.RabbitMQ)
 	if err != nil {
 		t.Fatal(err)

@@ -35,88 +35,99 @@ func TestRollNeedsNodes(t *testing.T) {
 	}
 }
 
-// A rolling restart of a real 3-node Kafka and RabbitMQ, with data in
-// replicated topics and quorum queues: every node restarts once, in
-// order, each only once the service is healthy again, all inside the
-// step's window, and the evidence names every node.
-func TestRollStep(t *testing.T) {
+// TestNodeSteps starts a real 3-node Kafka and a 3-node RabbitMQ, one
+// at a time, and runs on each the nemesis steps that need nodes: a roll on
+// both, then a wipe on Kafka (on the cluster the roll left healthy: a
+// cluster of its own cost a 3-node start, about 8 s of CI).
+func TestNodeSteps(t *testing.T) {
 	testenv.SkipIfShort(t, "starts 3-node Kafka and RabbitMQ clusters")
 	testenv.MustHaveServer(t, "network namespaces", netns.Check())
 	for _, svc := range []string{cluster.Kafka, cluster.RabbitMQ} {
 		t.Run(svc, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 			defer cancel()
 			cl, err := cluster.Start(ctx, cluster.Config{Services: []string{svc}, Nodes: map[string]int{svc: 3}})
 			testenv.MustHaveServer(t, svc, err)
 			defer cl.Close()
-			switch svc {
-			case cluster.Kafka:
-				fillKafka(t, ctx, cl.ClientURL(svc))
-			case cluster.RabbitMQ:
-				fillRabbitMQ(t, ctx, cl.NodeURLs(svc)[1])
+			t.Run("roll", func(t *testing.T) { checkRollStep(t, ctx, cl, svc) })
+			if svc == cluster.Kafka {
+				t.Run("wipe", func(t *testing.T) { checkWipeStep(t, ctx, cl) })
 			}
-			buf := &syncBuffer{}
-			env := &nemesis.Env{Cluster: cl, Broker: svc, Recorder: history.NewWriterRecorder(buf, "nemesis", time.Now())}
-			st, err := nemesis.ParseStep("at 0s: roll broker for 4m")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := nemesis.Fixed(st).Check(env); err != nil {
-				t.Fatal(err)
-			}
-			start := time.Now()
-			if err := nemesis.Fixed(st).Run(ctx, env); err != nil {
-				t.Fatal(err)
-			}
-			took := time.Since(start)
-			var ops []string
-			var ev string
-			var back []time.Duration
-			var stopped time.Duration
-			for _, op := range buf.history(t) {
-				switch op.F {
-				case history.Restart:
-					ops = append(ops, op.Type.String()+" restart "+op.Value.Target)
-					if op.Type == history.Invoke {
-						stopped = time.Duration(op.Time)
-					} else {
-						back = append(back, time.Duration(op.Time)-stopped)
-					}
-				case history.Fault:
-					if op.Value.Fault == "schedule" {
-						continue
-					}
-					ops = append(ops, op.Type.String()+" fault "+op.Value.Target)
-					if op.Type == history.OK {
-						ev = op.Value.Evidence
-					}
-				}
-			}
-			var want []string
-			want = append(want, "invoke fault "+svc)
-			for i := range 3 {
-				n := cluster.NodeName(svc, i)
-				want = append(want, "invoke restart "+n, "ok restart "+n)
-			}
-			want = append(want, "ok fault "+svc)
-			if strings.Join(ops, ",") != strings.Join(want, ",") {
-				t.Fatalf("ops\n%s\nwant\n%s", strings.Join(ops, "\n"), strings.Join(want, "\n"))
-			}
-			for i := range 3 {
-				if n := cluster.NodeName(svc, i); !strings.Contains(ev, n+" back in ") {
-					t.Errorf("evidence %q does not name %s's restart", ev, n)
-				}
-			}
-			hc, err := cl.HealthChecker(svc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := hc.CheckHealth(ctx); err != nil {
-				t.Errorf("not healthy after the roll: %v", err)
-			}
-			t.Logf("%s rolled in %v (each node down→back %v): %s", svc, took.Round(100*time.Millisecond), back, ev)
 		})
 	}
+}
+
+// checkRollStep: a rolling restart of cl's 3-node svc, with data in
+// replicated topics or quorum queues: every node restarts once, in
+// order, each only once the service is healthy again, all inside the
+// step's window, and the evidence names every node.
+func checkRollStep(t *testing.T, ctx context.Context, cl *cluster.Cluster, svc string) {
+	switch svc {
+	case cluster.Kafka:
+		fillKafka(t, ctx, cl.ClientURL(svc))
+	case cluster.RabbitMQ:
+		fillRabbitMQ(t, ctx, cl.NodeURLs(svc)[1])
+	}
+	buf := &syncBuffer{}
+	env := &nemesis.Env{Cluster: cl, Broker: svc, Recorder: history.NewWriterRecorder(buf, "nemesis", time.Now())}
+	st, err := nemesis.ParseStep("at 0s: roll broker for 4m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nemesis.Fixed(st).Check(env); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := nemesis.Fixed(st).Run(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	var ops []string
+	var ev string
+	var back []time.Duration
+	var stopped time.Duration
+	for _, op := range buf.history(t) {
+		switch op.F {
+		case history.Restart:
+			ops = append(ops, op.Type.String()+" restart "+op.Value.Target)
+			if op.Type == history.Invoke {
+				stopped = time.Duration(op.Time)
+			} else {
+				back = append(back, time.Duration(op.Time)-stopped)
+			}
+		case history.Fault:
+			if op.Value.Fault == "schedule" {
+				continue
+			}
+			ops = append(ops, op.Type.String()+" fault "+op.Value.Target)
+			if op.Type == history.OK {
+				ev = op.Value.Evidence
+			}
+		}
+	}
+	var want []string
+	want = append(want, "invoke fault "+svc)
+	for i := range 3 {
+		n := cluster.NodeName(svc, i)
+		want = append(want, "invoke restart "+n, "ok restart "+n)
+	}
+	want = append(want, "ok fault "+svc)
+	if strings.Join(ops, ",") != strings.Join(want, ",") {
+		t.Fatalf("ops\n%s\nwant\n%s", strings.Join(ops, "\n"), strings.Join(want, "\n"))
+	}
+	for i := range 3 {
+		if n := cluster.NodeName(svc, i); !strings.Contains(ev, n+" back in ") {
+			t.Errorf("evidence %q does not name %s's restart", ev, n)
+		}
+	}
+	hc, err := cl.HealthChecker(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hc.CheckHealth(ctx); err != nil {
+		t.Errorf("not healthy after the roll: %v", err)
+	}
+	t.Logf("%s rolled in %v (each node down→back %v): %s", svc, took.Round(100*time.Millisecond), back, ev)
 }
 
 // fillKafka writes to a topic of three replicas (the cluster's default)

@@ -11,25 +11,16 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/cluster/local"
-	"github.com/deliverycheck/deliverycheck/cluster/netns"
 	"github.com/deliverycheck/deliverycheck/history"
-	"github.com/deliverycheck/deliverycheck/internal/testenv"
 	"github.com/deliverycheck/deliverycheck/nemesis"
 )
 
-// A wipe step on a real 3-node Kafka: the node is killed and its disk
-// emptied (a crash op), the heal rejoins it as a new member (a restart
-// op), and the evidence has both accounts. A wipe of the whole cluster,
-// which has no node to rejoin, is refused before a schedule runs.
-func TestWipeStep(t *testing.T) {
-	testenv.SkipIfShort(t, "starts a 3-node Kafka cluster")
-	testenv.MustHaveServer(t, "network namespaces", netns.Check())
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cl, err := cluster.Start(ctx, cluster.Config{Services: []string{cluster.Kafka}, Nodes: map[string]int{cluster.Kafka: 3}})
-	testenv.MustHaveServer(t, "kafka", err)
-	defer cl.Close()
-
+// checkWipeStep: a wipe step on cl's real 3-node Kafka (TestNodeSteps):
+// the node is killed and its disk emptied (a crash op), the heal rejoins
+// it as a new member (a restart op), and the evidence has both accounts.
+// A wipe of the whole cluster, which has no node to rejoin, is refused
+// before a schedule runs.
+func checkWipeStep(t *testing.T, ctx context.Context, cl *cluster.Cluster) {
 	buf := &syncBuffer{}
 	env := &nemesis.Env{Cluster: cl, Broker: cluster.Kafka, Recorder: history.NewWriterRecorder(buf, "nemesis", time.Now())}
 	whole, err := nemesis.ParseStep("at 0s: wipe broker for 1s")

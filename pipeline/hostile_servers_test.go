@@ -36,6 +36,7 @@ func hostileReasons() map[hostile.Kind]string {
 func TestHostileMessages(t *testing.T) {
 	for _, b := range []string{"kafka", "rabbitmq"} {
 		t.Run(b, func(t *testing.T) {
+			t.Parallel() // no fault: the two brokers' runs go side by side
 			cfg := Config{Broker: b, Producers: 1, Rate: 50, Subscriptions: []string{"inventory"}, ConsumerVariant: consumer.Inbox}
 			var fs []forged
 			_, r := runPipelineWith(t, cfg, 3*time.Second, func(t *testing.T, r *Deployment) {
@@ -82,6 +83,9 @@ func TestHostileMessages(t *testing.T) {
 func TestUnboundedBomb(t *testing.T) {
 	for _, v := range []consumer.Variant{consumer.Inbox, consumer.Unbounded} {
 		t.Run(string(v), func(t *testing.T) {
+			// No fault, and a peak resident set is each consumer
+			// process's own: the two runs go side by side.
+			t.Parallel()
 			cfg := Config{Broker: "rabbitmq", Producers: 1, Rate: 50, Subscriptions: []string{"inventory"}, ConsumerVariant: v}
 			// The limit sits well between the two: a correct consumer's
 			// baseline is 35-50 MiB, and the unbounded one holds the

@@ -85,6 +85,7 @@ func effectivelyOnce() checker.Guarantees {
 func TestNoFaults(t *testing.T) {
 	for _, b := range []string{"kafka", "rabbitmq"} {
 		t.Run(b, func(t *testing.T) {
+			t.Parallel() // no fault: the two brokers' runs go side by side
 			res := runPipeline(t, Config{Broker: b, Producers: 2, Rate: 100, Subscriptions: []string{"inventory", "email"}}, 3*time.Second, effectivelyOnce())
 			if res.Valid != checker.Valid {
 				t.Fatalf("verdict %s: %v", res.Valid, res.Reasons)
@@ -106,6 +107,7 @@ func TestNoFaults(t *testing.T) {
 func TestPoisonReachesDLQ(t *testing.T) {
 	for _, b := range []string{"kafka", "rabbitmq"} {
 		t.Run(b, func(t *testing.T) {
+			t.Parallel() // no fault: the two brokers' runs go side by side
 			res := runPipeline(t, Config{Broker: b, Producers: 2, Rate: 60, PoisonRatio: 0.1, MaxAttempts: 3}, 3*time.Second, effectivelyOnce())
 			if res.Valid != checker.Valid {
 				t.Fatalf("verdict %s: %v", res.Valid, res.Reasons)
@@ -126,6 +128,9 @@ func TestPoisonReachesDLQ(t *testing.T) {
 // own commits, a failpoint in a shared process crashes (and restarts) all
 // its clients together, and the pipeline stays valid.
 func TestProducerProcesses(t *testing.T) {
+	// Its fault is its own workers': it runs beside the other such
+	// tests, once the ones that break the shared servers are done.
+	t.Parallel()
 	cfg := Config{Broker: "kafka", Producers: 4, ProducerProcesses: 2, Rate: 60, Subscriptions: []string{"inventory"},
 		Failpoints: map[string][]string{"producer-2": {"producer.after-commit=kill(1)"}}}
 	res, r := runPipelineWith(t, cfg, 3*time.Second, nil, effectivelyOnce())

@@ -97,6 +97,9 @@ func TestSecurityConsumers(t *testing.T) {
 		{"kafka", consumer.Trusting}, {"rabbitmq", consumer.Trusting},
 	} {
 		t.Run(tc.broker+"/"+string(tc.variant), func(t *testing.T) {
+			// No fault touches the shared servers, and each run has its
+			// own database, topics and queues: the four go side by side.
+			t.Parallel()
 			cfg := Config{Broker: tc.broker, Producers: 1, Rate: 50, Subscriptions: []string{"inventory"}, ConsumerVariant: tc.variant,
 				Security: &Security{Sign: true, Tenant: "acme", Freshness: 10 * time.Minute, MaxVersionAhead: 1000}}
 			var fs []forged

@@ -18,6 +18,9 @@ import (
 // topic read to its last stable offset, a reader's reads.
 func TestStageKillProcessor(t *testing.T) {
 	testenv.SkipIfShort(t, "runs Kafka and PostgreSQL")
+	// Its fault is its own workers': it runs beside the other such
+	// tests, once the ones that break the shared servers are done.
+	t.Parallel()
 	cfg := Config{Broker: "kafka", Producers: 2, Rate: 80, Subscriptions: []string{"inventory"}, Stage: &Stage{}}
 	res, r := runPipelineWith(t, cfg, 5*time.Second, func(t *testing.T, r *Deployment) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -86,6 +89,9 @@ func TestStageDatabaseEffect(t *testing.T) {
 		{processor.InboxEffect, checker.Valid, "exactly once on Kafka's topics; exactly once on the database"},
 	} {
 		t.Run(string(tt.effect), func(t *testing.T) {
+			// No fault (the aborts are the processor's own, on purpose):
+			// the two runs go side by side.
+			t.Parallel()
 			cfg := Config{Broker: "kafka", Producers: 2, Rate: 60, Subscriptions: []string{"inventory"}, Stage: &Stage{Effect: tt.effect}}
 			res, _ := runPipelineWith(t, cfg, 3*time.Second, nil, effectivelyOnce())
 			st := res.TxnStage

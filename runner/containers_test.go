@@ -12,34 +12,26 @@ import (
 
 // TestContainersRuntimeSameVerdict runs one built-in scenario with a
 // fault end to end on the containers runtime (its own containers, not the
-// shared local servers) and on the local runtime: both must reach the
-// verdict the scenario expects, so the runtimes are interchangeable.
+// shared local servers): it must reach the verdict the scenario expects,
+// which TestDetectionMatrix's run of the same scenario on the local
+// runtime must reach too, so the runtimes are interchangeable. (This test
+// ran the local one a second time itself, about 18 s of every CI run.)
 func TestContainersRuntimeSameVerdict(t *testing.T) {
 	requireContainers(t)
 	s, err := scenarios.Load("kafka-kill-broker")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := t.TempDir()
-	local := runScenario(t, s, 7, out)
-
 	s.Seed = 7
 	s.Workload.Duration = matrixDuration
 	s.Drain.Quiet = time.Second
-	o := runOnContainers(t, s, out)
-	t.Logf("local: %s %v (committed %d, faults %d); containers: %s %v (committed %d, faults %d)",
-		local.Result.Valid, local.Result.Reasons, local.Result.Counts.Committed, local.Result.Counts.Faults,
-		o.Result.Valid, o.Result.Reasons, o.Result.Counts.Committed, o.Result.Counts.Faults)
-	for rt, r := range map[string]*Outcome{"local": local, "containers": o} {
-		if ok, why := met(r); !ok {
-			t.Errorf("%s runtime: %s", rt, why)
-		}
-		if r.Result.Counts.Faults == 0 {
-			t.Errorf("%s runtime: no fault in the history", rt)
-		}
+	o := runOnContainers(t, s, t.TempDir())
+	t.Logf("containers: %s %v (committed %d, faults %d)", o.Result.Valid, o.Result.Reasons, o.Result.Counts.Committed, o.Result.Counts.Faults)
+	if ok, why := met(o); !ok {
+		t.Error(why)
 	}
-	if local.Result.Valid != o.Result.Valid {
-		t.Errorf("verdicts differ: local %s, containers %s", local.Result.Valid, o.Result.Valid)
+	if o.Result.Counts.Faults == 0 {
+		t.Error("no fault in the history")
 	}
 }
 
