@@ -131,7 +131,7 @@ func Craft(c Config, cr *hostile.Crafter, k Kind, n int, now time.Time) (broker.
 		return Forge(c, k, n, now), nil
 	}
 	base := Forge(c, SignatureMissing, n, now)
-	base.ID = c.WithDefaults().RunID
+	base.ID = c.RunID
 	e, err := cr.Craft(hostile.Kind(k), n, base)
 	if err != nil {
 		return broker.Event{}, fmt.Errorf("intruder: %w", err)

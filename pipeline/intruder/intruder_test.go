@@ -84,17 +84,15 @@ func (p *fakePublisher) Publish(_ context.Context, evs []broker.Event) []error {
 
 func (p *fakePublisher) Close() error { return nil }
 
-// TestRunRecords: an invoke and one completion per message, typed by the
-// broker's answer, with the forged event's identity and its kind.
-func TestRunRecords(t *testing.T) {
+// runRecorded runs the intruder with c through pub, recording into a
+// history of its own, and returns the result and the history read back.
+func runRecorded(t *testing.T, c Config, pub broker.Publisher) (Result, history.History) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "intruder.jsonl")
 	rec, err := history.NewRecorder(path, Process, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused := fmt.Errorf("rabbitmq publish: %w: ACCESS_REFUSED", broker.ErrRefused)
-	pub := &fakePublisher{answers: []error{nil, refused, fmt.Errorf("x: %w", broker.ErrUnconfirmed), errors.New("not sent: dial")}}
-	c := Config{Kinds: []Kind{Type, VersionAhead}, PerKind: 2, RunID: "r"}
 	res, err := Run(context.Background(), c, pub, rec)
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +102,15 @@ func TestRunRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return res, h
+}
+
+// TestRunRecords: an invoke and one completion per message, typed by the
+// broker's answer, with the forged event's identity and its kind.
+func TestRunRecords(t *testing.T) {
+	refused := fmt.Errorf("rabbitmq publish: %w: ACCESS_REFUSED", broker.ErrRefused)
+	pub := &fakePublisher{answers: []error{nil, refused, fmt.Errorf("x: %w", broker.ErrUnconfirmed), errors.New("not sent: dial")}}
+	res, h := runRecorded(t, Config{Kinds: []Kind{Type, VersionAhead}, PerKind: 2, RunID: "r"}, pub)
 	want := []string{
 		"invoke intruder-type-1-r type", "ok intruder-type-1-r type",
 		"invoke intruder-type-2-r type", "fail intruder-type-2-r type",
@@ -145,22 +152,8 @@ func TestRunHostile(t *testing.T) {
 			t.Errorf("ParseKind(%q) = %q, %v; hostile %v", k, got, err, k.Hostile())
 		}
 	}
-	path := filepath.Join(t.TempDir(), "intruder.jsonl")
-	rec, err := history.NewRecorder(path, Process, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
 	pub := &fakePublisher{answers: make([]error, len(HostileKinds()))}
-	c := Config{Kinds: HostileKinds(), PerKind: 1, RunID: "r", Tenant: "acme", Source: "/orders", Key: "order-1"}
-	res, err := Run(context.Background(), c, pub, rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec.Close()
-	h, _, err := history.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, h := runRecorded(t, Config{Kinds: HostileKinds(), PerKind: 1, RunID: "r", Tenant: "acme", Source: "/orders", Key: "order-1"}, pub)
 	if len(res.Messages) != len(HostileKinds()) || len(h) != 2*len(HostileKinds()) {
 		t.Fatalf("%d messages, %d ops", len(res.Messages), len(h))
 	}
