@@ -228,6 +228,7 @@ func (s *Supervisor) StartCommand(ctx context.Context, name string, c Command) e
 // StartOnce starts a one-shot built-in worker called name, a task run to
 // completion (the redriver): restarted like [Supervisor.Start]'s after a
 // kill or a non-zero exit, but not after it exits 0, which is its end.
+// Once it ended, a new one-shot worker may take its name.
 // done receives nil once it exited 0, or the reason it never will: ctx
 // ended, the worker was stopped, or a restart failed. An exit 0 is not
 // a crash and records nothing.
@@ -245,7 +246,7 @@ func (s *Supervisor) add(ctx context.Context, w *worker) error {
 		s.mu.Unlock()
 		return errors.New("supervisor: stopped")
 	}
-	if _, ok := s.workers[w.name]; ok {
+	if old, ok := s.workers[w.name]; ok && !(w.done != nil && old.finished()) {
 		s.mu.Unlock()
 		return fmt.Errorf("supervisor: worker %s already exists", w.name)
 	}
@@ -269,6 +270,15 @@ func (s *Supervisor) goWatch(ctx context.Context, w *worker) {
 		defer close(watched)
 		s.watch(ctx, w)
 	}()
+}
+
+// finished reports whether w is a one-shot worker that has ended: a
+// new one-shot worker may take its name (a second redrive of one
+// subscription).
+func (w *worker) finished() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done != nil && w.watched != nil && closed(w.watched)
 }
 
 // finish tells whoever waits on a one-shot worker how it ended; it

@@ -207,6 +207,18 @@ func TestStartOnce(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(dir, "runs")); string(b) != "once\nonce\n" {
 		t.Errorf("runs = %q, want two", b)
 	}
+	// Ended, its name is free for the next one-shot run, not for a
+	// worker kept running.
+	if err := s.Start(context.Background(), "redrive-email", []byte("again")); err == nil {
+		t.Error("Start took the name of an ended one-shot worker")
+	}
+	done, err = s.StartOnce(context.Background(), "redrive-email", []byte("again"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("second run: %v", err)
+	}
 }
 
 // A one-shot worker stopped before it finished says so.
