@@ -24,19 +24,10 @@ import (
 // and would hand the event again to every other subscription and to the
 // witness queue.
 
-// Header names the redriver adds (see docs/contract.md).
-const (
-	// HeaderRedriveSubscription names the subscription a redriven
-	// message is meant for (Kafka: the events topic is shared).
-	HeaderRedriveSubscription = "redrive-subscription"
-	// HeaderRedriveAttempt is how many times the redriver has sent this
-	// dead letter, from 1.
-	HeaderRedriveAttempt = "redrive-attempt"
-)
-
-// rabbitDeathHeaders are what RabbitMQ adds to a message it dead-letters
-// or counts; a redriven message leaves them behind, so its new life in
-// the subscription's queue starts from zero deliveries.
+// rabbitDeathHeader reports whether name is one of the headers RabbitMQ
+// adds to a message it dead-letters or counts: a redriven message leaves
+// them behind, so its new life in the subscription's queue starts from
+// zero deliveries.
 func rabbitDeathHeader(name string) bool {
 	return name == "x-death" || name == "x-delivery-count" ||
 		strings.HasPrefix(name, "x-first-death-") || strings.HasPrefix(name, "x-last-death-")
