@@ -62,6 +62,15 @@ func (s Scenario) checkRedriveStep(f nemesis.Fault) string {
 	return ""
 }
 
+// badRedrive reports whether the scenario operates its dead letters
+// wrongly: a known-bad redriver, or a purge of a dead-letter queue.
+func (s Scenario) badRedrive() bool {
+	if v := s.Variants.Redrive; v != "" && v != redrive.Canary {
+		return true
+	}
+	return slices.ContainsFunc(s.Nemesis.Timeline, func(st nemesis.Step) bool { return st.Fault.Kind == nemesis.PurgeDLQ })
+}
+
 // redriveSubscriptions lists the subscriptions a redrive step names, in
 // timeline order, each once.
 func (s Scenario) redriveSubscriptions() []string {

@@ -148,11 +148,14 @@ func (r *Redriver) Run(ctx context.Context) error {
 	return nil
 }
 
-// evidence says what the redrive did: "redrove 15 of email's 15 dead
-// letters at ≤ 50/s (canary applied), 1 kept as incompatible".
+// evidence says what the redrive did: "redrove 15 of email's dead
+// letters (17 at the start) at ≤ 50/s (canary <id> applied), 2 kept in
+// the dead-letter queue as incompatible". It counts events; those its
+// consumers dead-lettered while it ran are redriven too, so it may
+// redrive more than there were at the start.
 func (t tally) evidence(cfg Config) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "redrove %d of %s's %d dead letters at ≤ %d/s", len(t.redriven), cfg.Subscription, cfg.DeadLetters, cfg.Rate)
+	fmt.Fprintf(&b, "redrove %d of %s's dead letters (%d at the start) at ≤ %d/s", len(t.redriven), cfg.Subscription, cfg.DeadLetters, cfg.Rate)
 	if t.sent != len(t.redriven) {
 		fmt.Fprintf(&b, " in %d republishes", t.sent)
 	}
