@@ -41,6 +41,22 @@ const (
 	NoteFailed = "redrive failed: "
 )
 
+// Outcome is how a redrive ended: done, with what it did, or failed,
+// with why it redrove nothing (or stopped at its canary).
+type Outcome struct {
+	Done bool
+	Text string
+}
+
+// Note tells the harness o (see NoteDone).
+func (o Outcome) Note() {
+	if o.Done {
+		failpoint.Note(NoteDone + o.Text)
+		return
+	}
+	failpoint.Note(NoteFailed + o.Text)
+}
+
 // canaryWait bounds the wait for the canary's outcome.
 const canaryWait = 10 * time.Second
 
@@ -102,16 +118,16 @@ func New(cfg Config, dl DeadLetters, db *pgxpool.Pool, rec *history.Recorder, fp
 // Run redrives until the dead-letter queue has nothing ready (what the
 // subscription's consumers dead-letter meanwhile included), or twice as
 // many were sent as there were at the step's start (a blind redrive
-// before the fix gets them all back), then notes its outcome. Its error
+// before the fix gets them all back), and says how it ended. Its error
 // is a crash: the broker or the history failed, and a new incarnation
 // goes on.
-func (r *Redriver) Run(ctx context.Context) error {
+func (r *Redriver) Run(ctx context.Context) (Outcome, error) {
 	limit := 2 * max(r.cfg.DeadLetters, 1)
 	canaryDone := r.cfg.Variant == Blind // blind sends no canary
 	for r.t.sent < limit {
 		m, ok, err := r.dl.Next(ctx)
 		if err != nil {
-			return err
+			return Outcome{}, err
 		}
 		if !ok {
 			break
@@ -126,26 +142,23 @@ func (r *Redriver) Run(ctx context.Context) error {
 		}
 		if canaryDone {
 			if err := r.redrive(ctx, m, id, ""); err != nil {
-				return err
+				return Outcome{}, err
 			}
 			continue
 		}
 		refused, err := r.canary(ctx, m, id)
 		if err != nil {
-			return err
+			return Outcome{}, err
 		}
 		if refused != "" {
-			failpoint.Note(NoteFailed + refused)
-			return nil
+			return Outcome{Text: refused}, nil
 		}
 		canaryDone = true
 	}
 	if r.t.sent == 0 {
-		failpoint.Note(NoteFailed + fmt.Sprintf("no dead letter of %s is compatible with its consumers (schema versions %s): %d kept", r.cfg.Subscription, consumer.JoinVersions(r.schemas()), r.t.kept))
-		return nil
+		return Outcome{Text: fmt.Sprintf("no dead letter of %s is compatible with its consumers (schema versions %s): %d kept", r.cfg.Subscription, consumer.JoinVersions(r.schemas()), r.t.kept)}, nil
 	}
-	failpoint.Note(NoteDone + r.t.evidence(r.cfg))
-	return nil
+	return Outcome{Done: true, Text: r.t.evidence(r.cfg)}, nil
 }
 
 // evidence says what the redrive did: "redrove 15 of email's dead

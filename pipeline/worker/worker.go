@@ -252,7 +252,12 @@ func runRedrive(ctx context.Context, spec Spec, db *pgxpool.Pool, rec *history.R
 	if err != nil {
 		return err
 	}
-	return r.Run(ctx)
+	o, err := r.Run(ctx)
+	if err != nil {
+		return err
+	}
+	o.Note()
+	return nil
 }
 
 // runProducers runs the process's own producer client and every one of
