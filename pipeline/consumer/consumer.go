@@ -31,8 +31,8 @@ import (
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/internal/backoff"
-	"github.com/deliverycheck/deliverycheck/internal/trace"
 	"github.com/deliverycheck/deliverycheck/internal/choice"
+	"github.com/deliverycheck/deliverycheck/internal/trace"
 )
 
 // Variant is how the consumer dedupes, orders and acks.
