@@ -50,6 +50,8 @@ type shard struct {
 	ledger []applyRec
 	// intrusions: the events an intrude op names (intruder.go).
 	intrusions map[int32]*intrusion
+	// traces: the trace each event's ops carried (traces.go).
+	traces traceAcc
 	// fr follows the final read's brackets: every shard sees them.
 	fr finalReads
 	// publishes: some op of the shard is a publish (lostStage).
@@ -389,6 +391,9 @@ func (s *shard) op(op *history.Op, pos int64) {
 		return
 	}
 	ei, e := s.event(v, pos)
+	if op.F != history.FinalRead && (v.Trace != "" || op.F == history.Deliver) {
+		s.traces.op(s.seed, ei, op)
+	}
 	if op.F == history.FinalRead {
 		if op.Type == history.OK {
 			s.row(op, ei, e)
