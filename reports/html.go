@@ -106,6 +106,8 @@ type view struct {
 	// measured process's peak resident set (resources.go).
 	Stalls    []stallRow
 	Resources []resourceRow
+	// Redrive has each redriven subscription's outcome (redrive.go).
+	Redrive []redriveRow
 }
 
 type kv struct{ K, V string }
@@ -344,6 +346,7 @@ func newView(run Record, res *checker.Result) view {
 	v.Stalls = newStallRows(res)
 	v.Resources = newResourceRows(res)
 	v.Traces = newTraceView(res.Traces)
+	v.Redrive = newRedriveRows(res)
 	v.Availability = newAvailRows(res)
 	if len(v.Availability) > 0 {
 		a := res.Availability
