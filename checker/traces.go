@@ -53,14 +53,19 @@ func (t *traceAcc) op(seed maphash.Seed, ei int32, op *history.Op) {
 	if !ok && !(op.F == history.Deliver && op.Value.Trace == "") {
 		return
 	}
+	if !ok {
+		// A delivery without a trace drops the event's, if it has one
+		// by now (its commit comes first); histories without traces
+		// cost nothing here.
+		if int(ei) < len(t.ids) && t.ids[ei]&traceSet != 0 {
+			t.ids[ei] |= traceDropped
+		}
+		return
+	}
 	if int(ei) >= len(t.ids) {
 		t.ids = append(t.ids, make([]uint64, max(int(ei)+1, 2*len(t.ids), 1024)-len(t.ids))...)
 	}
 	x := &t.ids[ei]
-	if !ok {
-		*x |= traceDropped
-		return
-	}
 	t.any = true
 	h := maphash.String(seed, id) & traceHash
 	switch {
