@@ -31,7 +31,7 @@ func (s Scenario) validateRedrive(fail func(path, format string, args ...any)) {
 			fail("system.dead_letters_query", "missing: with new-schema events (workload.new_schema_ratio) external consumers need a query returning what they dead-lettered (event_id, consumer)")
 		}
 	}
-	if v := s.Variants.Redrive; v != "" && v != redrive.Canary && len(s.redriveSubscriptions()) == 0 {
+	if v := s.Variants.Redrive; v != "" && v != redrive.Canary && len(s.RedriveSubscriptions()) == 0 {
 		fail("variants.redrive", "the %s redriver runs only in a redrive step; add one to nemesis.timeline (\"at 5s: redrive email at 50/s\")", v)
 	}
 }
@@ -71,9 +71,9 @@ func (s Scenario) badRedrive() bool {
 	return slices.ContainsFunc(s.Nemesis.Timeline, func(st nemesis.Step) bool { return st.Fault.Kind == nemesis.PurgeDLQ })
 }
 
-// redriveSubscriptions lists the subscriptions a redrive step names, in
+// RedriveSubscriptions lists the subscriptions a redrive step names, in
 // timeline order, each once.
-func (s Scenario) redriveSubscriptions() []string {
+func (s Scenario) RedriveSubscriptions() []string {
 	var out []string
 	for _, st := range s.Nemesis.Timeline {
 		if st.Fault.Kind == nemesis.Redrive && !slices.Contains(out, st.Fault.Target) {
@@ -86,7 +86,7 @@ func (s Scenario) redriveSubscriptions() []string {
 // redriveWorkers lists the redriver of each subscription a redrive step
 // names (redrive-<subscription>), a valid failpoint key.
 func (s Scenario) redriveWorkers() []string {
-	subs := s.redriveSubscriptions()
+	subs := s.RedriveSubscriptions()
 	out := make([]string, len(subs))
 	for i, sub := range subs {
 		out[i] = pipeline.RedriveWorker(sub)
