@@ -133,6 +133,12 @@ func (r *Deployment) Redrive(ctx context.Context, sub string, rate int64) (strin
 	if rate < 1 {
 		return "", fmt.Errorf("rate %d per second, want at least 1", rate)
 	}
+	if v := r.cfg.RedriveVariant; v != "" {
+		// A bad variant would only crash-loop the worker.
+		if _, err := redrive.ParseVariant(string(v)); err != nil {
+			return "", err
+		}
+	}
 	n, err := r.broker.DeadLetterCount(ctx, sub)
 	if err != nil {
 		return "", err

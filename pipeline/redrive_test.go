@@ -10,7 +10,6 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/history"
-	"github.com/deliverycheck/deliverycheck/pipeline/redrive"
 )
 
 // TestRedriveAfterFix walks the seeds' worked case on RabbitMQ: new-schema
@@ -26,7 +25,7 @@ func TestRedriveAfterFix(t *testing.T) {
 	defer cancel()
 	cfg := Config{Broker: "rabbitmq", Producers: 1, Rate: 100, Subscriptions: []string{"email"},
 		Name: "redr_" + strconv.FormatInt(time.Now().UnixNano(), 36), Quiet: time.Second, DrainTimeout: time.Minute, MaxAttempts: 2,
-		NewSchemaRatio: 0.2, PoisonRatio: 0.05, RedriveVariant: redrive.Canary}
+		NewSchemaRatio: 0.2, PoisonRatio: 0.05} // the canary redriver by default
 	r, err := Start(ctx, cl, t.TempDir(), cfg, workerCmd(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,7 @@ func ParseVariant(s string) (Variant, error) {
 
 // Config tunes one redriver process.
 type Config struct {
+	// Variant is the redriver, Canary unless told otherwise.
 	Variant Variant `json:"variant"`
 	// Subscription is whose dead letters it redrives.
 	Subscription string `json:"subscription"`

@@ -89,6 +89,9 @@ type tally struct {
 // its earlier incarnations did for this redrive (ops from cfg.Since on)
 // counts towards its attempts, its total and its limit.
 func New(cfg Config, dl DeadLetters, db *pgxpool.Pool, rec *history.Recorder, fp *failpoint.Set, prior history.History) (*Redriver, error) {
+	if cfg.Variant == "" {
+		cfg.Variant = Canary
+	}
 	if _, err := ParseVariant(string(cfg.Variant)); err != nil {
 		return nil, err
 	}
