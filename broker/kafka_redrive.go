@@ -131,7 +131,10 @@ func commitRedrivePos(ctx context.Context, adm *kadm.Client, group, topic string
 }
 
 // kafkaRedriveQuiet is how long a redrive polls without finding a new
-// record before it is done.
+// record before it is done, and how long it reads on past the topic's
+// end as of its start: the dead letters of a rollout still in flight.
+// Not until quiet alone: a workload still running dead-letters poison
+// all along, and the redrive would never end.
 const kafkaRedriveQuiet = time.Second
 
 // KafkaRedrive reads one subscription's dead letters from the shared
@@ -148,6 +151,11 @@ type KafkaRedrive struct {
 	pos   map[int32]kafkaRedrivePos
 	buf   []*kgo.Record
 	last  *kgo.Record // handed out by Next, not yet acked or kept
+	// marks are the topic's end offsets at the start, per partition,
+	// and read how far the polls got; caughtUp is when read first
+	// reached marks everywhere.
+	marks, read map[int32]int64
+	caughtUp    time.Time
 }
 
 // OpenKafkaRedrive starts a redrive of sub (a subscription's qualified
@@ -174,7 +182,10 @@ func OpenKafkaRedrive(ctx context.Context, cfg KafkaConfig, sub string) (*KafkaR
 		return nil, fmt.Errorf("kafka redrive %s: %w", sub, err)
 	}
 	start := map[int32]kgo.Offset{}
+	marks, read := map[int32]int64{}, map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
+		marks[o.Partition] = o.Offset
+		read[o.Partition] = pos[o.Partition].at
 		if p, ok := pos[o.Partition]; ok {
 			start[o.Partition] = kgo.NewOffset().At(p.at)
 		} else {
@@ -193,7 +204,7 @@ func OpenKafkaRedrive(ctx context.Context, cfg KafkaConfig, sub string) (*KafkaR
 	if err != nil {
 		return nil, fmt.Errorf("kafka redrive %s: %w", sub, err)
 	}
-	return &KafkaRedrive{cfg: cfg, sub: sub, group: group, cl: cl, adm: kadm.NewClient(cl), pos: pos}, nil
+	return &KafkaRedrive{cfg: cfg, sub: sub, group: group, cl: cl, adm: kadm.NewClient(cl), pos: pos, marks: marks, read: read}, nil
 }
 
 // Close commits how far the redrive got (the records it acked, kept or
@@ -220,8 +231,10 @@ func (r *KafkaRedrive) settle(rec *kgo.Record, keep bool) {
 }
 
 // Next takes the subscription's next dead letter; ok is false once a
-// poll found nothing new for kafkaRedriveQuiet (what the subscription's
-// consumers dead-letter meanwhile included). The one Next handed out
+// poll found nothing new for kafkaRedriveQuiet, or kafkaRedriveQuiet
+// after it read the topic up to its end as of the start (what the
+// subscription's consumers dead-lettered meanwhile included). The one
+// Next handed out
 // before, if not acked, stays a dead letter (the redriver kept it as
 // incompatible). Other subscriptions' records are passed over.
 func (r *KafkaRedrive) Next(ctx context.Context) (m *RedriveMessage, ok bool, err error) {
@@ -240,11 +253,28 @@ func (r *KafkaRedrive) Next(ctx context.Context) (m *RedriveMessage, ok bool, er
 			r.last = rec
 			return r.message(rec), true, nil
 		}
+		if r.caughtUp.IsZero() && r.pastMarks() {
+			r.caughtUp = time.Now()
+		}
+		if !r.caughtUp.IsZero() && time.Since(r.caughtUp) > kafkaRedriveQuiet {
+			return nil, false, nil
+		}
 		found, err := r.poll(ctx)
 		if err != nil || !found {
 			return nil, false, err
 		}
 	}
+}
+
+// pastMarks reports whether the polls read every partition up to its
+// end as of the start.
+func (r *KafkaRedrive) pastMarks() bool {
+	for p, end := range r.marks {
+		if r.read[p] < end {
+			return false
+		}
+	}
+	return true
 }
 
 // poll fetches what the dead-letter topic has past what was read,
@@ -265,7 +295,10 @@ func (r *KafkaRedrive) poll(ctx context.Context) (found bool, err error) {
 	if err := errors.Join(errs...); err != nil {
 		return false, fmt.Errorf("kafka redrive %s: fetch: %w", r.sub, err)
 	}
-	fs.EachRecord(func(rec *kgo.Record) { r.buf = append(r.buf, rec) })
+	fs.EachRecord(func(rec *kgo.Record) {
+		r.buf = append(r.buf, rec)
+		r.read[rec.Partition] = max(r.read[rec.Partition], rec.Offset+1)
+	})
 	return len(r.buf) > 0, nil
 }
 
