@@ -156,6 +156,9 @@ type KafkaRedrive struct {
 	// reached marks everywhere.
 	marks, read map[int32]int64
 	caughtUp    time.Time
+	// from is the group's committed offset at the start, per partition:
+	// below it, only the kept offsets are read again.
+	from map[int32]int64
 }
 
 // OpenKafkaRedrive starts a redrive of sub (a subscription's qualified
@@ -182,12 +185,19 @@ func OpenKafkaRedrive(ctx context.Context, cfg KafkaConfig, sub string) (*KafkaR
 		return nil, fmt.Errorf("kafka redrive %s: %w", sub, err)
 	}
 	start := map[int32]kgo.Offset{}
-	marks, read := map[int32]int64{}, map[int32]int64{}
+	marks, read, from := map[int32]int64{}, map[int32]int64{}, map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
 		marks[o.Partition] = o.Offset
 		read[o.Partition] = pos[o.Partition].at
+		from[o.Partition] = pos[o.Partition].at
 		if p, ok := pos[o.Partition]; ok {
-			start[o.Partition] = kgo.NewOffset().At(p.at)
+			// What an earlier redrive kept is classified again: a fix
+			// deployed since may make it compatible.
+			at := p.at
+			if len(p.kept) > 0 {
+				at = min(at, slices.Min(p.kept))
+			}
+			start[o.Partition] = kgo.NewOffset().At(at)
 		} else {
 			start[o.Partition] = kgo.NewOffset().AtStart()
 		}
@@ -204,7 +214,7 @@ func OpenKafkaRedrive(ctx context.Context, cfg KafkaConfig, sub string) (*KafkaR
 	if err != nil {
 		return nil, fmt.Errorf("kafka redrive %s: %w", sub, err)
 	}
-	return &KafkaRedrive{cfg: cfg, sub: sub, group: group, cl: cl, adm: kadm.NewClient(cl), pos: pos, marks: marks, read: read}, nil
+	return &KafkaRedrive{cfg: cfg, sub: sub, group: group, cl: cl, adm: kadm.NewClient(cl), pos: pos, marks: marks, read: read, from: from}, nil
 }
 
 // Close commits how far the redrive got (the records it acked, kept or
@@ -220,14 +230,26 @@ func (r *KafkaRedrive) Close() {
 }
 
 // settle moves rec's partition's position past rec, keeping rec as a
-// dead letter if keep is set.
+// dead letter if keep is set (or no longer, if an earlier redrive kept
+// it and this one redrove it).
 func (r *KafkaRedrive) settle(rec *kgo.Record, keep bool) {
 	p := r.pos[rec.Partition]
-	if keep {
+	i := slices.Index(p.kept, rec.Offset)
+	switch {
+	case keep && i < 0:
 		p.kept = append(p.kept, rec.Offset)
+	case !keep && i >= 0:
+		p.kept = slices.Delete(slices.Clone(p.kept), i, i+1)
 	}
 	p.at = max(p.at, rec.Offset+1)
 	r.pos[rec.Partition] = p
+}
+
+// redriven reports whether rec, below the group's offset at the start,
+// was redriven by an earlier redrive (read again only because a kept one
+// before it is).
+func (r *KafkaRedrive) redriven(rec *kgo.Record) bool {
+	return rec.Offset < r.from[rec.Partition] && !slices.Contains(r.pos[rec.Partition].kept, rec.Offset)
 }
 
 // Next takes the subscription's next dead letter; ok is false once a
@@ -246,7 +268,7 @@ func (r *KafkaRedrive) Next(ctx context.Context) (m *RedriveMessage, ok bool, er
 		for len(r.buf) > 0 {
 			rec := r.buf[0]
 			r.buf = r.buf[1:]
-			if kafkaHeader(rec, HeaderDLQSubscription) != r.sub {
+			if kafkaHeader(rec, HeaderDLQSubscription) != r.sub || r.redriven(rec) {
 				r.settle(rec, false)
 				continue
 			}

@@ -64,6 +64,26 @@ func TestKafkaRedrive(t *testing.T) {
 	if want := []string{evs[0].ID, evs[1].ID, evs[2].ID}; !slices.Equal(got, want) {
 		t.Fatalf("redrive read %v, want %v", got, want)
 	}
+	// A second redrive classifies again what the first kept, and only
+	// that; kept again, it stays a dead letter.
+	if r, err = OpenKafkaRedrive(ctx, cfg, "g"); err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	for {
+		m, ok, err := r.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		got = append(got, m.Event.ID)
+	}
+	r.Close()
+	if want := []string{evs[1].ID}; !slices.Equal(got, want) {
+		t.Fatalf("second redrive read %v, want %v", got, want)
+	}
 
 	// g gets the two copies, marked; h commits past them.
 	for _, want := range []string{evs[0].ID, evs[2].ID} {
