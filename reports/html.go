@@ -102,8 +102,10 @@ type view struct {
 	// measured process's peak resident set (resources.go).
 	Stalls    []stallRow
 	Resources []resourceRow
-	// Redrive has each redriven subscription's outcome (redrive.go).
+	// Redrive has each redriven subscription's outcome (redrive.go);
+	// Retries the consumers' retries (retries.go), nil without.
 	Redrive []redriveRow
+	Retries *retriesView
 }
 
 type kv struct{ K, V string }
@@ -342,6 +344,8 @@ func newView(run Record, res *checker.Result) view {
 	v.Stalls = newStallRows(res)
 	v.Resources = newResourceRows(res)
 	v.Redrive = newRedriveRows(res)
+	v.Retries = newRetriesView(res)
+	v.Plots = append(v.Plots, retryPlots(run, res)...)
 	v.Availability = newAvailRows(res)
 	if len(v.Availability) > 0 {
 		a := res.Availability
