@@ -106,8 +106,8 @@ type SubscriptionRetries struct {
 
 // The synchronization figure's parameters (docs/results.md, Retries).
 const (
-	retryBinNS     = int64(100e6)
-	retryBurstNS   = second
+	retryBinNS   = int64(100e6)
+	retryBurstNS = second
 	// MinSyncRetries is the fewest retries after the burst the figure
 	// is measured on.
 	MinSyncRetries = 20

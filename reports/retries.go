@@ -54,7 +54,7 @@ type retriesView struct {
 // retryRow is one subscription's retries. Class is bad when it refused an
 // event past its limit.
 type retryRow struct {
-	Subscription, Class                         string
+	Subscription, Class                        string
 	Transient, Permanent, MaxSeen, Over, Limit int64
 }
 
