@@ -335,12 +335,10 @@ func (a *analyzer) retriesSection(v *view, r *Result) {
 	v.retryCurves(r)
 	for _, s := range v.subs {
 		sr := SubscriptionRetries{Subscription: s.name, MaxAttempts: maxAttempts}
-		any := false
 		for _, p := range s.parts {
 			if p == nil || p.retry == nil {
 				continue
 			}
-			any = true
 			sr.Transient += int64(len(p.retry.transient))
 			sr.Permanent += p.retry.permanent
 			sr.MaxAttemptsSeen = max(sr.MaxAttemptsSeen, p.retry.maxSeen)
@@ -348,7 +346,7 @@ func (a *analyzer) retriesSection(v *view, r *Result) {
 		if i := slices.IndexFunc(r.Anomalies, func(a Anomaly) bool { return a.Kind == OverRetried && a.Subscription == s.name }); i >= 0 {
 			sr.OverRetried = int64(r.Anomalies[i].Count)
 		}
-		if any && (sr.Transient > 0 || sr.Permanent > 0) {
+		if sr.Transient > 0 || sr.Permanent > 0 {
 			rt.Subscriptions = append(rt.Subscriptions, sr)
 		}
 	}
@@ -371,7 +369,8 @@ func (a *analyzer) retriesSection(v *view, r *Result) {
 }
 
 // retryCountWords says how many retries the figure had to go on: "7
-// retries from 1 process after the first second".
+// retries after the first second of retrying (9 in all, from 1
+// process); it needs 20 from 2 processes".
 func retryCountWords(rt *Retries) string {
 	if rt.Retries == 0 {
 		return "no consumer retried a transient failure"
