@@ -50,6 +50,8 @@ type shard struct {
 	ledger []applyRec
 	// intrusions: the events an intrude op names (intruder.go).
 	intrusions map[int32]*intrusion
+	// traces: the trace each event's ops carried (traces.go).
+	traces traceAcc
 	// retries: the retries of its events (retries.go); shard 0 keeps
 	// maxAttempts, the setup op's attempt.
 	retries     retryAcc
@@ -402,6 +404,9 @@ func (s *shard) op(op *history.Op, pos int64) {
 		return
 	}
 	ei, e := s.event(v, pos)
+	if op.F != history.FinalRead && (v.Trace != "" || op.F == history.Deliver) {
+		s.traces.op(s.seed, ei, op)
+	}
 	if op.F == history.FinalRead {
 		if op.Type == history.OK {
 			s.row(op, ei, e)
