@@ -323,6 +323,7 @@ func detect(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario, o
 			for _, why := range misplacedLosses(t, s.Name, r) {
 				t.Error(why)
 			}
+			checkRetries(t, s, r)
 			if len(s.Nemesis.Failpoints) > 0 && r.Counts.Crashes == 0 {
 				t.Error("failpoints were armed but no crash is in the history")
 			}
