@@ -122,6 +122,9 @@ var lostAt = map[string]checker.Stage{
 	// The inbox keyed by id alone turned the second source's event
 	// away as a duplicate of the first source's with the same id.
 	"bad-inbox-by-id": checker.DeduplicatedAgainstOtherSource,
+	// The late group started at the end of the topic: what was
+	// published before its join is in the broker, never delivered to it.
+	"bad-offset-reset-latest": checker.NeverDelivered,
 }
 
 // misplacedLosses says what is wrong with where r's lost events were
@@ -367,6 +370,7 @@ func detect(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario, o
 				checkBaseline(t, r)
 			}
 			checkStageBoundary(t, s, r)
+			checkGroups(t, s, r)
 			if kinds, ok := stageBittenBy[s.Name]; ok {
 				checkStageBitten(t, o, kinds)
 			}
