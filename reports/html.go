@@ -102,6 +102,9 @@ type view struct {
 	// measured process's peak resident set (resources.go).
 	Stalls    []stallRow
 	Resources []resourceRow
+	// Positions has each subscription's judged Kafka positions
+	// (positions.go).
+	Positions []positionRow
 }
 
 type kv struct{ K, V string }
@@ -339,6 +342,7 @@ func newView(run Record, res *checker.Result) view {
 	v.Intruder = newIntruderView(res.Intruder)
 	v.Stalls = newStallRows(res)
 	v.Resources = newResourceRows(res)
+	v.Positions = newPositionRows(res)
 	v.Availability = newAvailRows(res)
 	if len(v.Availability) > 0 {
 		a := res.Availability
