@@ -20,14 +20,15 @@ func TestGroupSteps(t *testing.T) {
 	refuse := func(_ context.Context, w string) (string, error) { return "", errors.New("killed after 30s") }
 	for _, tc := range []struct {
 		name, step string
-		env        Env
+		join       func(context.Context, string) (string, error)
+		leave      func(context.Context, string) (string, error)
 		want       history.Type
 		text       string
 	}{
-		{"join", "at 0s: join analytics", Env{Join: join}, history.OK, "consumer-analytics-2 joined analytics"},
-		{"leave", "at 0s: leave consumer-analytics-1", Env{Leave: leave}, history.OK, "consumer-analytics-1 left analytics (exit status 0)"},
-		{"leave refused", "at 0s: leave consumer-analytics-1", Env{Leave: refuse}, history.Fail, "leave: killed after 30s"},
-		{"no join hook", "at 0s: join analytics", Env{}, history.Fail, "join: this run cannot start consumers"},
+		{"join", "at 0s: join analytics", join, nil, history.OK, "consumer-analytics-2 joined analytics"},
+		{"leave", "at 0s: leave consumer-analytics-1", nil, leave, history.OK, "consumer-analytics-1 left analytics (exit status 0)"},
+		{"leave refused", "at 0s: leave consumer-analytics-1", nil, refuse, history.Fail, "leave: killed after 30s"},
+		{"no join hook", "at 0s: join analytics", nil, nil, history.Fail, "join: this run cannot start consumers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "harness.jsonl")
@@ -35,7 +36,7 @@ func TestGroupSteps(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			env := &Env{Recorder: rec, Join: tc.env.Join, Leave: tc.env.Leave}
+			env := &Env{Recorder: rec, Join: tc.join, Leave: tc.leave}
 			st, err := ParseStep(tc.step)
 			if err != nil {
 				t.Fatal(err)
