@@ -140,8 +140,15 @@ func TestKafkaCommitOnRevoke(t *testing.T) {
 			l1 := newAssignLog()
 			s1 := kafkaSubscriberWith(t, cfg, "g", KafkaSubscriberOptions{OnAssign: l1.on, CommitOnRevoke: bad})
 			acked := heldOnEach(t, s1, 2)
-			kafkaSubscriberWith(t, cfg, "g", KafkaSubscriberOptions{CommitOnRevoke: bad})
+			l2 := newAssignLog()
+			s2 := kafkaSubscriberWith(t, cfg, "g", KafkaSubscriberOptions{OnAssign: l2.on, CommitOnRevoke: bad})
 			revoked := l1.wait(t, history.AssignRevoked, 60*time.Second)
+			// The second member is assigned once the rebalance is over:
+			// the first member rejoined after its revoke callback (and
+			// its commits) returned. It fetches nothing (a poll joins
+			// the group) until asked.
+			go func() { _, _ = s2.Next(t.Context()) }()
+			l2.wait(t, history.AssignAssigned, 60*time.Second)
 			committed := kafkaCommitted(t, cfg, "g")
 			for p, at := range acked {
 				if !strings.Contains(revoked, fmt.Sprint(p)) {
