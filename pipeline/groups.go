@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/broker"
-	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
 	"github.com/deliverycheck/deliverycheck/pipeline/worker"
 	"github.com/deliverycheck/deliverycheck/process/supervisor"
 )
@@ -54,15 +53,6 @@ func (c *Config) consumersAtStart(sub string) int {
 		return 0
 	}
 	return c.Consumers
-}
-
-// consumerSpec is the spec of built-in consumer name of subscription sub.
-func (r *Deployment) consumerSpec(sub, name string) worker.Spec {
-	cfg := r.cfg
-	spec := r.spec(worker.RoleConsumer, name)
-	spec.Consumer = consumer.Config{Variant: cfg.ConsumerVariant, Subscription: sub, MaxAttempts: cfg.MaxAttempts, Workers: cfg.ConsumerWorkers, Work: cfg.ConsumerWork,
-		Security: r.consumerSecurity()}
-	return spec
 }
 
 // startConsumer starts consumer name of sub: the team's command if it

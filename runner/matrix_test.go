@@ -125,6 +125,9 @@ var lostAt = map[string]checker.Stage{
 	// The late group started at the end of the topic: what was
 	// published before its join is in the broker, never delivered to it.
 	"bad-offset-reset-latest": checker.NeverDelivered,
+	// Dead-lettered, then purged from the dead-letter queue by the
+	// operator without an effect.
+	"bad-redrive-purge": checker.PurgedFromDLQ,
 }
 
 // misplacedLosses says what is wrong with where r's lost events were
