@@ -110,6 +110,9 @@ type view struct {
 	// Retries the consumers' retries (retries.go), nil without.
 	Redrive []redriveRow
 	Retries *retriesView
+	// Positions has each subscription's judged Kafka positions
+	// (positions.go).
+	Positions []positionRow
 }
 
 type kv struct{ K, V string }
@@ -351,6 +354,7 @@ func newView(run Record, res *checker.Result) view {
 	v.Redrive = newRedriveRows(res)
 	v.Retries = newRetriesView(res)
 	v.Plots = append(v.Plots, retryPlots(run, res)...)
+	v.Positions = newPositionRows(res)
 	v.Availability = newAvailRows(res)
 	if len(v.Availability) > 0 {
 		a := res.Availability
