@@ -89,11 +89,16 @@ func SetupBroker(ctx context.Context, b Broker) error {
 func (b Broker) Witness() string { return broker.RabbitWitnessQueue(b.Events()) }
 
 // Log reads what b holds of the run's events for every subscription:
-// the whole events topic (Kafka) or the witness queue (RabbitMQ).
+// the whole events topic (Kafka) or the witness queue (RabbitMQ). A
+// redriven record's subscription is given without the namespace.
 func (b Broker) Log(ctx context.Context) (broker.Log, error) {
 	switch b.Kind {
 	case "kafka":
-		return broker.KafkaLog(ctx, b.Kafka())
+		l, err := broker.KafkaLog(ctx, b.Kafka())
+		for i := range l.Records {
+			l.Records[i].Redrive = strings.TrimPrefix(l.Records[i].Redrive, b.Namespace+".")
+		}
+		return l, err
 	case "rabbitmq":
 		return broker.RabbitLog(ctx, b.rabbit())
 	}
