@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestKafkaRedrive: subscription g's redrive republishes its dead letters
@@ -132,4 +134,52 @@ func deadLetterIDs(dls []DeadLetter) []string {
 		out[i] = d.Event
 	}
 	return out
+}
+
+// TestKafkaSubscriberSettlesForeignRedrive: in a batch, another
+// subscription's redrive copy ends its partition's share (what is before
+// it is not yet settled); once it reaches the head it is committed past
+// without being handed out, and the records after it come next.
+func TestKafkaSubscriberSettlesForeignRedrive(t *testing.T) {
+	cfg := kafkaTopic(t, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Seeds...), kgo.DefaultProduceTopic(cfg.Topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rec := func(id, to string) *kgo.Record {
+		r := &kgo.Record{Key: []byte("k"), Value: []byte("{}"), Headers: []kgo.RecordHeader{{Key: HeaderEventID, Value: []byte(id)}}}
+		if to != "" {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderRedriveSubscription, Value: []byte(to)})
+		}
+		return r
+	}
+	if err := cl.ProduceSync(ctx, rec("a", ""), rec("f", "other"), rec("b", "g"), rec("c", "")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	s := kafkaSubscriber(t, cfg, "g")
+	var got []string
+	for len(got) < 3 {
+		ds, err := s.NextBatch(ctx, 10, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, d := range ds {
+			ids = append(ids, d.ID)
+			kafkaAck(t, s, d)
+		}
+		if len(got) == 0 && !slices.Equal(ids, []string{"a"}) {
+			t.Fatalf("first batch %v, want [a]: it ends before the foreign copy", ids)
+		}
+		got = append(got, ids...)
+	}
+	if !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("handed out %v, want a, b (its own redrive copy), c", got)
+	}
+	if c := kafkaCommitted(t, cfg, "g")[0]; c != 4 {
+		t.Fatalf("committed %d, want 4", c)
+	}
 }
