@@ -23,6 +23,10 @@ type LogRecord struct {
 	Event, Source string
 	// Partition and Offset place it in the Kafka topic.
 	Partition, Offset int64
+	// Redrive is, for a dead letter a redrive republished to the Kafka
+	// topic, the one subscription it is for (HeaderRedriveSubscription,
+	// a qualified consumer group): the others commit past it.
+	Redrive string
 }
 
 // Log is a whole read of the broker's log.
@@ -70,6 +74,8 @@ func KafkaLog(ctx context.Context, cfg KafkaConfig) (Log, error) {
 				rec.Event = SafeText(string(h.Value))
 			case HeaderSource:
 				rec.Source = SafeText(string(h.Value))
+			case HeaderRedriveSubscription:
+				rec.Redrive = SafeText(string(h.Value))
 			}
 		}
 		out.Records = append(out.Records, rec)

@@ -86,32 +86,58 @@ func rabbitDeadLetter(sub string, limit int, m amqp.Delivery) DeadLetter {
 	return d
 }
 
-// KafkaDeadLetters reads every record of cfg's dead-letter topic, from
-// the start to its end as of now: the event id and the subscription from
+// KafkaDeadLetters reads what cfg's dead-letter topic still holds, from
+// its start to its end as of now: the event id and the subscription from
 // the headers the dead-lettering consumer wrote (dlq-subscription, or
-// the consumer group), the reason and the attempts.
-func KafkaDeadLetters(ctx context.Context, cfg KafkaConfig) ([]DeadLetter, error) {
+// the consumer group), the reason and the attempts. A dead letter of one
+// of subs (qualified consumer groups) that its redrive group
+// (KafkaRedriveGroup) went past, redriven or purged, is no longer there,
+// unless that group kept it (kafka_redrive.go).
+func KafkaDeadLetters(ctx context.Context, cfg KafkaConfig, subs []string) ([]DeadLetter, error) {
 	ctx, cancel := context.WithTimeout(ctx, deadLettersTimeout)
 	defer cancel()
-	cfg = cfg.withDefaults()
+	out, _, err := kafkaDeadLetters(ctx, cfg.withDefaults(), subs)
+	return out, err
+}
+
+// kafkaDeadLetters is KafkaDeadLetters, which also returns the topic's
+// end offsets it read up to, per partition.
+func kafkaDeadLetters(ctx context.Context, cfg KafkaConfig, subs []string) ([]DeadLetter, map[int32]int64, error) {
 	topic := cfg.DLQTopic()
-	admin, err := kgo.NewClient(cfg.clientOpts("dead-letters")...)
+	admCl, err := kgo.NewClient(cfg.clientOpts("dead-letters")...)
 	if err != nil {
-		return nil, fmt.Errorf("kafka dead letters: %w", err)
+		return nil, nil, fmt.Errorf("kafka dead letters: %w", err)
 	}
-	ends, err := kadm.NewClient(admin).ListEndOffsets(ctx, topic)
-	admin.Close()
+	adm := kadm.NewClient(admCl)
+	redriven := map[string]map[int32]kafkaRedrivePos{}
+	for _, sub := range subs {
+		pos, err := fetchRedrivePos(ctx, adm, KafkaRedriveGroup(sub), topic)
+		if err != nil {
+			admCl.Close()
+			return nil, nil, fmt.Errorf("kafka dead letters: %w", err)
+		}
+		redriven[sub] = pos
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	admCl.Close()
 	if err != nil {
-		return nil, fmt.Errorf("kafka dead letters: end offsets of %s: %w", topic, err)
+		return nil, nil, fmt.Errorf("kafka dead letters: end offsets of %s: %w", topic, err)
 	}
+	all := map[int32]int64{}
 	want := map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil {
+			all[o.Partition] = o.Offset
+		}
 		if o.Err == nil && o.Offset > 0 {
 			want[o.Partition] = o.Offset
 		}
 	})
+	if err := ends.Error(); err != nil {
+		return nil, nil, fmt.Errorf("kafka dead letters: end offsets of %s: %w", topic, err)
+	}
 	if len(want) == 0 {
-		return nil, nil
+		return nil, all, nil
 	}
 	start := map[string]map[int32]kgo.Offset{topic: {}}
 	for p := range want {
@@ -119,38 +145,51 @@ func KafkaDeadLetters(ctx context.Context, cfg KafkaConfig) ([]DeadLetter, error
 	}
 	cl, err := kgo.NewClient(append(cfg.clientOpts("dead-letters"), kgo.ConsumePartitions(start))...)
 	if err != nil {
-		return nil, fmt.Errorf("kafka dead letters: %w", err)
+		return nil, nil, fmt.Errorf("kafka dead letters: %w", err)
 	}
 	defer cl.Close()
 	var out []DeadLetter
 	for len(want) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return out, fmt.Errorf("kafka dead letters: %w", err)
+			return out, all, fmt.Errorf("kafka dead letters: %w", err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			d := DeadLetter{}
-			for _, h := range r.Headers {
-				switch h.Key {
-				case HeaderEventID:
-					d.Event = SafeText(string(h.Value))
-				case HeaderSource:
-					d.Source = SafeText(string(h.Value))
-				case HeaderDLQSubscription:
-					d.Queue = SafeText(string(h.Value))
-				case HeaderReason:
-					d.Reason = SafeText(string(h.Value))
-				case HeaderAttempt:
-					d.Deliveries, _ = strconv.ParseInt(string(h.Value), 10, 64)
-				}
+			end, ok := want[r.Partition]
+			if !ok || r.Offset >= end {
+				return // past the end taken at the start
 			}
-			out = append(out, d)
-			if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
+			if r.Offset+1 >= end {
 				delete(want, r.Partition)
 			}
+			d := kafkaDeadLetter(r)
+			if pos, ok := redriven[d.Queue][r.Partition]; ok && pos.gone(r.Offset) {
+				return
+			}
+			out = append(out, d)
 		})
 	}
-	return out, nil
+	return out, all, nil
+}
+
+// kafkaDeadLetter reads a dead-letter record's headers.
+func kafkaDeadLetter(r *kgo.Record) DeadLetter {
+	d := DeadLetter{}
+	for _, h := range r.Headers {
+		switch h.Key {
+		case HeaderEventID:
+			d.Event = SafeText(string(h.Value))
+		case HeaderSource:
+			d.Source = SafeText(string(h.Value))
+		case HeaderDLQSubscription:
+			d.Queue = SafeText(string(h.Value))
+		case HeaderReason:
+			d.Reason = SafeText(string(h.Value))
+		case HeaderAttempt:
+			d.Deliveries, _ = strconv.ParseInt(string(h.Value), 10, 64)
+		}
+	}
+	return d
 }
 
 // deadLettersTimeout bounds a dead-letter read: it runs after the drain,

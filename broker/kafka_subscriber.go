@@ -144,6 +144,9 @@ type KafkaSubscriber struct {
 	polling    bool
 	pollCancel context.CancelFunc
 	closed     bool
+	// foreign are records takeLocked took out to settle without handing
+	// them out: another subscription's redrive copies (settleForeign).
+	foreign []*kafkaHandle
 
 	// Group commit: acks that arrive while a commit is in flight wait for
 	// the next one, which covers them all. franz-go runs one offset commit
@@ -421,7 +424,17 @@ func (s *KafkaSubscriber) NextBatch(ctx context.Context, max int, accept func(*D
 			s.mu.Unlock()
 			return nil, fmt.Errorf("kafka next: %w", kgo.ErrClientClosed)
 		}
-		if ds := s.takeLocked(max, accept); ds != nil {
+		ds := s.takeLocked(max, accept)
+		if foreign := s.foreign; len(foreign) > 0 {
+			s.foreign = nil
+			s.mu.Unlock()
+			s.settleForeign(foreign)
+			if ds != nil {
+				return ds, nil
+			}
+			continue
+		}
+		if ds != nil {
 			s.mu.Unlock()
 			return ds, nil
 		}
@@ -543,6 +556,19 @@ func (s *KafkaSubscriber) takeLocked(max int, accept func(*Delivery) bool) []*De
 		s.cursor = i + 1
 		for len(ds) < max && len(st.queue) > 0 {
 			pd := st.queue[0]
+			if s.foreignRedrive(pd.rec) {
+				if len(st.out) == 0 {
+					// At the head, nothing before it outstanding:
+					// settled by NextBatch (settleForeign).
+					st.queue[0] = kafkaPending{}
+					st.queue = st.queue[1:]
+					s.queued--
+					h := &kafkaHandle{rec: pd.rec, attempt: pd.attempt, epoch: st.epoch}
+					st.out = append(st.out, h)
+					s.foreign = append(s.foreign, h)
+				}
+				break // the partition's next records wait for it
+			}
 			h := &kafkaHandle{rec: pd.rec, attempt: pd.attempt, epoch: st.epoch}
 			d := s.delivery(h)
 			ok := accept == nil || accept(d)
@@ -560,6 +586,34 @@ func (s *KafkaSubscriber) takeLocked(max int, accept func(*Delivery) bool) []*De
 		}
 	}
 	return ds
+}
+
+// foreignRedrive reports whether r is a dead letter the redriver
+// republished for another subscription (HeaderRedriveSubscription): the
+// events topic carries it to every group, and only its subscription's
+// may take it (issue 25, kafka_redrive.go).
+func (s *KafkaSubscriber) foreignRedrive(r *kgo.Record) bool {
+	to := kafkaHeader(r, HeaderRedriveSubscription)
+	return to != "" && to != s.sub
+}
+
+// settleForeign commits past each of hs, another subscription's redrive
+// copies that takeLocked took out at the head of their partitions, as an
+// ack does but without handing them out, and releases their partitions.
+// A partition revoked since is left to its new owner.
+func (s *KafkaSubscriber) settleForeign(hs []*kafkaHandle) {
+	for _, h := range hs {
+		s.ownMu.RLock()
+		s.mu.Lock()
+		st := s.parts[h.rec.Partition]
+		owned := st != nil && st.epoch == h.epoch && len(st.out) > 0 && st.out[0] == h
+		s.mu.Unlock()
+		if owned {
+			s.enqueueCommit(h.rec, false) // its outcome is the next ack's
+		}
+		s.ownMu.RUnlock()
+		s.release(h, false)
+	}
 }
 
 func (s *KafkaSubscriber) delivery(h *kafkaHandle) *Delivery {

@@ -414,7 +414,7 @@ func TestKafkaDeadLetter(t *testing.T) {
 		t.Errorf("dlq record key %q value %q", r.Key, r.Value)
 	}
 	// The final read finds it, with its subscription, reason and attempts.
-	dls, err := KafkaDeadLetters(ctx, cfg)
+	dls, err := KafkaDeadLetters(ctx, cfg, []string{"g"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // RabbitMQ dead-letter redrive (issue 25, docs/contract.md "Dead letters
@@ -42,7 +43,8 @@ type RedriveMessage struct {
 	// included, for whoever classifies it.
 	Headers map[string]string
 
-	msg amqp.Delivery
+	msg amqp.Delivery // RabbitMQ's
+	rec *kgo.Record   // Kafka's (kafka_redrive.go)
 }
 
 // RabbitRedrive reads one subscription's dead-letter queue and republishes

@@ -933,7 +933,7 @@ func (r *Deployment) brokerLog(ctx context.Context) []history.Entry {
 			anonymous++
 			continue
 		}
-		v := history.Value{Table: history.TableBroker, Event: rec.Event, Source: eventSource(rec.Source), Partition: rec.Partition, Offset: rec.Offset}
+		v := history.Value{Table: history.TableBroker, Event: rec.Event, Source: eventSource(rec.Source), Partition: rec.Partition, Offset: rec.Offset, Consumer: rec.Redrive}
 		if r.cfg.Broker == "rabbitmq" {
 			v.Target = l.Where
 		}

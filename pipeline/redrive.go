@@ -21,8 +21,9 @@ import (
 // letters and redrive"): deploy the fix a subscription's consumers need
 // (DeployFix), redrive its dead-letter queue at a rate (Redrive), or
 // purge it (PurgeDLQ). The nemesis runs each as a timeline step
-// (nemesis.Env.Redrive, DeployFix, PurgeDLQ). RabbitMQ only for now:
-// Kafka's redriver is not yet written.
+// (nemesis.Env.Redrive, DeployFix, PurgeDLQ), on RabbitMQ (a
+// subscription's dead-letter queue) and Kafka (its dead letters in the
+// shared dead-letter topic, past its redrive group: broker/kafka_redrive.go).
 
 // FixedSchemaVersions are the schema versions a subscription's consumers
 // accept once its fix is deployed: the workload's new schema too.
@@ -47,13 +48,10 @@ func (r *Deployment) schemaVersions(sub string) []int64 {
 }
 
 // checkOperable says whether sub can be operated on: one of the run's
-// subscriptions, on a broker whose redrive exists.
+// subscriptions.
 func (r *Deployment) checkOperable(sub string) error {
 	if !slices.Contains(r.cfg.Subscriptions, sub) {
 		return fmt.Errorf("no subscription %q (the run's: %s)", sub, strings.Join(r.cfg.Subscriptions, ", "))
-	}
-	if r.cfg.Broker != "rabbitmq" {
-		return fmt.Errorf("dead-letter operations on %s are not yet supported (RabbitMQ only)", r.cfg.Broker)
 	}
 	return nil
 }

@@ -12,18 +12,25 @@ import (
 	"github.com/deliverycheck/deliverycheck/history"
 )
 
-// TestRedriveAfterFix walks the seeds' worked case on RabbitMQ: new-schema
+// TestRedriveAfterFix walks the seeds' worked case on each broker: new-schema
 // events are refused and dead-lettered; the canary redriver finds nothing
 // compatible before the fix (the step fails: it would have done
 // nothing); deploy-fix redeploys the consumer (a restart op, no crash);
 // the redrive then sends the canary, then the rest, and keeps the poison
 // in the dead-letter queue; every new-schema event ends applied once,
-// and the run is valid. A purge then empties what was kept.
+// and the run is valid. A purge then empties what was kept. On Kafka the
+// redrive after the fix reads again what the one before it kept.
 func TestRedriveAfterFix(t *testing.T) {
+	for _, b := range []string{"rabbitmq", "kafka"} {
+		t.Run(b, func(t *testing.T) { testRedriveAfterFix(t, b) })
+	}
+}
+
+func testRedriveAfterFix(t *testing.T, brokerKind string) {
 	cl := servers.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := Config{Broker: "rabbitmq", Producers: 1, Rate: 100, Subscriptions: []string{"email"},
+	cfg := Config{Broker: brokerKind, Producers: 1, Rate: 100, Subscriptions: []string{"email"},
 		Name: "redr_" + strconv.FormatInt(time.Now().UnixNano(), 36), Quiet: time.Second, DrainTimeout: time.Minute, MaxAttempts: 2,
 		NewSchemaRatio: 0.2, PoisonRatio: 0.05} // the canary redriver by default
 	r, err := Start(ctx, cl, t.TempDir(), cfg, workerCmd(), nil)

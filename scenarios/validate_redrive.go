@@ -24,7 +24,7 @@ func (s Scenario) validateRedrive(fail func(path, format string, args ...any)) {
 		if w.NewSchemaRatio+w.PoisonRatio >= 1 {
 			fail("workload.new_schema_ratio", "new_schema_ratio %g and poison_ratio %g leave no share for ordinary events: their sum must be below 1", w.NewSchemaRatio, w.PoisonRatio)
 		}
-		if s.Broker.QueueType == "classic" {
+		if s.Broker.Kind == "rabbitmq" && s.Broker.QueueType == "classic" {
 			fail("workload.new_schema_ratio", "a classic queue has no delivery limit: a new-schema event would be redelivered for ever (use queue_type quorum)")
 		}
 		if len(s.System.Consumers) > 0 && strings.TrimSpace(s.System.DeadLettersQuery) == "" {
@@ -37,9 +37,8 @@ func (s Scenario) validateRedrive(fail func(path, format string, args ...any)) {
 }
 
 // checkRedriveStep checks a redrive, deploy-fix or purge-dlq step: it
-// names a workload subscription; a redrive or a purge acts on RabbitMQ's
-// dead-letter queues (Kafka's redriver is not yet written), a redrive on
-// quorum queues, which have the delivery limit that dead-letters.
+// names a workload subscription; a redrive on RabbitMQ needs quorum
+// queues, which have the delivery limit that dead-letters.
 func (s Scenario) checkRedriveStep(f nemesis.Fault) string {
 	subs := s.Workload.Subscriptions
 	if !slices.Contains(subs, f.Target) {
@@ -48,14 +47,11 @@ func (s Scenario) checkRedriveStep(f nemesis.Fault) string {
 	if f.Kind == nemesis.DeployFix {
 		return ""
 	}
-	if s.Broker.Kind != "rabbitmq" {
-		return fmt.Sprintf("%s is not yet supported on %s (RabbitMQ only)", f.Kind, s.Broker.Kind)
-	}
 	if f.Kind == nemesis.Redrive {
 		if f.Rate < 1 {
 			return fmt.Sprintf("redrive needs a rate of at least 1 per second, e.g. \"redrive %s at 50/s\"", f.Target)
 		}
-		if s.Broker.QueueType == "classic" {
+		if s.Broker.Kind == "rabbitmq" && s.Broker.QueueType == "classic" {
 			return "redrive needs quorum queues: a classic queue has no delivery limit, so nothing is dead-lettered to redrive (leave broker.queue_type out)"
 		}
 	}

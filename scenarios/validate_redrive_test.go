@@ -30,8 +30,10 @@ workload:
 `, `r.yaml:8: nemesis.timeline[0]: redrive acts on a subscription: no subscription "emial"; did you mean email? (subscriptions: inventory, email)`},
 		{"kafka", strings.Replace(base, "rabbitmq", "kafka", 1) + `nemesis:
   timeline:
-    - "at 5s: purge-dlq email"
-`, "purge-dlq is not yet supported on kafka (RabbitMQ only)"},
+    - "at 4s: deploy-fix email"
+    - "at 5s: redrive email at 50/s"
+    - "at 6s: purge-dlq email"
+`, ""},
 		{"classic queues", strings.Replace(base, "broker: rabbitmq", "broker:\n  kind: rabbitmq\n  queue_type: classic", 1) + `nemesis:
   timeline:
     - "at 5s: redrive email at 50/s"

@@ -60,13 +60,24 @@ func consumeKafka(ctx context.Context, log *slog.Logger, cfg config, db *pgxpool
 				return
 			}
 			m := kafkaMessage(r)
+			if to := m.header("redrive-subscription"); to != "" && to != cfg.group {
+				// Another subscription's redriven dead letter (contract,
+				// "Dead letters and redrive"): not ours to apply. Commit
+				// past it as if acked; everything before it is settled.
+				if err := cl.CommitRecords(ctx, r); err != nil {
+					failed = fmt.Errorf("commit offset: %w", err)
+				}
+				return
+			}
 			v := history.Value{Event: broker.SafeText(m.id), Partition: int64(r.Partition), Offset: r.Offset}
 			record(history.Deliver, v)
 			ev, reason, err := apply(ctx, db, cfg, m)
 			if u, ok := errors.AsType[*unsupported](err); ok {
 				// This example has no retries on Kafka: an unknown
 				// schema version is turned away at once, like any
-				// other reason (Kafka's redrive is not yet written).
+				// other reason, into its own dead_letters table (it
+				// does not produce to the dead-letter topic, so the
+				// harness's redriver has nothing of it to redrive).
 				reason, err = u.reason, reject(ctx, db, cfg.subscription, ev, u.reason)
 			}
 			if err != nil {

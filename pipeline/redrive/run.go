@@ -18,9 +18,11 @@ import (
 )
 
 // DeadLetters is one subscription's dead-letter queue as the redriver
-// works it (broker.RabbitRedrive): dead letters taken one at a time and
-// left unacked, republished to the subscription, acked once the broker
-// confirmed the republish. What is taken and not acked goes back at Close.
+// works it (broker.RabbitRedrive, broker.KafkaRedrive): dead letters
+// taken one at a time and left unacked, republished to the subscription,
+// acked once the broker confirmed the republish. What is taken and not
+// acked stays a dead letter (RabbitMQ: back in the queue at Close;
+// Kafka: kept, listed in the redrive group's commit).
 type DeadLetters interface {
 	// Next takes the next ready one; ok is false when none is.
 	Next(ctx context.Context) (m *broker.RedriveMessage, ok bool, err error)

@@ -89,11 +89,16 @@ func SetupBroker(ctx context.Context, b Broker) error {
 func (b Broker) Witness() string { return broker.RabbitWitnessQueue(b.Events()) }
 
 // Log reads what b holds of the run's events for every subscription:
-// the whole events topic (Kafka) or the witness queue (RabbitMQ).
+// the whole events topic (Kafka) or the witness queue (RabbitMQ). A
+// redriven record's subscription is given without the namespace.
 func (b Broker) Log(ctx context.Context) (broker.Log, error) {
 	switch b.Kind {
 	case "kafka":
-		return broker.KafkaLog(ctx, b.Kafka())
+		l, err := broker.KafkaLog(ctx, b.Kafka())
+		for i := range l.Records {
+			l.Records[i].Redrive = strings.TrimPrefix(l.Records[i].Redrive, b.Namespace+".")
+		}
+		return l, err
 	case "rabbitmq":
 		return broker.RabbitLog(ctx, b.rabbit())
 	}
@@ -108,7 +113,7 @@ func (b Broker) DeadLetters(ctx context.Context) ([]broker.DeadLetter, error) {
 	var err error
 	switch b.Kind {
 	case "kafka":
-		out, err = broker.KafkaDeadLetters(ctx, b.Kafka())
+		out, err = broker.KafkaDeadLetters(ctx, b.Kafka(), b.qualifyAll(b.Subscriptions))
 	case "rabbitmq":
 		out, err = broker.RabbitDeadLetters(ctx, b.rabbit())
 	default:
@@ -121,26 +126,34 @@ func (b Broker) DeadLetters(ctx context.Context) ([]broker.DeadLetter, error) {
 }
 
 // DeadLetterCount is how many messages sub's dead-letter queue holds
-// ready (RabbitMQ; Kafka's redrive is not yet written).
+// ready (RabbitMQ), or how many of sub's dead letters the shared
+// dead-letter topic holds past its redrive group (Kafka).
 func (b Broker) DeadLetterCount(ctx context.Context, sub string) (int, error) {
-	if b.Kind != "rabbitmq" {
-		return 0, fmt.Errorf("worker: dead-letter count on %s is not yet written (RabbitMQ only)", b.Kind)
+	switch b.Kind {
+	case "kafka":
+		return broker.KafkaDeadLetterCount(ctx, b.Kafka(), b.Qualify(sub))
+	case "rabbitmq":
+		r, err := broker.OpenRabbitRedrive(ctx, b.rabbit(), b.Qualify(sub))
+		if err != nil {
+			return 0, err
+		}
+		defer r.Close()
+		return r.Count(ctx)
 	}
-	r, err := broker.OpenRabbitRedrive(ctx, b.rabbit(), b.Qualify(sub))
-	if err != nil {
-		return 0, err
-	}
-	defer r.Close()
-	return r.Count(ctx)
+	return 0, fmt.Errorf("worker: unknown broker %q (valid: kafka, rabbitmq)", b.Kind)
 }
 
-// PurgeDLQ empties sub's dead-letter queue and returns how many messages
-// it removed (RabbitMQ; Kafka's purge is not yet written).
+// PurgeDLQ empties sub's dead-letter queue (RabbitMQ), or moves its
+// redrive group to the shared dead-letter topic's end (Kafka), and
+// returns how many of its dead letters that removed.
 func (b Broker) PurgeDLQ(ctx context.Context, sub string) (int, error) {
-	if b.Kind != "rabbitmq" {
-		return 0, fmt.Errorf("worker: purge on %s is not yet written (RabbitMQ only)", b.Kind)
+	switch b.Kind {
+	case "kafka":
+		return broker.KafkaPurgeDLQ(ctx, b.Kafka(), b.Qualify(sub))
+	case "rabbitmq":
+		return broker.RabbitPurgeDLQ(ctx, b.rabbit(), b.Qualify(sub))
 	}
-	return broker.RabbitPurgeDLQ(ctx, b.rabbit(), b.Qualify(sub))
+	return 0, fmt.Errorf("worker: unknown broker %q (valid: kafka, rabbitmq)", b.Kind)
 }
 
 // A BacklogReader sums, over every subscription of a broker, what the

@@ -234,16 +234,25 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 
 // runRedrive runs the redriver of spec.Redrive.Subscription once, its
 // earlier incarnations' part of the redrive read back from its own
-// history file (RabbitMQ only: Kafka's redriver is not yet written).
+// history file.
 func runRedrive(ctx context.Context, spec Spec, db *pgxpool.Pool, rec *history.Recorder, fp *failpoint.Set) error {
-	if spec.Broker.Kind != "rabbitmq" {
-		return fmt.Errorf("worker: the redriver on %s is not yet written (RabbitMQ only)", spec.Broker.Kind)
-	}
 	prior, _, err := history.ReadFile(spec.History)
 	if err != nil {
 		return fmt.Errorf("worker: redrive: read back its history: %w", err)
 	}
-	dl, err := broker.OpenRabbitRedrive(ctx, spec.Broker.rabbit(), spec.Broker.Qualify(spec.Redrive.Subscription))
+	sub := spec.Broker.Qualify(spec.Redrive.Subscription)
+	var dl interface {
+		redrive.DeadLetters
+		Close()
+	}
+	switch spec.Broker.Kind {
+	case "kafka":
+		dl, err = broker.OpenKafkaRedrive(ctx, spec.Broker.Kafka(), sub)
+	case "rabbitmq":
+		dl, err = broker.OpenRabbitRedrive(ctx, spec.Broker.rabbit(), sub)
+	default:
+		err = fmt.Errorf("worker: unknown broker %q (valid: kafka, rabbitmq)", spec.Broker.Kind)
+	}
 	if err != nil {
 		return err
 	}
