@@ -75,6 +75,17 @@ const (
 	HeaderAttempt   = "dlq-attempts"
 )
 
+// Headers a redrive adds to a republished dead letter (issue 25).
+const (
+	// HeaderRedriveSubscription names, on Kafka, the one subscription a
+	// redriven record is for (the events topic carries it to every
+	// group; the others settle it without handing it out).
+	HeaderRedriveSubscription = "redrive-subscription"
+	// HeaderRedriveAttempt is how many times the redriver sent this dead
+	// letter, from 1.
+	HeaderRedriveAttempt = "redrive-attempt"
+)
+
 // Headers renders e's identity as string headers.
 func (e Event) Headers() map[string]string {
 	h := map[string]string{

@@ -49,6 +49,24 @@ type KafkaSubscriberOptions struct {
 	// when events trickle in.
 	FetchMinBytes int32
 	FetchMaxWait  time.Duration
+
+	// Issue 25: consumer groups, replay and rebalances.
+
+	// OffsetReset is where the group starts when it has no committed
+	// offset: "earliest" (the default, correct) or "latest" (known-bad
+	// for a group that joins late: it skips the history).
+	OffsetReset string
+	// AutoCommit commits polled offsets on a timer, ahead of the
+	// effects (known-bad consumer variant auto-commit).
+	AutoCommit bool
+	// CommitOnRevoke uses the eager protocol and commits the polled
+	// positions of revoked partitions, dropping what was buffered
+	// (known-bad consumer variant commit-on-revoke).
+	CommitOnRevoke bool
+	// OnAssign, when set, is told of each change to this member's
+	// partitions: detail is history.AssignAssigned, AssignRevoked or
+	// AssignLost.
+	OnAssign func(detail, topic string, partitions []int32)
 }
 
 // KafkaSubscriber implements Subscriber as one member of a consumer group

@@ -22,6 +22,10 @@ type Options struct {
 	// Shards is how many workers share the events, overriding the
 	// default GOMAXPROCS. The result is the same for any number.
 	Shards int
+	// LagAlert, when set, is the alert on consumer lag a scenario
+	// declares: the check says when it would have fired (lag.go). It
+	// never changes the verdict.
+	LagAlert *LagAlert
 }
 
 func (o Options) withDefaults() Options {
@@ -158,6 +162,15 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 	r.Stalls, over = v.stalls(faults, drainEnd, a.opts.Guarantees.MaxStall)
 	v.stallAnomalies(r, over, c.Committed, a.opts)
 	v.resources(r, s0.peaks)
+	// Operating the pipeline (issue 25): each section adds its figures
+	// to r, its anomalies to r.Anomalies and its reasons to
+	// v.opsReasons.
+	a.redriveSection(v, r, f)
+	a.retriesSection(v, r)
+	a.backlogSection(v, r, faults, drainEnd)
+	a.positionsSection(v, r, f)
+	a.lagSection(v, r)
+	a.tracesSection(v, r)
 	r.Series = buildSeries(a.shards, v)
 	r.Availability = availability(a.shards, faults)
 	r.Nodes = nodes(s0.nodeOps, faults, end)
@@ -222,6 +235,9 @@ func (v *view) verdict(r *Result, unseen int64) Validity {
 		unknown(why)
 	}
 	for _, why := range v.resourceReasons {
+		unknown(why)
+	}
+	for _, why := range v.opsReasons {
 		unknown(why)
 	}
 	var randomDone, randomTook int

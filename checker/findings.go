@@ -18,7 +18,7 @@ type finding struct {
 
 var kindRank = func() map[Kind]int {
 	m := map[Kind]int{}
-	for i, k := range slices.Concat(AnomalyKinds(), TxnStageKinds(), ResourceKinds(), ShownKinds()) {
+	for i, k := range slices.Concat(AnomalyKinds(), TxnStageKinds(), ResourceKinds(), OperationKinds(), ShownKinds()) {
 		m[k] = i
 	}
 	return m

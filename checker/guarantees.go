@@ -51,6 +51,13 @@ type Guarantees struct {
 	// MaxRSS is the highest peak resident set, in bytes, any process the
 	// harness runs may reach (memory: resources.go); 0 promises nothing.
 	MaxRSS int64 `json:"max-rss,omitempty" yaml:"max-rss,omitempty"`
+	// MaxRetrySync is the most the consumers' transient retries may be
+	// synchronized, as the peak-to-mean figure retries.go measures
+	// (retry-storm); 0 promises nothing.
+	MaxRetrySync float64 `json:"max-retry-sync,omitempty" yaml:"max-retry-sync,omitempty"`
+	// MaxBacklogAge is the longest a subscription's oldest unapplied
+	// event may wait (backlog-age: backlog.go); 0 promises nothing.
+	MaxBacklogAge time.Duration `json:"max-backlog-age,omitempty" yaml:"max-backlog-age,omitempty"`
 }
 
 // presets are the common guarantee sets, by name. A function rather than
@@ -111,6 +118,12 @@ func (g Guarantees) Validate() error {
 	if g.MaxRSS < 0 {
 		return fmt.Errorf("checker: max-rss must be ≥ 0, not %d", g.MaxRSS)
 	}
+	if g.MaxRetrySync != 0 && !(g.MaxRetrySync >= 1) {
+		return fmt.Errorf("checker: max-retry-sync must be 0 (not promised) or ≥ 1, not %g", g.MaxRetrySync)
+	}
+	if g.MaxBacklogAge < 0 {
+		return fmt.Errorf("checker: max-backlog-age must be ≥ 0, not %s", g.MaxBacklogAge)
+	}
 	return nil
 }
 
@@ -128,7 +141,8 @@ func (g Guarantees) Fatal(k Kind) bool {
 	case Gap:
 		return g.Gaps != Allowed
 	case Unexpected, UnauthorizedEffect, DLQUnaccounted, WronglyDeadLettered, PoisonApplied, InboxMismatch,
-		OutputDuplicate, OutputLost, AbortedVisible, TornTransaction, TransactionLeftOpen:
+		OutputDuplicate, OutputLost, AbortedVisible, TornTransaction, TransactionLeftOpen,
+		Unrecovered, OverRetried, PollSkip, NonmonotonicPoll, RedriveRate:
 		return true
 	case OutputOrder:
 		// Per-key order downstream rests on the stage keeping the
@@ -138,6 +152,10 @@ func (g Guarantees) Fatal(k Kind) bool {
 		return g.MaxStall > 0
 	case Memory:
 		return g.MaxRSS > 0
+	case RetryStorm:
+		return g.MaxRetrySync > 0
+	case BacklogAge:
+		return g.MaxBacklogAge > 0
 	}
 	return false
 }
@@ -146,8 +164,9 @@ func (g Guarantees) Fatal(k Kind) bool {
 // later items overriding earlier ones, e.g.
 // "effectively-once,order=per-key,subscriptions=billing+inventory,max-stall=5s,max-rss=256MiB".
 // Keys are loss, duplicate-effects, order, gaps, subscriptions (names
-// joined by '+'), max-stall (a duration) and max-rss (a size, see
-// [ParseSize]); a preset keeps the subscriptions, max-stall and max-rss.
+// joined by '+'), max-stall (a duration), max-rss (a size, see
+// [ParseSize]), max-retry-sync (a number ≥ 1) and max-backlog-age (a
+// duration); a preset keeps the subscriptions and those four limits.
 // An empty string gives the zero Guarantees.
 func ParseGuarantees(s string) (Guarantees, error) {
 	var g Guarantees
@@ -192,8 +211,20 @@ func ParseGuarantees(s string) (Guarantees, error) {
 				return Guarantees{}, fmt.Errorf("checker: max-rss: %w", err)
 			}
 			g.MaxRSS = n
+		case "max-retry-sync":
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return Guarantees{}, fmt.Errorf("checker: max-retry-sync: want a number such as 4, got %q", v)
+			}
+			g.MaxRetrySync = f
+		case "max-backlog-age":
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil {
+				return Guarantees{}, fmt.Errorf("checker: max-backlog-age: want a duration such as 30s, got %q", v)
+			}
+			g.MaxBacklogAge = d
 		default:
-			return Guarantees{}, fmt.Errorf("checker: unknown guarantee %q (have loss, duplicate-effects, order, gaps, subscriptions, max-stall, max-rss)", k)
+			return Guarantees{}, fmt.Errorf("checker: unknown guarantee %q (have loss, duplicate-effects, order, gaps, subscriptions, max-stall, max-rss, max-retry-sync, max-backlog-age)", k)
 		}
 	}
 	if err := g.Validate(); err != nil {
@@ -203,10 +234,12 @@ func ParseGuarantees(s string) (Guarantees, error) {
 }
 
 // Keep returns the preset p with what a preset does not set kept from g:
-// the subscriptions, max-stall and max-rss. A preset named after them
-// changes only the allowances and the order.
+// the subscriptions and the limits (max-stall, max-rss, max-retry-sync,
+// max-backlog-age). A preset named after them changes only the
+// allowances and the order.
 func (p Guarantees) Keep(g Guarantees) Guarantees {
 	p.Subscriptions, p.MaxStall, p.MaxRSS = g.Subscriptions, g.MaxStall, g.MaxRSS
+	p.MaxRetrySync, p.MaxBacklogAge = g.MaxRetrySync, g.MaxBacklogAge
 	return p
 }
 

@@ -29,11 +29,12 @@ import (
 // read it while they fold the batch.
 type aliases map[[2]string]string
 
-// learn records the published_as of the publish ops among ops.
+// learn records the published_as of the publish and redrive ops among
+// ops (a redrive that republishes a dead letter under a new id).
 func (a aliases) learn(ops []history.Op) {
 	for i := range ops {
 		v := &ops[i].Value
-		if ops[i].F == history.Publish && v.PublishedAs != "" && v.PublishedAs != v.Event && v.Event != "" {
+		if (ops[i].F == history.Publish || ops[i].F == history.Redrive) && v.PublishedAs != "" && v.PublishedAs != v.Event && v.Event != "" {
 			a[[2]string{v.Source, v.PublishedAs}] = v.Event
 		}
 	}
@@ -42,7 +43,7 @@ func (a aliases) learn(ops []history.Op) {
 // resolve returns op as the checker judges it: naming the committed event
 // when it names an id a relay published it as, else op itself.
 func (a aliases) resolve(op *history.Op) *history.Op {
-	if len(a) == 0 || op.Value.Event == "" || op.F == history.Publish {
+	if len(a) == 0 || op.Value.Event == "" || op.F == history.Publish || op.F == history.Redrive {
 		return op
 	}
 	id, ok := a[[2]string{op.Value.Source, op.Value.Event}]

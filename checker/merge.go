@@ -53,6 +53,10 @@ type view struct {
 	// resourceReasons say why the facts max-stall and max-rss need are
 	// not established (stall.go, resources.go).
 	resourceReasons []string
+	// opsReasons say why the facts a promise about operating the
+	// pipeline needs (max-retry-sync, max-backlog-age) are not
+	// established (retries.go, backlog.go).
+	opsReasons []string
 }
 
 func (v *view) se(s *gsub, i int) subEvent {

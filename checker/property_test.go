@@ -639,6 +639,10 @@ var plants = map[Kind]plant{
 func TestPropertyPlantedAnomalyIsFoundAlone(t *testing.T) {
 	for _, kind := range AnomalyKinds() {
 		t.Run(string(kind), func(t *testing.T) {
+			if plants[kind] == nil {
+				// Issue 25's kinds get their plants with their rules.
+				t.Skipf("no plant for %s yet", kind)
+			}
 			rapid.Check(t, func(t *rapid.T) {
 				g := genCorrect(t)
 				h, want, ok := plants[kind](t, g)
@@ -674,7 +678,7 @@ func TestPropertyDeterministic(t *testing.T) {
 		g := genCorrect(t)
 		h := g.h
 		kind := rapid.SampledFrom(append([]Kind{""}, AnomalyKinds()...)).Draw(t, "plant")
-		if kind != "" {
+		if kind != "" && plants[kind] != nil {
 			if ph, _, ok := plants[kind](t, g); ok {
 				h = ph
 			}

@@ -100,6 +100,36 @@ const (
 	// Memory: a process the harness runs reached a peak resident set
 	// above the guarantees' max-rss. Shown per process.
 	Memory Kind = "memory"
+
+	// The kinds of operating the pipeline (issue 25): redrive, retries,
+	// backlog. Always fatal: Unrecovered, OverRetried, PollSkip,
+	// NonmonotonicPoll, RedriveRate; RetryStorm and BacklogAge only when
+	// their guarantee is set.
+
+	// Unrecovered: a subscription's dead-lettered event, not poison, has
+	// no effect after a redrive of that subscription took effect: still
+	// in the dead-letter queue, or never redriven (redrive.go).
+	Unrecovered Kind = "unrecovered"
+	// OverRetried: a consumer went on refusing an event past its own
+	// attempt limit instead of dead-lettering it (retries.go).
+	OverRetried Kind = "over-retried"
+	// PollSkip: within one assignment of a Kafka partition, a consumer
+	// was handed an offset past a record the broker's log holds that it
+	// was never handed (positions.go).
+	PollSkip Kind = "poll-skip"
+	// NonmonotonicPoll: within one assignment of a Kafka partition, a
+	// consumer was handed an offset below its position, other than a
+	// refused record's redelivery (positions.go).
+	NonmonotonicPoll Kind = "nonmonotonic-poll"
+	// RedriveRate: a redrive republished more dead letters in some one
+	// second than its step's limit allows (redrive.go).
+	RedriveRate Kind = "redrive-rate"
+	// RetryStorm: the consumers' transient retries were synchronized
+	// beyond the guarantees' max-retry-sync (retries.go).
+	RetryStorm Kind = "retry-storm"
+	// BacklogAge: a subscription's oldest unapplied event waited longer
+	// than the guarantees' max-backlog-age (backlog.go).
+	BacklogAge Kind = "backlog-age"
 )
 
 // Kinds shown in results that are not anomalies.
@@ -124,7 +154,8 @@ const (
 // results show them. Each call returns a new slice, so no caller can
 // reorder another's.
 func AnomalyKinds() []Kind {
-	return []Kind{Lost, DuplicateEffect, Unexpected, UnauthorizedEffect, OrderRegression, Gap, DLQUnaccounted, WronglyDeadLettered, PoisonApplied, InboxMismatch}
+	return []Kind{Lost, DuplicateEffect, Unexpected, UnauthorizedEffect, OrderRegression, Gap, DLQUnaccounted, WronglyDeadLettered, PoisonApplied, InboxMismatch,
+		Unrecovered, OverRetried, PollSkip, NonmonotonicPoll}
 }
 
 // TxnStageKinds lists the anomaly kinds of a transactional stage in the
@@ -138,6 +169,14 @@ func TxnStageKinds() []Kind {
 // [TxnStageKinds].
 func ResourceKinds() []Kind {
 	return []Kind{Stall, Memory}
+}
+
+// OperationKinds lists the anomaly kinds of operating the pipeline that
+// are not one event's (a redrive's rate, the retries' synchronization,
+// a backlog's age) in the order results show them, after those of
+// [ResourceKinds].
+func OperationKinds() []Kind {
+	return []Kind{RedriveRate, RetryStorm, BacklogAge}
 }
 
 // ShownKinds lists the non-anomaly kinds in the order results show them.
@@ -205,6 +244,10 @@ const (
 	// with the same id, never this one: its inbox keys events by id
 	// alone, and CloudEvents identifies one by source + id.
 	DeduplicatedAgainstOtherSource Stage = "deduplicated-against-another-source"
+	// PurgedFromDLQ: dead-lettered, then gone from the dead-letter queue
+	// without an effect after a redrive of its subscription (purged, or
+	// taken off and never republished), the dead-letter queue read whole.
+	PurgedFromDLQ Stage = "purged-from-dlq"
 )
 
 // The points of the pipeline an unknown stage lies between, in order.
@@ -232,6 +275,10 @@ func stageOf(seen, notReached int) stage { return stage(seen<<4 | notReached) }
 // that it sorts first.
 const stageFailover = stage(pointCommitted << 4)
 
+// stagePurged is PurgedFromDLQ, packed after the broker's
+// dead-letter point: it reached the dead-letter queue, which lost it.
+const stagePurged = stage(pointInBroker<<4 | 0xe)
+
 // stageOtherSource is DeduplicatedAgainstOtherSource, packed after
 // never-delivered and before rolled-back: it was delivered, and the
 // consumer's inbox, not its rollback, lost it.
@@ -245,6 +292,7 @@ var definiteStages = map[stage]Stage{
 	stageOf(pointInBroker, pointDelivered):  NeverDelivered,
 	stageOf(pointDelivered, pointApplied):   RolledBack,
 	stageOtherSource:                        DeduplicatedAgainstOtherSource,
+	stagePurged:                             PurgedFromDLQ,
 }
 
 // Stage names st: a definite stage, or unknown-between-X-and-Y.
@@ -292,6 +340,8 @@ func (s Stage) Meaning(sub string) string {
 		return "delivered to " + sub + ", its effect rolled back"
 	case DeduplicatedAgainstOtherSource:
 		return "delivered to " + sub + ", deduplicated against another source's event with the same id"
+	case PurgedFromDLQ:
+		return "dead-lettered by " + sub + ", then gone from the dead-letter queue without an effect"
 	}
 	x, y, ok := s.Between()
 	if !ok {
@@ -370,6 +420,27 @@ type Result struct {
 	// Resources is each measured process's peak resident set, in name
 	// order (resources.go). Absent when the history has no resources op.
 	Resources []ProcessResources `json:"resources,omitempty"`
+	// Redrive is, per subscription a redrive op names, what its
+	// dead-letter redrive did (redrive.go).
+	Redrive []SubscriptionRedrive `json:"redrive,omitempty"`
+	// Retries is how the consumers retried transient failures: the
+	// synchronization figure and counts (retries.go). Absent without
+	// any retry.
+	Retries *Retries `json:"retries,omitempty"`
+	// Backlog is, per subscription, its backlog's oldest age and wait
+	// times (backlog.go).
+	Backlog []SubscriptionBacklog `json:"backlog,omitempty"`
+	// BacklogConsumers is, per consumer process, the most deliveries it
+	// held at once (backlog.go).
+	BacklogConsumers []ConsumerBacklog `json:"backlog_consumers,omitempty"`
+	// Positions is, per subscription, the Kafka consumers' positions as
+	// judged per assignment (positions.go).
+	Positions []SubscriptionPositions `json:"positions,omitempty"`
+	// Lag is the consumer lag the harness sampled during the run, and
+	// when a lag alert would have fired (lag.go).
+	Lag *Lag `json:"lag,omitempty"`
+	// Traces is how the events' trace context travelled (traces.go).
+	Traces *Traces `json:"traces,omitempty"`
 }
 
 // Fault is one fault window of the history: a fault invoke and the op that

@@ -60,10 +60,14 @@ const (
 	// publishes, then commits). Deliveries and effects then follow from
 	// that publish, not from the commit, and prove nothing about it.
 	cEarly
-	cSent       // some publish op names it: a publish was attempted
-	cInBroker   // the final read found it in the broker's log
-	cInOutbox   // the final read found its outbox row
-	cIntrude    // an intrude op names it: the intruder sent it (intruder.go)
+	cSent     // some publish op names it: a publish was attempted
+	cInBroker // the final read found it in the broker's log
+	cInOutbox // the final read found its outbox row
+	cIntrude  // an intrude op names it: the intruder sent it (intruder.go)
+	// cNewSchema: its commit op gives a schema version above 1, which
+	// consumers refuse until a deploy-fix (redrive.go): its dead letter
+	// before the fix is right.
+	cNewSchema
 	cCommitSeen = cInvoke | cOK | cFail | cInfo
 )
 
@@ -96,6 +100,9 @@ func (e *event) named(v *history.Value) {
 	}
 	if v.Poison {
 		e.flags |= cPoison
+	}
+	if v.Schema > 1 {
+		e.flags |= cNewSchema
 	}
 }
 
@@ -528,7 +535,7 @@ func judge(st *SubscriptionStats, e *event, se *subEvent, f facts, add func(Kind
 		st.PoisonApplied++
 		add(PoisonApplied, "", 0, "")
 	}
-	if dlq && e.flags&cPoison == 0 {
+	if dlq && e.flags&(cPoison|cNewSchema) == 0 {
 		add(WronglyDeadLettered, "", 0, "")
 	}
 	if f.inbox {

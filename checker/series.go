@@ -22,6 +22,15 @@ type Series struct {
 	// skipped or dead-lettered at the end of each bucket: a curve that
 	// returns to 0 means late, one that stays up means lost.
 	Unseen []Curve `json:"unseen"`
+	// Retries is, per subscription, the consumers' transient retries per
+	// bucket (retries.go).
+	Retries []Curve `json:"retries,omitempty"`
+	// OldestAge is, per subscription, the age in ns of its oldest
+	// unapplied event at the end of each bucket (backlog.go).
+	OldestAge []Curve `json:"oldest_age,omitempty"`
+	// InFlight is, per consumer process, the most deliveries it held at
+	// once in each bucket (backlog.go).
+	InFlight []Curve `json:"in_flight,omitempty"`
 }
 
 // MaxBuckets bounds the length of every series.
@@ -46,8 +55,10 @@ type LatencyPoint struct {
 
 // Curve is one value per bucket for one subscription.
 type Curve struct {
-	Subscription string  `json:"subscription"`
-	Values       []int64 `json:"values"`
+	Subscription string `json:"subscription"`
+	// Process is the consumer process of a per-process curve.
+	Process string  `json:"process,omitempty"`
+	Values  []int64 `json:"values"`
 }
 
 const (

@@ -74,6 +74,11 @@ type shard struct {
 	nodeOps           []nodeOp         // crash, restart and leader ops of servers (nodes.go)
 	txnStage          *txnState        // the transactional stage, nil if none (transactions.go)
 	aliases           aliases          // the analyzer's, read only while a batch is folded
+	// Operating the pipeline (issue 25), shard 0 only: the Kafka
+	// consumers' assignments (positions.go) and the lag samples
+	// (lag.go).
+	assigns positionsAcc
+	lags    lagAcc
 }
 
 // subscription is what one subscription did with the events of a shard.
@@ -180,7 +185,8 @@ func bracket(op *history.Op) bool {
 // runLevel reports whether ops of f describe the run, not one event.
 func runLevel(f history.F) bool {
 	switch f {
-	case history.Setup, history.Lineage, history.Drain, history.Fault, history.Crash, history.Restart, history.Leader, history.TxnStage, history.Resources:
+	case history.Setup, history.Lineage, history.Drain, history.Fault, history.Crash, history.Restart, history.Leader, history.TxnStage, history.Resources,
+		history.Assign, history.Lag:
 		return true
 	}
 	return false
@@ -364,6 +370,12 @@ func (s *shard) op(op *history.Op, pos int64) {
 		return
 	case history.TxnStage:
 		s.txnState().declare(v)
+		return
+	case history.Assign:
+		s.assigns.op(op)
+		return
+	case history.Lag:
+		s.lags.op(op)
 		return
 	}
 	if txnOwned(op) {

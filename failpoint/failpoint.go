@@ -60,6 +60,10 @@ const (
 	// commit; its restart must go on from the committed offsets,
 	// neither repeating nor skipping an input.
 	ProcessorAfterCommitBeforePoll Name = "processor.after-commit-before-poll"
+	// RedriveAfterPublishBeforeAck: the redriver dies after republishing
+	// a dead letter and before removing it from the dead-letter queue;
+	// its restart republishes it, which the inbox must dedupe.
+	RedriveAfterPublishBeforeAck Name = "redrive.after-publish-before-ack"
 )
 
 // All lists every failpoint, sorted.
@@ -71,6 +75,7 @@ func All() []Name {
 		ProcessorAfterCommitBeforePoll,
 		ProcessorAfterProduceBeforeCommit,
 		ProducerAfterCommit,
+		RedriveAfterPublishBeforeAck,
 		RelayAfterPublishBeforeMark,
 		RelayBeforePublish,
 	}

@@ -442,6 +442,14 @@ func (d *decoder) value(v *Value) error {
 			v.PublishedAs, err = d.str(false)
 		case "rss":
 			v.RSS, err = d.int()
+		case "schema":
+			v.Schema, err = d.int()
+		case "rate":
+			v.Rate, err = d.int()
+		case "lag":
+			v.Lag, err = d.int()
+		case "trace":
+			v.Trace, err = d.str(false)
 		default:
 			err = errSlow
 		}

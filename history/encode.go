@@ -60,6 +60,10 @@ func (op Op) AppendJSON(dst []byte) []byte {
 	dst = appendStrsField(dst, n, "topics", v.Topics)
 	dst = appendStrField(dst, n, "published_as", v.PublishedAs)
 	dst = appendIntField(dst, n, "rss", v.RSS)
+	dst = appendIntField(dst, n, "schema", v.Schema)
+	dst = appendIntField(dst, n, "rate", v.Rate)
+	dst = appendIntField(dst, n, "lag", v.Lag)
+	dst = appendStrField(dst, n, "trace", v.Trace)
 	return append(dst, "}}"...)
 }
 

@@ -110,6 +110,30 @@ const (
 	// unauthorized effect.
 	Intrude F = "intrude"
 
+	// Redrive is one dead letter the redriver (process
+	// "redrive-<subscription>") republished to its subscription: invoke
+	// before the publish, ok once the broker confirmed it, fail when
+	// refused, info when the answer was lost. value.event, source, key,
+	// version the event as dead-lettered, value.consumer the
+	// subscription, value.attempt how many times this redriver sent this
+	// message (from 1), value.rate the step's limit per second,
+	// value.detail "canary" on the canary, value.published_as the id it
+	// sent when not value.event (docs/history.md, "Redrive").
+	Redrive F = "redrive"
+	// Assign is a Kafka consumer's lone ok whenever its group hands it a
+	// partition or takes one away: value.consumer the subscription,
+	// value.topic, value.partition, value.detail [AssignAssigned],
+	// [AssignRevoked] or [AssignLost] (docs/history.md, "Assignments").
+	Assign F = "assign"
+	// Lag is the harness's lone ok per sample of how far a subscription's
+	// consumers are behind: value.consumer the subscription, value.target
+	// the group (Kafka) or queue (RabbitMQ), value.topic and
+	// value.partition on Kafka, value.lag the records or ready messages
+	// not consumed yet, value.detail "dlq" on a dead-letter queue's
+	// depth. A fail (value.error) says the broker could not be asked
+	// (docs/history.md, "Lag").
+	Lag F = "lag"
+
 	// Resources is the harness's lone ok measuring one process it runs
 	// (value.target, e.g. "consumer-inventory-0"): value.rss its peak
 	// resident set so far, in bytes (VmHWM). The supervisor samples each
@@ -210,6 +234,14 @@ const (
 	TableAborted = "aborted"
 )
 
+// Values of value.detail on an [Assign] op, and on the canary [Redrive].
+const (
+	AssignAssigned = "assigned"
+	AssignRevoked  = "revoked"
+	AssignLost     = "lost"
+	DetailCanary   = "canary"
+)
+
 // Op is one line of a history.
 type Op struct {
 	// Index is the op's position. A [Recorder] numbers each file from 0;
@@ -285,6 +317,18 @@ type Value struct {
 	// RSS is, on a resources op, the peak resident set size of the
 	// process value.target so far, in bytes.
 	RSS int64 `json:"rss,omitempty"`
+	// Schema is, on a commit op, the event's schema version when it is
+	// not 1 (0 means 1): consumers refuse versions they were not
+	// deployed to accept until a deploy-fix (docs/history.md, "Redrive").
+	Schema int64 `json:"schema,omitempty"`
+	// Rate is, on a redrive op, the redrive step's limit in messages per
+	// second.
+	Rate int64 `json:"rate,omitempty"`
+	// Lag is, on a lag op, the records (Kafka) or ready messages
+	// (RabbitMQ) not consumed yet.
+	Lag int64 `json:"lag,omitempty"`
+	// Trace is the W3C traceparent this hop made or received.
+	Trace string `json:"trace,omitempty"`
 }
 
 // History is a sequence of ops ordered by Time, Index numbering them from 0.

@@ -64,6 +64,22 @@ type Env struct {
 	// forged events published to the broker as its own user, each
 	// recorded as an intrude op. Nil: no intrude fault.
 	Intrude func(ctx context.Context) (intruder.Result, error)
+	// Redrive republishes subscription sub's dead letters at most rate
+	// per second (pipeline.Deployment.Redrive) and says what it did.
+	// Nil: no redrive step.
+	Redrive func(ctx context.Context, sub string, rate int64) (evidence string, err error)
+	// DeployFix redeploys sub's consumers accepting the new schema
+	// version (pipeline.Deployment.DeployFix). Nil: no deploy-fix step.
+	DeployFix func(ctx context.Context, sub string) (evidence string, err error)
+	// PurgeDLQ purges sub's dead-letter queue
+	// (pipeline.Deployment.PurgeDLQ). Nil: no purge-dlq step.
+	PurgeDLQ func(ctx context.Context, sub string) (evidence string, err error)
+	// Join starts one more consumer of sub (pipeline.Deployment.Join)
+	// and returns its name. Nil: no join step.
+	Join func(ctx context.Context, sub string) (worker string, err error)
+	// Leave stops consumer worker for good (pipeline.Deployment.Leave)
+	// and says what it did. Nil: no leave step.
+	Leave func(ctx context.Context, worker string) (evidence string, err error)
 	// ZombieExit bounds the wait for a resumed zombie to exit, after
 	// which it is killed, overriding the default 15s.
 	ZombieExit time.Duration

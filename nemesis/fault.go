@@ -88,6 +88,33 @@ const (
 	// schedules do not draw it (it needs the scenario's security
 	// section).
 	Intrude Kind = "intrude"
+
+	// The operations of issue 25: steps an operator takes, scheduled in
+	// a timeline like faults and recorded like them (evidence on the
+	// ok, why not on the fail), none drawn by random schedules. None
+	// takes a window.
+
+	// Redrive republishes a subscription's dead letters to it at a
+	// limited rate ("at 5s: redrive email at 50/s"; Rate the limit per
+	// second) through Env.Redrive, the redriver of the scenario's
+	// variants.redrive.
+	Redrive Kind = "redrive"
+	// DeployFix redeploys a subscription's consumers accepting the new
+	// schema version ("at 4s: deploy-fix email") through Env.DeployFix:
+	// each stopped cleanly and started again with the fix.
+	DeployFix Kind = "deploy-fix"
+	// PurgeDLQ purges a subscription's dead-letter queue ("at 5s:
+	// purge-dlq email") through Env.PurgeDLQ: what an operator must not
+	// do with what failed.
+	PurgeDLQ Kind = "purge-dlq"
+	// Join starts one more consumer of a subscription ("at 1s: join
+	// analytics"), or the first of a late subscription, through
+	// Env.Join: its group rebalances.
+	Join Kind = "join"
+	// Leave stops a consumer worker for good ("at 2s: leave
+	// consumer-analytics-1") through Env.Leave: it leaves its group
+	// cleanly.
+	Leave Kind = "leave"
 )
 
 // The shapes of a split, as Jepsen names them.
@@ -119,7 +146,18 @@ func Families() map[string][]Kind {
 
 // Kinds lists every fault kind.
 func Kinds() []Kind {
-	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose, Isolate, Split, Failover, CutReplication, Roll, Wipe, Zombie, Intrude}
+	return []Kind{Kill, Pause, Restart, Failpoint, Partition, Refuse, Latency, Bandwidth, ResetPeer, LimitData, SlowClose, Isolate, Split, Failover, CutReplication, Roll, Wipe, Zombie, Intrude,
+		Redrive, DeployFix, PurgeDLQ, Join, Leave}
+}
+
+// operation reports whether k is an operation of issue 25 rather than a
+// fault: it takes no window.
+func (k Kind) operation() bool {
+	switch k {
+	case Redrive, DeployFix, PurgeDLQ, Join, Leave:
+		return true
+	}
+	return false
 }
 
 // runsItsWindow reports whether a fault of kind k runs its whole course
@@ -151,7 +189,8 @@ type Fault struct {
 	Latency time.Duration `json:"latency,omitempty" yaml:"latency,omitempty"`
 	Jitter  time.Duration `json:"jitter,omitempty" yaml:"jitter,omitempty"`
 	Delay   time.Duration `json:"delay,omitempty" yaml:"delay,omitempty"`
-	// Rate is the bandwidth cap in KB/s; Bytes the limit-data size.
+	// Rate is the bandwidth cap in KB/s, or a redrive's limit in
+	// messages per second; Bytes the limit-data size.
 	Rate  int64 `json:"rate,omitempty" yaml:"rate,omitempty"`
 	Bytes int64 `json:"bytes,omitempty" yaml:"bytes,omitempty"`
 	// Term is the failpoint term to arm, e.g.
@@ -168,6 +207,9 @@ func (f Fault) String() string {
 	if f.Kind == Failpoint {
 		parts = append(parts, f.Target, f.Term)
 		return strings.Join(parts, " ")
+	}
+	if f.Kind == Redrive {
+		return fmt.Sprintf("%s %s at %d/s", f.Kind, f.Target, f.Rate)
 	}
 	parts = append(parts, f.Target)
 	if f.Kind == Split && f.Shape != "" && f.Shape != ShapeHalves {
@@ -241,6 +283,11 @@ var stepRe = regexp.MustCompile(`^at\s+(\S+)\s*:\s*(.+?)(?:\s+for\s+(\S+))?$`)
 //	at 1s: roll broker for 60s
 //	at 2s: zombie processor-0 for 6s
 //	at 2s: intrude
+//	at 4s: deploy-fix email
+//	at 5s: redrive email at 50/s
+//	at 5s: purge-dlq email
+//	at 1s: join analytics
+//	at 2s: leave consumer-analytics-1
 //
 // "→" in a target (relay→kafka) names the link to the service after it:
 // links are per service, shared by every client of it.
@@ -268,6 +315,9 @@ func ParseStep(s string) (Step, error) {
 	}
 	if f.Kind == Intrude && dur > 0 {
 		return Step{}, fmt.Errorf("nemesis: step %q: intrude takes no window: it is over once the broker answered every message (\"at %s: intrude\")", s, m[1])
+	}
+	if f.Kind.operation() && dur > 0 {
+		return Step{}, fmt.Errorf("nemesis: step %q: %s takes no window: it is over once it is done (\"at %s: %s\")", s, f.Kind, m[1], f)
 	}
 	if f.Kind == Zombie && dur <= 0 {
 		return Step{}, fmt.Errorf("nemesis: step %q: zombie needs a window, how long the zombie stays paused, e.g. \"at %s: zombie %s for 6s\"", s, m[1], f.Target)
@@ -299,6 +349,21 @@ func parseFault(w []string) (Fault, error) {
 	args := w[2:]
 	if k == Zombie && strings.Contains(target, "*") {
 		return Fault{}, fmt.Errorf("zombie takes one processor, not a pattern (%q)", target)
+	}
+	if k == Redrive {
+		// redrive <subscription> at <n>/s
+		if len(args) != 2 || args[0] != "at" || !strings.HasSuffix(args[1], "/s") {
+			return Fault{}, fmt.Errorf("redrive wants a subscription and a rate: \"redrive %s at 50/s\"", target)
+		}
+		n, err := strconv.ParseInt(strings.TrimSuffix(args[1], "/s"), 10, 64)
+		if err != nil || n < 1 {
+			return Fault{}, fmt.Errorf("bad redrive rate %q: want a whole number of messages per second, at least 1, e.g. 50/s", args[1])
+		}
+		f.Rate = n
+		return f, nil
+	}
+	if k.operation() && len(args) > 0 {
+		return Fault{}, fmt.Errorf("%s takes a target and nothing else (%q)", k, strings.Join(args, " "))
 	}
 	if k == Failpoint {
 		if len(args) != 1 {

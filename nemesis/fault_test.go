@@ -30,6 +30,11 @@ func TestParseStepRoundTrip(t *testing.T) {
 		"at 1s: roll broker for 1m0s",
 		"at 2s: zombie processor-0 for 6s",
 		"at 2s: intrude",
+		"at 4s: deploy-fix email",
+		"at 5s: redrive email at 50/s",
+		"at 5s: purge-dlq email",
+		"at 1s: join analytics",
+		"at 2.5s: leave consumer-analytics-1",
 	} {
 		st, err := ParseStep(s)
 		if err != nil {
@@ -61,7 +66,12 @@ func TestParseStepErrors(t *testing.T) {
 		"at 2s: zombie processor-0 upstream for 6s", "at 2s: zombie processor-0 ring for 6s",
 		// The intruder publishes to the run's broker until every
 		// message has its answer: no target, no window.
-		"at 2s: intrude broker", "at 2s: intrude for 3s", "at 2s: intrude upstream"} {
+		"at 2s: intrude broker", "at 2s: intrude for 3s", "at 2s: intrude upstream",
+		// Operations take no window; a redrive needs its whole-number
+		// rate.
+		"at 5s: redrive email", "at 5s: redrive email at 0/s", "at 5s: redrive email at 2.5/s", "at 5s: redrive email 50/s",
+		"at 5s: redrive email at 50/s for 3s", "at 4s: deploy-fix email for 2s", "at 4s: deploy-fix email now",
+		"at 4s: purge-dlq", "at 1s: join analytics upstream", "at 2s: leave consumer-analytics-1 for 1s"} {
 		if _, err := ParseStep(s); err == nil {
 			t.Errorf("ParseStep(%q) succeeded", s)
 		}

@@ -217,6 +217,16 @@ func (e *Env) do(ctx context.Context, f Fault) (effect, error) {
 		return e.zombie(ctx, f)
 	case Intrude:
 		return e.intrude(ctx)
+	case Redrive:
+		return e.redrive(ctx, f)
+	case DeployFix:
+		return e.deployFix(ctx, f)
+	case PurgeDLQ:
+		return e.purgeDLQ(ctx, f)
+	case Join:
+		return e.join(ctx, f)
+	case Leave:
+		return e.leave(ctx, f)
 	}
 	_, err := ParseKind(string(f.Kind))
 	return effect{}, err

@@ -37,6 +37,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/pipeline/debezium"
 	"github.com/deliverycheck/deliverycheck/pipeline/intruder"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
+	"github.com/deliverycheck/deliverycheck/pipeline/redrive"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 	"github.com/deliverycheck/deliverycheck/pipeline/schema"
 	"github.com/deliverycheck/deliverycheck/pipeline/worker"
@@ -134,6 +135,28 @@ type Config struct {
 	// workload key and Security.Tenant; Start signs its replays with the
 	// run's key when the run signs.
 	Intruder *intruder.Config
+
+	// Operating the pipeline (issue 25).
+
+	// NewSchemaRatio is the share of events written in schema version 2,
+	// which consumers refuse until a deploy-fix.
+	NewSchemaRatio float64
+	// RedriveVariant is the redriver a redrive step runs.
+	RedriveVariant redrive.Variant
+	// RateSteps change each producer's Rate over the run.
+	RateSteps []producer.RateStep
+	// ConsumerBatch is the most deliveries a consumer applies in one
+	// transaction, overriding the consumer's default.
+	ConsumerBatch int
+	// LateSubscriptions are subscriptions (Kafka) whose consumers are not
+	// started with the run: a join step starts the first.
+	LateSubscriptions []string
+	// OffsetReset is where a Kafka group without a committed offset
+	// starts: "earliest" (default) or "latest".
+	OffsetReset string
+	// Traces is how the trace context travels: "propagate" (default)
+	// or "per-attempt".
+	Traces string
 }
 
 func (c *Config) defaults() error {
@@ -356,7 +379,9 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 	}
 	if _, err := r.rec.Record(history.OK, history.Setup, history.Value{
 		Subscriptions: declaredSubscriptions(cfg),
-		Detail:        fmt.Sprintf("broker=%s producer=%s relay=%s consumer=%s seed=%d", cfg.Broker, cfg.ProducerVariant, cfg.RelayVariant, cfg.ConsumerVariant, cfg.Seed),
+		// The dead-letter limit, which over-retried is judged against.
+		Attempt: cfg.MaxAttempts,
+		Detail:  fmt.Sprintf("broker=%s producer=%s relay=%s consumer=%s seed=%d", cfg.Broker, cfg.ProducerVariant, cfg.RelayVariant, cfg.ConsumerVariant, cfg.Seed),
 	}); err != nil {
 		return nil, err
 	}

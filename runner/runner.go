@@ -55,6 +55,9 @@ type Spec struct {
 	External []reports.External
 	// Expect is what the scenario expects of the run; nil states nothing.
 	Expect *verdict.Expectation
+	// LagAlert is the scenario's alert on consumer lag, nil for none:
+	// the check says when it would have fired.
+	LagAlert *checker.LagAlert
 }
 
 // Fits says why servers someone else started (Options.Cluster, a suite's
@@ -189,7 +192,8 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	}
 	defer r.Close()
 
-	env := nemesis.Env{Cluster: cl, Workers: r.Supervisor(), Recorder: r.Recorder(), Broker: cfg.Broker, Log: log, Leader: r.Leader, Rejoined: r.Redeclare, Replace: r.ReplaceProcessor, Intrude: r.Intrude}
+	env := nemesis.Env{Cluster: cl, Workers: r.Supervisor(), Recorder: r.Recorder(), Broker: cfg.Broker, Log: log, Leader: r.Leader, Rejoined: r.Redeclare, Replace: r.ReplaceProcessor, Intrude: r.Intrude,
+		Redrive: r.Redrive, DeployFix: r.DeployFix, PurgeDLQ: r.PurgeDLQ, Join: r.Join, Leave: r.Leave}
 	wctx, cancel := context.WithTimeout(ctx, spec.Duration)
 	nemDone := make(chan error, 1)
 	go func() { nemDone <- spec.Schedule.Run(wctx, &env) }()
@@ -197,6 +201,8 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	// line, while the workload and the nemesis run.
 	leadersDone := make(chan struct{})
 	go func() { defer close(leadersDone); r.SampleLeaders(wctx, leaderSampling) }()
+	// Consumer lag, sampled until the drain ends (it stops the sampler).
+	r.StartLagSampler(ctx, lagSampling)
 	stopStatus := startStatus(wctx, opts, r, &env)
 	<-wctx.Done()
 	cancel()
@@ -231,7 +237,7 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	}
 	g := spec.Guarantees
 	g.Subscriptions = cfg.Subscriptions
-	res, err := checker.CheckFiles(files, checker.Options{Guarantees: g})
+	res, err := checker.CheckFiles(files, checker.Options{Guarantees: g, LagAlert: spec.LagAlert})
 	if err != nil {
 		out.HarnessErr = errors.Join(out.HarnessErr, fmt.Errorf("check: %w", err))
 		return out, writeAll(out, &meta, nil, log)
@@ -243,6 +249,9 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 // leaderSampling is how often a run looks up the leaders of its
 // replicated services (pipeline.Deployment.SampleLeaders).
 const leaderSampling = 500 * time.Millisecond
+
+// lagSampling is how often the consumers' lag is sampled (lag ops).
+const lagSampling = 500 * time.Millisecond
 
 // writeAll completes the run record from the folder (fault windows,
 // marks, processes from the history), decides the verdict and writes the

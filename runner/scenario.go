@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"github.com/deliverycheck/deliverycheck/checker"
 	"log/slog"
 	"strings"
 	"time"
@@ -68,7 +69,17 @@ func FromScenario(s scenarios.Scenario) (Spec, error) {
 		Guarantees:       s.CheckGuarantees(),
 		Seed:             int64(s.Seed),
 		Expect:           expectation(s),
+		LagAlert:         lagAlert(s),
 	}, nil
+}
+
+// lagAlert is the checker's view of the scenario's lag alert, nil for none.
+func lagAlert(s scenarios.Scenario) *checker.LagAlert {
+	a := s.Observability.LagAlert
+	if a == nil {
+		return nil
+	}
+	return &checker.LagAlert{Threshold: a.Threshold, For: a.For}
 }
 
 // nodes is the node count of the scenario's replicated servers, or nil.

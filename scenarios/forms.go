@@ -212,8 +212,10 @@ func (g guarantees) encodeNode() any {
 //	  subscriptions: [inventory]
 //
 // unexpected, unauthorized-effect, dlq-unaccounted, wrongly-dead-lettered,
-// poison-applied and inbox-mismatch are always fatal; stall and memory
-// only when max-stall and max-rss are set.
+// poison-applied, inbox-mismatch, unrecovered, over-retried, poll-skip,
+// nonmonotonic-poll and redrive-rate are always fatal; stall, memory,
+// retry-storm and backlog-age only when max-stall, max-rss,
+// max-retry-sync and max-backlog-age are set.
 type guaranteeFields struct {
 	// Preset is a named set of the settings below, applied before them
 	// whatever the order of the keys; the subscriptions are kept.
@@ -243,6 +245,15 @@ type guaranteeFields struct {
 	// bytes; a higher one is fatal. Empty promises nothing (each
 	// process's peak is still reported).
 	MaxRSS size `yaml:"max-rss,omitempty"`
+	// MaxRetrySync is how synchronized the consumers' transient retries
+	// may be, as the peak-to-mean figure docs/results.md ("Retries")
+	// defines, at least 1; more is fatal (retry-storm). Empty promises
+	// nothing (the figure is still reported).
+	MaxRetrySync float64 `yaml:"max-retry-sync,omitempty" range:">=0"`
+	// MaxBacklogAge is the longest a subscription's oldest unapplied
+	// event may wait; longer is fatal (backlog-age). Empty promises
+	// nothing (the oldest age is still reported).
+	MaxBacklogAge time.Duration `yaml:"max-backlog-age,omitempty" range:">=0"`
 }
 
 // decodedField applies the preset as soon as it is read, before the

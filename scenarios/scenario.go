@@ -46,6 +46,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/pipeline/intruder"
 	"github.com/deliverycheck/deliverycheck/pipeline/processor"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
+	"github.com/deliverycheck/deliverycheck/pipeline/redrive"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 	"github.com/deliverycheck/deliverycheck/verdict"
 )
@@ -86,6 +87,9 @@ type Scenario struct {
 	// before they apply one (docs/security.md); none by default, when
 	// consumers check only which types each source may emit.
 	Security Security `yaml:"security,omitempty"`
+	// Observability is what the run watches besides the history: an
+	// alert on consumer lag, and how the trace context travels.
+	Observability Observability `yaml:"observability,omitempty"`
 	// Nemesis is the faults of the run; none by default.
 	Nemesis Nemesis `yaml:"nemesis"`
 	// Guarantees are what the run promises, overriding the default
@@ -483,6 +487,11 @@ type Broker struct {
 	// (acknowledged ones among them) are truncated away when it rejoins.
 	// Known-bad; off by default. Kafka with broker.nodes above 1 only.
 	UncleanLeaderElection bool `yaml:"unclean_leader_election,omitempty"`
+	// OffsetReset is where a Kafka consumer group with no committed
+	// offset starts: `earliest` (the default: a group that joins late
+	// replays the whole topic) or `latest` (known-bad: it skips what
+	// was published before it joined). Kafka only.
+	OffsetReset string `yaml:"offset_reset,omitempty" enum:"offset reset"`
 }
 
 // Postgres is the database the outbox, the inboxes and the effects live
@@ -518,6 +527,9 @@ type Variants struct {
 	// Consumer is how consumers apply an event; `inbox` is correct, the
 	// others are known-bad.
 	Consumer consumer.Variant `yaml:"consumer" enum:"consumer variant"`
+	// Redrive is how a redrive step republishes dead letters; `canary`
+	// is correct, `new-ids` and `blind` are known-bad.
+	Redrive redrive.Variant `yaml:"redrive,omitempty" enum:"redrive variant"`
 }
 
 // Workload is what the producers do and how many workers take part.
@@ -547,6 +559,11 @@ type Workload struct {
 	// PoisonRatio is the share of events no consumer accepts; each must
 	// reach the DLQ after broker.max_attempts.
 	PoisonRatio float64 `yaml:"poison_ratio" range:">=0,<1"`
+	// NewSchemaRatio is the share of events written in schema version 2,
+	// each the only event of an aggregate of its own: consumers refuse
+	// it (retried, then dead-lettered) until a deploy-fix step
+	// redeploys them accepting it, and a redrive brings it back.
+	NewSchemaRatio float64 `yaml:"new_schema_ratio,omitempty" range:">=0,<1"`
 	// AbortRatio is the share of transactions aborted after publishing;
 	// only the publish-then-commit producer does that (its phantoms).
 	AbortRatio float64 `yaml:"abort_ratio" range:">=0,<1"`
@@ -572,6 +589,17 @@ type Workload struct {
 	// window between a check and its act (bad-check-then-act uses 20ms).
 	// 0 is none.
 	ConsumerWork time.Duration `yaml:"consumer_work,omitempty" range:">=0"`
+	// ConsumerBatch is the most deliveries a consumer applies in one
+	// transaction, overriding the consumer's default (100 for the inbox
+	// consumer); consumer_work is spent per transaction, so 1 makes it
+	// bound each consumer's capacity. 0 keeps the default.
+	ConsumerBatch int `yaml:"consumer_batch,omitempty" range:">=0"`
+	// LateSubscriptions are subscriptions (Kafka) whose consumers do not
+	// start with the run: a `join <subscription>` step starts the first,
+	// and the group replays the topic from where broker.offset_reset
+	// says. Each is a subscription as the others are (its own inbox and
+	// effects) and must be listed in subscriptions too.
+	LateSubscriptions []string `yaml:"late_subscriptions,omitempty" check:"name"`
 	// Relays is the number of relay processes; 0 keeps the pipeline
 	// default (1 with the outbox producer, none otherwise: the
 	// direct-publishing producers must have none).
@@ -579,6 +607,30 @@ type Workload struct {
 	// RelayBatch is the most outbox rows a relay publishes per
 	// transaction; 0 keeps the relay default (100).
 	RelayBatch int `yaml:"relay_batch" range:">=0"`
+}
+
+// Observability is what a run watches besides the history (issue 25).
+type Observability struct {
+	// LagAlert is an alert on each subscription's consumer lag, as a
+	// Prometheus rule `lag > threshold for <for>`: the report says when
+	// it would have fired. It never changes the verdict.
+	LagAlert *LagAlert `yaml:"lag_alert,omitempty"`
+	// Traces is how the trace context travels: `propagate` (the
+	// default: one trace from the producer to the consumer) or
+	// `per-attempt` (the relay starts a new trace on every publish
+	// attempt).
+	Traces string `yaml:"traces,omitempty" enum:"trace mode"`
+}
+
+// LagAlert is an alert on consumer lag: it fires once a subscription's
+// lag has stayed above Threshold for For.
+type LagAlert struct {
+	// Threshold is the lag, in records (Kafka) or ready messages
+	// (RabbitMQ), the alert watches for.
+	Threshold int64 `yaml:"threshold" range:">=0"`
+	// For is how long the lag must stay above the threshold before the
+	// alert fires; 0 fires at once.
+	For time.Duration `yaml:"for,omitempty" range:">=0"`
 }
 
 // Nemesis is the faults of a run: a fixed timeline, a seeded random
@@ -718,6 +770,12 @@ func (s Scenario) PipelineConfig() pipeline.Config {
 		Stage:             s.pipelineStage(),
 		Security:          s.pipelineSecurity(),
 		Intruder:          s.pipelineIntruder(),
+		NewSchemaRatio:    s.Workload.NewSchemaRatio,
+		RedriveVariant:    s.Variants.Redrive,
+		ConsumerBatch:     s.Workload.ConsumerBatch,
+		LateSubscriptions: slices.Clone(s.Workload.LateSubscriptions),
+		OffsetReset:       s.Broker.OffsetReset,
+		Traces:            s.Observability.Traces,
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/pipeline/intruder"
 	"github.com/deliverycheck/deliverycheck/pipeline/processor"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
+	"github.com/deliverycheck/deliverycheck/pipeline/redrive"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 	"github.com/deliverycheck/deliverycheck/verdict"
 )
@@ -245,6 +246,12 @@ func enumValues(what string) []string {
 		return strs(relay.Variants())
 	case "consumer variant":
 		return strs(consumer.Variants())
+	case "redrive variant":
+		return strs(redrive.Variants())
+	case "offset reset":
+		return OffsetResets()
+	case "trace mode":
+		return TraceModes()
 	case "processor variant":
 		return strs(processor.Variants())
 	case "processor effect":
@@ -396,6 +403,14 @@ func Brokers() []string { return []string{"kafka", "rabbitmq"} }
 
 // Standbys lists the values of postgres.standby ("" in Go is none).
 func Standbys() []string { return []string{"none", "async", "sync"} }
+
+// OffsetResets lists where a Kafka group without a committed offset may
+// start (broker.offset_reset).
+func OffsetResets() []string { return []string{"earliest", "latest"} }
+
+// TraceModes lists how the trace context may travel
+// (observability.traces).
+func TraceModes() []string { return []string{"propagate", "per-attempt"} }
 
 // QueueTypes lists the RabbitMQ queue types a scenario can ask for.
 func QueueTypes() []string { return []string{"quorum", "classic"} }

@@ -135,6 +135,11 @@ func (s Scenario) validate(loc func(path string) (string, int)) []*Error {
 		fail("broker.unbound", "the unroutable relay only loses events when a subscription is unbound; list one here")
 	}
 	s.checkIdentity(fail)
+	// Operating the pipeline (issue 25).
+	s.validateRedrive(fail)
+	s.validateBackpressure(fail)
+	s.validateGroups(fail)
+	s.validateObservability(fail)
 
 	// Producer variants. Only publish-then-commit aborts transactions, and
 	// the direct-publishing producers must not get a relay (it would
@@ -329,6 +334,10 @@ func fatalHint(k checker.Kind) string {
 		return "set guarantees.max-stall"
 	case checker.Memory:
 		return "set guarantees.max-rss"
+	case checker.RetryStorm:
+		return "set guarantees.max-retry-sync"
+	case checker.BacklogAge:
+		return "set guarantees.max-backlog-age"
 	}
 	return "check the guarantees"
 }
@@ -354,6 +363,8 @@ func (s Scenario) workers() []string {
 			out = append(out, "processor-"+strconv.Itoa(i))
 		}
 	}
+	out = append(out, s.joinedWorkers()...)
+	out = append(out, s.redriveWorkers()...)
 	return out
 }
 
@@ -392,6 +403,10 @@ func (s Scenario) checkStep(st nemesis.Step, workers []string) string {
 		return ""
 	case nemesis.Zombie:
 		return s.checkZombie(f.Target, workers)
+	case nemesis.Redrive, nemesis.DeployFix, nemesis.PurgeDLQ:
+		return s.checkRedriveStep(f)
+	case nemesis.Join, nemesis.Leave:
+		return s.checkGroupStep(f, workers)
 	case nemesis.Intrude:
 		if !s.Security.Enabled() {
 			return "intrude needs a security section: what the intruder sends and as whom (security: {intruder: {permissions: publish}}), and what the consumers check"
@@ -655,7 +670,7 @@ func (s Scenario) checkReplication(fail func(path, format string, args ...any)) 
 // anomalyKinds are the anomalies a scenario may expect: the
 // subscriptions', then the transactional stage's.
 func anomalyKinds() []checker.Kind {
-	return slices.Concat(checker.AnomalyKinds(), checker.TxnStageKinds(), checker.ResourceKinds())
+	return slices.Concat(checker.AnomalyKinds(), checker.TxnStageKinds(), checker.ResourceKinds(), checker.OperationKinds())
 }
 
 // checkTeamProcessor checks system.processor: it replaces the processors

@@ -77,11 +77,30 @@ const (
 	// that is not valid UTF-8 makes its effect's insert fail forever: it
 	// stalls.
 	Unbounded Variant = "unbounded"
+	// FixedRetry is known-bad: exactly the inbox consumer, but it
+	// retries a transient failure every second, without jitter: every
+	// consumer hit by one outage retries in step (retry-storm; issue 25,
+	// docs/pipeline.md).
+	FixedRetry Variant = "fixed-retry"
+	// RetryForever is known-bad: exactly the inbox consumer, but it
+	// treats every refusal as transient and retries it without a limit:
+	// a poison event never reaches the dead-letter queue (over-retried).
+	RetryForever Variant = "retry-forever"
+	// AutoCommit is known-bad (Kafka): exactly the inbox consumer, but
+	// its offsets are committed on a timer as polled, ahead of the
+	// effects: a crash loses what was polled and not applied.
+	AutoCommit Variant = "auto-commit"
+	// CommitOnRevoke is known-bad (Kafka): exactly the inbox consumer, but
+	// under the eager protocol it commits its polled positions when a
+	// rebalance revokes its partitions, and drops what it had buffered:
+	// the next owner skips it.
+	CommitOnRevoke Variant = "commit-on-revoke"
 )
 
 // Variants lists every consumer variant.
 func Variants() []Variant {
-	return []Variant{Inbox, AckFirst, NoInbox, CheckThenAct, NoVersionGuard, InboxByID, InboxByTrace, Trusting, Unbounded}
+	return []Variant{Inbox, AckFirst, NoInbox, CheckThenAct, NoVersionGuard, InboxByID, InboxByTrace, Trusting, Unbounded,
+		FixedRetry, RetryForever, AutoCommit, CommitOnRevoke}
 }
 
 // ParseVariant checks a variant name.
@@ -124,6 +143,15 @@ type Config struct {
 	// authority (every variant but trusting checks it). An event that
 	// fails it is dead-lettered at once: waiting never authorizes it.
 	Security Security `json:"security"`
+	// SchemaVersions are the event schema versions this build accepts,
+	// overriding the default [1]: an event of another version is refused
+	// (retried, then dead-lettered) until a deploy-fix redeploys the
+	// consumer accepting it (issue 25, DLQ redrive).
+	SchemaVersions []int64 `json:"schema_versions,omitempty"`
+	// RetryBudget bounds the in-process retries of one delivery's
+	// transient failures, overriding the default 1m: past it the
+	// delivery is handed back to the broker.
+	RetryBudget time.Duration `json:"retry_budget,omitempty"`
 }
 
 // Consumer handles one subscription's deliveries for one process.

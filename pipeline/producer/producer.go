@@ -41,6 +41,15 @@ const (
 // Variants lists every producer variant.
 func Variants() []Variant { return []Variant{Outbox, DualWrite, PublishThenCommit} }
 
+// RateStep runs a producer at Rate ops per second from AtNS, in ns since
+// the run's base time, for ForNS (0: until the next step or the end),
+// after which it goes back to Config.Rate.
+type RateStep struct {
+	AtNS  int64   `json:"at_ns"`
+	Rate  float64 `json:"rate"`
+	ForNS int64   `json:"for_ns,omitempty"`
+}
+
 // Config is one producer process's workload.
 type Config struct {
 	Variant Variant `json:"variant"`
@@ -61,6 +70,14 @@ type Config struct {
 	// PoisonRatio is the share of events written with a payload no
 	// consumer accepts, meant for the dead-letter destination.
 	PoisonRatio float64 `json:"poison_ratio"`
+	// NewSchemaRatio is the share of events written in schema version 2,
+	// which consumers refuse until a deploy-fix (issue 25, DLQ redrive).
+	NewSchemaRatio float64 `json:"new_schema_ratio,omitempty"`
+	// RateSteps change Rate over the run (issue 25, backpressure).
+	RateSteps []RateStep `json:"rate_steps,omitempty"`
+	// TraceMode is how the trace context travels: "propagate" or
+	// "per-attempt" (issue 25, traces).
+	TraceMode string `json:"trace_mode,omitempty"`
 	// AbortRatio is the share of publish-then-commit transactions that
 	// abort after the publish (the fault that exposes that variant).
 	AbortRatio float64 `json:"abort_ratio"`

@@ -46,6 +46,9 @@ const (
 	RoleConsumer = "consumer"
 	// RoleProcessor is the transactional stage's processor (Kafka only).
 	RoleProcessor = "processor"
+	// RoleRedrive is the redriver of one subscription's dead letters
+	// (issue 25), run once by a redrive step.
+	RoleRedrive = "redrive"
 )
 
 // Spec is everything one worker process needs, passed as JSON.
