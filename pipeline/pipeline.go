@@ -312,6 +312,8 @@ type Deployment struct {
 	// intruder is the intrude fault's user, publisher and history (nil
 	// without Config.Intruder).
 	intruder *intruderRun
+	// stopLag stops the lag sampler (lag.go); nil until it started.
+	stopLag func()
 }
 
 // HistoryDir is where a run's history files go, under its run dir.
@@ -774,6 +776,8 @@ func (r *Deployment) teamProgress(ctx context.Context, p *progress) error {
 // records the outcome as a drain op: ok when complete, info when the
 // deadline passed (the checker then cannot call the run valid).
 func (r *Deployment) Drain(ctx context.Context) (bool, error) {
+	// The lag is sampled while the consumers catch up, not after.
+	defer r.stopLagSampler()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DrainTimeout)
 	defer cancel()
 	if _, err := r.rec.Record(history.Invoke, history.Drain, history.Value{}); err != nil {
@@ -1019,6 +1023,7 @@ func (r *Deployment) Close() error {
 		errs = append(errs, r.sup.StopAll(ctx))
 		cancel()
 	}
+	r.stopLagSampler()
 	errs = append(errs, r.closeIntruder())
 	if r.dbz != nil && r.db != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
