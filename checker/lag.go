@@ -350,3 +350,43 @@ func (f LagFiring) Describe() string {
 	fmt.Fprintf(&b, " on %s (peak %d)", f.Subscription, f.Peak)
 	return b.String()
 }
+
+// AlertLines say the lag alert in words, one line per firing, the
+// wording the report and the command line use: "The lag alert (lag >
+// 100 for 1s, on each subscription's total) would have fired at 1.400s
+// and resolved at 4.900s on inventory (peak 812)."; or that it never
+// would have, or that none was declared.
+func (l *Lag) AlertLines() []string {
+	if l.Alert == nil {
+		return []string{"No lag alert was declared (observability.lag_alert)."}
+	}
+	rule := "The lag alert (" + l.Alert.String() + ", on each subscription's total)"
+	if len(l.Alerts) == 0 {
+		peak, sub := int64(0), ""
+		for _, t := range l.Totals {
+			if t.Max > peak || sub == "" {
+				peak, sub = t.Max, t.Subscription
+			}
+		}
+		if sub == "" {
+			return []string{rule + " could not have fired: no lag was sampled."}
+		}
+		return []string{fmt.Sprintf("%s would never have fired: the highest total was %d, on %s.", rule, peak, sub)}
+	}
+	out := make([]string, 0, len(l.Alerts))
+	for _, f := range l.Alerts {
+		out = append(out, rule+" "+f.Describe()+".")
+	}
+	return out
+}
+
+// PeakSummary says each subscription's highest total lag in one line,
+// "email 177 (at 2.512s), inventory 208 (at 2.013s)", the wording the
+// command line uses; "" when nothing was sampled.
+func (l *Lag) PeakSummary() string {
+	parts := make([]string, 0, len(l.Totals))
+	for _, t := range l.Totals {
+		parts = append(parts, fmt.Sprintf("%s %d (at %s)", t.Subscription, t.Max, fmtSeconds(t.MaxNS)))
+	}
+	return strings.Join(parts, ", ")
+}

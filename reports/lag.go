@@ -38,7 +38,7 @@ func newLagView(res *checker.Result) *lagView {
 		return nil
 	}
 	l := res.Lag
-	v := &lagView{Alert: lagAlertLines(l), Fired: len(l.Alerts) > 0, Failures: l.Failures}
+	v := &lagView{Alert: l.AlertLines(), Fired: len(l.Alerts) > 0, Failures: l.Failures}
 	charts := map[string]string{}
 	for i, t := range l.Totals {
 		charts[t.Subscription] = lagChartID(i)
@@ -58,33 +58,6 @@ func newLagRow(s checker.LagSeries, kind string, charts map[string]string) lagRo
 		r.Partition = strconv.FormatInt(*s.Partition, 10)
 	}
 	return r
-}
-
-// lagAlertLines says the alert in words: "the lag alert (lag > 100 for
-// 1s) would have fired at 1.400s and resolved at 4.900s on inventory
-// (peak 812)".
-func lagAlertLines(l *checker.Lag) []string {
-	if l.Alert == nil {
-		return []string{"No lag alert was declared (observability.lag_alert)."}
-	}
-	rule := "The lag alert (" + l.Alert.String() + ", on each subscription's total)"
-	if len(l.Alerts) == 0 {
-		peak, sub := int64(0), ""
-		for _, t := range l.Totals {
-			if t.Max > peak || sub == "" {
-				peak, sub = t.Max, t.Subscription
-			}
-		}
-		if sub == "" {
-			return []string{rule + " could not have fired: no lag was sampled."}
-		}
-		return []string{fmt.Sprintf("%s would never have fired: the highest total was %d, on %s.", rule, peak, sub)}
-	}
-	out := make([]string, 0, len(l.Alerts))
-	for _, f := range l.Alerts {
-		out = append(out, rule+" "+f.Describe()+".")
-	}
-	return out
 }
 
 // lagChartID is the id of the lag chart of the i-th subscription of
