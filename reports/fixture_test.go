@@ -221,7 +221,7 @@ func (f fixture) intrude(add func(int64, string, history.Type, history.F, histor
 
 func (f fixture) result() *checker.Result {
 	g, _ := checker.ParseGuarantees("ordered-effectively-once")
-	return checker.Check(f.ops(), checker.Options{Guarantees: g, LagAlert: &checker.LagAlert{Threshold: 5}})
+	return checker.Check(f.ops(), checker.Options{Guarantees: g, LagAlert: f.run().LagAlert})
 }
 
 func (f fixture) run() Record {
@@ -235,6 +235,7 @@ func (f fixture) run() Record {
 		Environment: Environment{Runtime: "local", Servers: map[string]string{"postgres": "15.14", "rabbitmq": "3.10.8"}, Harness: "v0.1.0", Go: "go1.26.8", OS: "linux/amd64"},
 	}
 	r.Guarantees, _ = checker.ParseGuarantees("ordered-effectively-once")
+	r.LagAlert = &checker.LagAlert{Threshold: 5}
 	if f.hostile {
 		r.Scenario = "order" + xssScript
 		r.Command = "deliverycheck run '" + xssAttr + "'"
