@@ -31,7 +31,7 @@ func TestViewModel(t *testing.T) {
 		summary    []string // substrings of the banner sentence
 		checks     map[string]string
 		anomalies  []string // kind in subscription
-		plots      int // the three of every run, and a lag chart per subscription
+		plots      int      // the three of every run, and a lag chart per subscription
 		bands      int
 		marks      int
 		processes  int

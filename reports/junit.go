@@ -196,7 +196,7 @@ func failureMessage(c Check, a *checker.Anomaly) string {
 		if st := a.StageSummary(); st != "" {
 			msg += "; where lost: " + st
 		}
-		if d := resourceDetails(a); len(d) > 0 && (a.Kind == checker.Stall || a.Kind == checker.Memory) {
+		if d := resourceDetails(a); len(d) > 0 && eventless(a.Kind) {
 			msg += ": " + d[0]
 		}
 	}
@@ -207,7 +207,7 @@ func failureMessage(c Check, a *checker.Anomaly) string {
 // one op per line, so a CI log is enough to start debugging.
 func failureBody(c Check, a *checker.Anomaly) string {
 	var b strings.Builder
-	if a != nil && (a.Kind == checker.Stall || a.Kind == checker.Memory) {
+	if a != nil && eventless(a.Kind) {
 		// No event to trace: each finding in words.
 		for _, d := range resourceDetails(a) {
 			fmt.Fprintf(&b, "%s\n", d)
