@@ -2,9 +2,13 @@ package checker
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 
 	"github.com/deliverycheck/deliverycheck/history"
 )
@@ -150,4 +154,42 @@ func TestParseLagAlert(t *testing.T) {
 			t.Errorf("%q: no error", bad)
 		}
 	}
+}
+
+// lagFirings agrees with the definition, sample by sample: a sample is
+// in a firing interval exactly when it and every sample back to some
+// earlier one at least `for` before it are over the threshold.
+func TestLagFiringsProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(0, 40).Draw(t, "samples")
+		threshold := rapid.Int64Range(0, 10).Draw(t, "threshold")
+		forNS := rapid.Int64Range(0, 5).Draw(t, "for")
+		var s LagSeries
+		tm := int64(0)
+		for i := range n {
+			tm += rapid.Int64Range(1, 3).Draw(t, fmt.Sprintf("dt%d", i))
+			s.add(tm, rapid.Int64Range(0, 20).Draw(t, fmt.Sprintf("lag%d", i)))
+		}
+		fired := lagFirings(s, threshold, forNS)
+		for i, smp := range s.Samples {
+			want := false
+			for j := i; j >= 0 && s.Samples[j][1] > threshold; j-- {
+				if smp[0]-s.Samples[j][0] >= forNS {
+					want = true
+					break
+				}
+			}
+			got := slices.ContainsFunc(fired, func(f LagFiring) bool {
+				return f.FiredNS <= smp[0] && (f.ResolvedNS == 0 || smp[0] < f.ResolvedNS)
+			})
+			if got != want {
+				t.Fatalf("sample %d %v: firing %v, want %v (alerts %+v)", i, smp, got, want, fired)
+			}
+		}
+		for _, f := range fired {
+			if f.PendingNS > f.FiredNS || (f.ResolvedNS != 0 && f.ResolvedNS <= f.FiredNS) || f.Peak <= threshold {
+				t.Fatalf("interval %+v", f)
+			}
+		}
+	})
 }
