@@ -50,6 +50,10 @@ func checkTraces(t *testing.T, s scenarios.Scenario, o *Outcome) {
 	}
 }
 
+// lagAlerted are the built-ins whose lag must make their alert fire: the
+// backpressure ones, whose producers outrun the consumers for a while.
+var lagAlerted = []string{"rabbitmq-backpressure", "kafka-backpressure", "kafka-kill-workers"}
+
 // checkLag: every run sampled the lag of each subscription it started
 // consumers for, and wrote it to lag.om.txt; a built-in that declares a
 // lag alert (the backpressure ones) is there to show it firing.
@@ -77,6 +81,9 @@ func checkLag(t *testing.T, s scenarios.Scenario, o *Outcome) {
 		t.Error(err)
 	} else if !strings.Contains(string(om), reports.MetricConsumerLag+"{") {
 		t.Errorf("%s has no %s sample", reports.LagFile, reports.MetricConsumerLag)
+	}
+	if slices.Contains(lagAlerted, s.Name) && s.Observability.LagAlert == nil {
+		t.Error("declares no lag alert (observability.lag_alert): its burst is there to make one fire")
 	}
 	if s.Observability.LagAlert != nil && len(r.Lag.Alerts) == 0 {
 		var peaks []string
