@@ -118,7 +118,11 @@ func (a *analyzer) lagSection(_ *view, r *Result) {
 	if len(acc.points) == 0 && acc.failures == 0 && alert == nil {
 		return
 	}
-	l := &Lag{Failures: acc.failures, Alert: alert}
+	l := &Lag{Failures: acc.failures}
+	if alert != nil {
+		rule := *alert // the result's own, not the caller's
+		l.Alert = &rule
+	}
 	series, dlq := lagSeries(acc.points)
 	l.Series, l.DLQ = nonNil(series), dlq
 	l.Totals = lagTotals(acc.points)
