@@ -919,6 +919,9 @@ func (s Scenario) KnownBad() bool {
 		s.Stage != nil && (s.Stage.Reader == ReadUncommitted || s.Stage.Processor == processor.OffsetsAfter || s.Stage.Processor == processor.Idempotent || s.Stage.Processor == processor.RandomID ||
 			s.Stage.Processor == processor.OffsetsBefore ||
 			s.Stage.Effect == processor.PlainEffect)
+	if s.badRedrive() {
+		return true
+	}
 	return s.Variants.Producer != producer.Outbox || !correctRelay || s.badConsumer() || badSetting
 }
 
