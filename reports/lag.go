@@ -65,7 +65,8 @@ func newLagRow(s checker.LagSeries, kind string, charts map[string]string) lagRo
 func lagChartID(i int) string { return "lag-" + strconv.Itoa(i) }
 
 // lagPlots lays out a chart per subscription: its total, each of its
-// partitions when it has several, the alert's threshold, the intervals
+// partitions when it has several, its dead-letter queue's depth
+// (RabbitMQ: a redrive or a purge shows there), the alert's threshold, the intervals
 // the alert would have fired, and the fault windows; on the time axis of
 // the other plots.
 func lagPlots(run Record, res *checker.Result) []plotView {
@@ -96,6 +97,12 @@ func lagPlots(run Record, res *checker.Result) []plotView {
 			}
 		}
 		ymax := float64(tot.Max)
+		for _, d := range l.DLQ {
+			if d.Subscription == tot.Subscription {
+				lines = append(lines, timedLine{name: "dead-letter queue", samples: d.Samples, dash: "1 3"})
+				ymax = max(ymax, float64(d.Max))
+			}
+		}
 		if l.Alert != nil {
 			lines = append(lines, timedLine{name: fmt.Sprintf("alert threshold (> %d)", l.Alert.Threshold), samples: [][2]int64{{0, l.Alert.Threshold}, {tmax, l.Alert.Threshold}}, dash: "6 4"})
 			ymax = max(ymax, float64(l.Alert.Threshold)*1.1)

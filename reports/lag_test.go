@@ -40,6 +40,11 @@ func TestLagReport(t *testing.T) {
 	if len(p.Alerts) != 1 || p.ID != "lag-0" || p.Label != "Consumer lag" {
 		t.Errorf("plot %s (%s): alerts %+v", p.ID, p.Label, p.Alerts)
 	}
+	l.DLQ[0].Subscription = "inventory"
+	if ln := lagPlots(run, res)[0].Lines; len(ln) != 5 || ln[3].Name != "dead-letter queue" {
+		t.Errorf("with inventory's dead-letter queue: lines %+v", ln)
+	}
+	l.DLQ[0].Subscription = "email"
 
 	v := newLagView(res)
 	if !v.Fired || len(v.Alert) != 1 || !strings.Contains(v.Alert[0], "would have fired at 0.501s and resolved at 1.001s on inventory (peak 20)") {
