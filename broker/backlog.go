@@ -1,8 +1,10 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -32,21 +34,31 @@ func NewKafkaBacklogReader(cfg KafkaConfig) *KafkaBacklogReader {
 // committed counts everything from the log start. After an error the
 // client is dropped, and the next call dials afresh.
 func (r *KafkaBacklogReader) Backlog(ctx context.Context, group string) (int64, error) {
+	lags, err := r.Lags(ctx, group)
+	return sumLags(lags), err
+}
+
+// Lags is group's lag on each partition of the events topic, in
+// partition order, as [KafkaBacklogReader.Backlog] counts it: what the
+// consumer-lag metric of a group shows (kafka-consumer-groups.sh
+// --describe's LAG column). After an error the client is dropped, and
+// the next call dials afresh.
+func (r *KafkaBacklogReader) Lags(ctx context.Context, group string) ([]PartitionLag, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cl == nil {
 		cl, err := kgo.NewClient(r.cfg.clientOpts("backlog")...)
 		if err != nil {
-			return 0, fmt.Errorf("kafka backlog: %w", err)
+			return nil, fmt.Errorf("kafka backlog: %w", err)
 		}
 		r.cl = cl
 	}
-	n, err := kafkaLag(ctx, kadm.NewClient(r.cl), r.cfg.Topic, group)
+	lags, err := kafkaLags(ctx, kadm.NewClient(r.cl), r.cfg.Topic, group)
 	if err != nil {
 		r.cl.Close()
 		r.cl = nil
 	}
-	return n, err
+	return lags, err
 }
 
 // Close closes the client, if one is open.
@@ -59,20 +71,48 @@ func (r *KafkaBacklogReader) Close() {
 	}
 }
 
+// A PartitionLag is a consumer group's position on one partition of a
+// topic: End is the partition's high-water mark, Committed the offset the
+// group committed (the log start when it committed none), and Lag the
+// records between them.
+type PartitionLag struct {
+	Partition      int32
+	End, Committed int64
+	Lag            int64
+}
+
+// sumLags is the total lag over partitions.
+func sumLags(lags []PartitionLag) int64 {
+	var total int64
+	for _, l := range lags {
+		total += l.Lag
+	}
+	return total
+}
+
+// kafkaLag is group's lag on topic, summed over partitions.
 func kafkaLag(ctx context.Context, adm *kadm.Client, topic, group string) (int64, error) {
+	lags, err := kafkaLags(ctx, adm, topic, group)
+	return sumLags(lags), err
+}
+
+// kafkaLags is group's lag on each partition of topic, in partition
+// order; a group that never committed on a partition lags by everything
+// from the partition's log start.
+func kafkaLags(ctx context.Context, adm *kadm.Client, topic, group string) ([]PartitionLag, error) {
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
-		return 0, fmt.Errorf("kafka backlog: end offsets: %w", err)
+		return nil, fmt.Errorf("kafka backlog: end offsets: %w", err)
 	}
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err != nil {
-		return 0, fmt.Errorf("kafka backlog: start offsets: %w", err)
+		return nil, fmt.Errorf("kafka backlog: start offsets: %w", err)
 	}
 	committed, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
-		return 0, fmt.Errorf("kafka backlog: committed offsets: %w", err)
+		return nil, fmt.Errorf("kafka backlog: committed offsets: %w", err)
 	}
-	var total int64
+	var lags []PartitionLag
 	var ferr error
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Err != nil {
@@ -86,14 +126,13 @@ func kafkaLag(ctx context.Context, adm *kadm.Client, topic, group string) (int64
 		if c, ok := committed.Lookup(o.Topic, o.Partition); ok && c.Err == nil && c.At >= 0 {
 			from = c.At
 		}
-		if o.Offset > from {
-			total += o.Offset - from
-		}
+		lags = append(lags, PartitionLag{Partition: o.Partition, End: o.Offset, Committed: from, Lag: max(o.Offset-from, 0)})
 	})
 	if ferr != nil {
-		return 0, fmt.Errorf("kafka backlog: %w", ferr)
+		return nil, fmt.Errorf("kafka backlog: %w", ferr)
 	}
-	return total, nil
+	slices.SortFunc(lags, func(a, b PartitionLag) int { return cmp.Compare(a.Partition, b.Partition) })
+	return lags, nil
 }
 
 // A RabbitBacklogReader tells how many messages wait in a queue, ready

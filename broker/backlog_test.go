@@ -7,8 +7,9 @@ import (
 )
 
 // The Kafka backlog is the group's lag: everything before the first
-// commit, less what the group acked; the reader's kept client answers
-// every call, and a closed reader dials again.
+// commit, less what the group acked, summed over the partitions Lags
+// lists one by one; the reader's kept client answers every call, and a
+// closed reader dials again.
 func TestKafkaBacklogReader(t *testing.T) {
 	cfg := kafkaTopic(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -44,9 +45,26 @@ func TestKafkaBacklogReader(t *testing.T) {
 	p := kafkaPublisher(t, cfg, KafkaPublisherOptions{})
 	kafkaPublishAll(t, p, kafkaEvents("backlog", 12, 4))
 	want(12)
+	wantLags := func(total int64) {
+		t.Helper()
+		lags, err := r.Lags(ctx, "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lags) != 3 || sumLags(lags) != total {
+			t.Fatalf("lags %+v, want 3 partitions summing to %d", lags, total)
+		}
+		for i, l := range lags {
+			if l.Partition != int32(i) || l.Lag != l.End-l.Committed {
+				t.Fatalf("lag of partition %d: %+v", i, l)
+			}
+		}
+	}
+	wantLags(12)
 	s := kafkaSubscriber(t, cfg, "g")
 	kafkaReceiveAll(t, s, 12, time.Minute) // acking each, and Ack waits for the commit
 	want(0)
+	wantLags(0)
 	r.Close()
 	kafkaPublishAll(t, p, kafkaEvents("backlog-more", 3, 3))
 	want(3)

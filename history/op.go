@@ -239,12 +239,15 @@ const (
 	TableAborted = "aborted"
 )
 
-// Values of value.detail on an [Assign] op, and on the canary [Redrive].
+// Values of value.detail on an [Assign] op, on the canary [Redrive], and
+// on a [Lag] op of a dead-letter queue.
 const (
 	AssignAssigned = "assigned"
 	AssignRevoked  = "revoked"
 	AssignLost     = "lost"
 	DetailCanary   = "canary"
+	// DetailDLQ marks a [Lag] op measuring a dead-letter queue's depth.
+	DetailDLQ = "dlq"
 )
 
 // Op is one line of a history.

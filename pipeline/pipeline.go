@@ -315,6 +315,8 @@ type Deployment struct {
 	// intruder is the intrude fault's user, publisher and history (nil
 	// without Config.Intruder).
 	intruder *intruderRun
+	// stopLag stops the lag sampler (lag.go); nil until it started.
+	stopLag func()
 	// schemas are the schema versions each subscription's consumers
 	// accept, changed by DeployFix (redrive.go).
 	schemas schemaState
@@ -780,6 +782,8 @@ func (r *Deployment) teamProgress(ctx context.Context, p *progress) error {
 // records the outcome as a drain op: ok when complete, info when the
 // deadline passed (the checker then cannot call the run valid).
 func (r *Deployment) Drain(ctx context.Context) (bool, error) {
+	// The lag is sampled while the consumers catch up, not after.
+	defer r.stopLagSampler()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DrainTimeout)
 	defer cancel()
 	if _, err := r.rec.Record(history.Invoke, history.Drain, history.Value{}); err != nil {
@@ -1037,6 +1041,7 @@ func (r *Deployment) Close() error {
 		errs = append(errs, r.sup.StopAll(ctx))
 		cancel()
 	}
+	r.stopLagSampler()
 	errs = append(errs, r.closeIntruder())
 	if r.dbz != nil && r.db != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

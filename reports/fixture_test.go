@@ -112,6 +112,7 @@ func (f fixture) ops() history.History {
 		add(150*ms, "relay-0", history.OK, history.Publish, history.Value{Event: e.id, Tag: int64(12 + i), Attempt: 1})
 	}
 	add(100*ms, "nemesis", history.OK, history.Fault, history.Value{Fault: "partition", Target: "relay-0"})
+	f.lag(add, email, 6)
 	for i, e := range events {
 		v := versions[e.id]
 		for _, sub := range []string{"inventory", email} {
@@ -143,6 +144,7 @@ func (f fixture) ops() history.History {
 		}
 	}
 	rejections := f.intrude(add, email, &effects)
+	f.lag(add, email, 0)
 	add(300*ms, "harness", f.drain, history.Drain, history.Value{})
 	if f.drain != history.OK {
 		return h
@@ -160,6 +162,15 @@ func (f fixture) ops() history.History {
 	add(ms, "harness", history.OK, history.FinalRead, history.Value{Table: history.TableBroker, Target: "run.events.witness", Detail: "witness queue read whole: 6 messages"})
 	add(ms, "harness", history.OK, history.FinalRead, history.Value{})
 	return h
+}
+
+// lag writes, at the time of the op before, one lag sample of each
+// subscription's queue, and one of email's dead-letter queue.
+func (f fixture) lag(add func(int64, string, history.Type, history.F, history.Value), email string, n int64) {
+	for _, sub := range []string{"inventory", email} {
+		add(0, "harness", history.OK, history.Lag, history.Value{Consumer: sub, Target: "run." + sub, Lag: n})
+	}
+	add(0, "harness", history.OK, history.Lag, history.Value{Consumer: email, Target: "run." + email + ".dlq", Detail: history.DetailDLQ, Lag: 1})
 }
 
 // intrude writes the intruder's fault and messages through add, what
@@ -210,7 +221,7 @@ func (f fixture) intrude(add func(int64, string, history.Type, history.F, histor
 
 func (f fixture) result() *checker.Result {
 	g, _ := checker.ParseGuarantees("ordered-effectively-once")
-	return checker.Check(f.ops(), checker.Options{Guarantees: g})
+	return checker.Check(f.ops(), checker.Options{Guarantees: g, LagAlert: f.run().LagAlert})
 }
 
 func (f fixture) run() Record {
@@ -224,6 +235,7 @@ func (f fixture) run() Record {
 		Environment: Environment{Runtime: "local", Servers: map[string]string{"postgres": "15.14", "rabbitmq": "3.10.8"}, Harness: "v0.1.0", Go: "go1.26.8", OS: "linux/amd64"},
 	}
 	r.Guarantees, _ = checker.ParseGuarantees("ordered-effectively-once")
+	r.LagAlert = &checker.LagAlert{Threshold: 5}
 	if f.hostile {
 		r.Scenario = "order" + xssScript
 		r.Command = "deliverycheck run '" + xssAttr + "'"

@@ -106,6 +106,8 @@ type view struct {
 	// measured process's peak resident set (resources.go).
 	Stalls    []stallRow
 	Resources []resourceRow
+	// Lag is the consumer lag section (lag.go); nil without lag ops.
+	Lag *lagView
 	// Redrive has each redriven subscription's outcome (redrive.go);
 	// Retries the consumers' retries (retries.go), nil without.
 	Redrive []redriveRow
@@ -344,7 +346,8 @@ func newView(run Record, res *checker.Result) view {
 	for _, cut := range res.Facts.Cuts {
 		v.Cuts = append(v.Cuts, cut.String())
 	}
-	v.Plots = plots(run, res)
+	v.Plots = append(plots(run, res), lagPlots(run, res)...)
+	v.Lag = newLagView(res)
 	v.Timeline = nodeTimeline(res)
 	v.TxnStage = newTxnStageView(res.TxnStage)
 	v.Intruder = newIntruderView(res.Intruder)

@@ -31,7 +31,7 @@ func TestViewModel(t *testing.T) {
 		summary    []string // substrings of the banner sentence
 		checks     map[string]string
 		anomalies  []string // kind in subscription
-		plots      int
+		plots      int      // the three of every run, and a lag chart per subscription
 		bands      int
 		marks      int
 		processes  int
@@ -45,7 +45,7 @@ func TestViewModel(t *testing.T) {
 			checks: map[string]string{"inventory: no loss": "held", "inventory: no duplicate effects": "broken", "email: no loss": "broken",
 				"email: per-key order": "held", "email: no gaps": "held", "email: no phantom effects": "held"},
 			anomalies: []string{"lost in email", "duplicate-effect in inventory"},
-			plots:     3, bands: 1, marks: 2, processes: 7,
+			plots:     5, bands: 1, marks: 2, processes: 7,
 		},
 		{
 			name: "valid",
@@ -56,7 +56,7 @@ func TestViewModel(t *testing.T) {
 			verdict: "valid",
 			summary: []string{"Every promised guarantee held in email and inventory: no loss, no duplicate effects, per-key order, no gaps"},
 			checks:  map[string]string{"inventory: no loss": "held", "email: no duplicate effects": "held"},
-			plots:   3, bands: 1, marks: 0, processes: 7,
+			plots:   5, bands: 1, marks: 0, processes: 7,
 		},
 		{
 			name: "unknown: drain timed out",
@@ -67,7 +67,7 @@ func TestViewModel(t *testing.T) {
 			verdict: "unknown",
 			summary: []string{"Unknown: ", "could not be established"},
 			checks:  map[string]string{"inventory: no loss": "unknown", "email: no duplicate effects": "unknown"},
-			plots:   3, bands: 1, processes: 7,
+			plots:   5, bands: 1, processes: 7,
 		},
 		{
 			name: "harness error after checking: valid becomes unknown",
@@ -80,7 +80,7 @@ func TestViewModel(t *testing.T) {
 			verdict: "unknown",
 			summary: []string{"the harness failed (postgres: kill -9 did not stop pid 4242)"},
 			checks:  map[string]string{"inventory: no loss": "unknown"},
-			plots:   3, bands: 1, processes: 7,
+			plots:   5, bands: 1, processes: 7,
 		},
 		{
 			name: "harness error before any history",

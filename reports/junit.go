@@ -117,6 +117,7 @@ func junitReport(run Record, res *checker.Result) junitSuites {
 	for _, k := range slices.Sorted(maps.Keys(run.Environment.Servers)) {
 		s.Properties = append(s.Properties, junitProperty{"server." + k, run.Environment.Servers[k]})
 	}
+	s.Properties = append(s.Properties, lagProperties(res)...)
 
 	why := "the facts were not established"
 	if len(judged.Reasons) > 0 {

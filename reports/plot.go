@@ -28,14 +28,20 @@ const (
 // is here, so the view-model tests see exactly what is drawn.
 type plotView struct {
 	ID, Title, Unit string
-	W, H            int
+	// Label names the plot for a screen reader, when its Title holds
+	// untrusted text (a subscription's name) an attribute must not.
+	Label string
+	W, H  int
 	// The plot area.
 	X0, X1, Y0, Y1 float64
 	Lines          []lineView
 	Bands          []bandView
 	// Recoveries span each fault's heal to its throughput's recovery,
 	// or to where the search for one stopped (throughput plot only).
-	Recoveries     []bandView
+	Recoveries []bandView
+	// Alerts span the intervals the lag alert would have fired (lag
+	// plots only).
+	Alerts         []bandView
 	Marks          []markView
 	XTicks, YTicks []tickView
 	// Empty, when set, is drawn instead of lines: why there is nothing.

@@ -236,6 +236,7 @@ func WriteAll(dir string, run Record, res *checker.Result) error {
 		{ResultsFile, func(w io.Writer) error { return WriteResultsJSON(w, run, res) }},
 		{HTMLName, func(w io.Writer) error { return HTML(w, run, res) }},
 		{JUnitName, func(w io.Writer) error { return JUnit(w, run, res) }},
+		{LagFile, func(w io.Writer) error { return WriteOpenMetrics(w, run, res) }},
 	} {
 		if err := writeFile(filepath.Join(dir, f.name), f.write); err != nil {
 			errs = append(errs, err.Error())

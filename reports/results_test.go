@@ -137,7 +137,7 @@ func TestRunDirRoundTrip(t *testing.T) {
 	if err := WriteAll(dir, run, res); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{ResultsFile, HTMLName, JUnitName} {
+	for _, name := range []string{ResultsFile, HTMLName, JUnitName, LagFile} {
 		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Size() == 0 {
 			t.Errorf("%s not written: %v", name, err)
 		}
@@ -153,6 +153,12 @@ func TestRunDirRoundTrip(t *testing.T) {
 	b, _ := json.Marshal(res2)
 	if !bytes.Equal(a, b) {
 		t.Errorf("result read back differs")
+	}
+
+	// Without results.json, the re-check applies run.json's lag alert.
+	os.Rename(filepath.Join(dir, ResultsFile), filepath.Join(dir, ResultsFile+".away"))
+	if _, res4, err := ReadRunDir(dir); err != nil || res4.Lag == nil || res4.Lag.Alert == nil || len(res4.Lag.Alerts) != len(res.Lag.Alerts) {
+		t.Errorf("re-checked without results.json: %v, lag %+v", err, res4.Lag)
 	}
 
 	// A bare checker result, as deliverycheck check writes it.

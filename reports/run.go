@@ -40,6 +40,9 @@ type Record struct {
 	// Guarantees are what the scenario promised; the checker's result
 	// repeats them as it applied them.
 	Guarantees checker.Guarantees `json:"guarantees"`
+	// LagAlert is the scenario's alert on consumer lag, if any, so a
+	// report re-checked from the history says when it would have fired.
+	LagAlert *checker.LagAlert `json:"lag_alert,omitempty"`
 	// Faults are the nemesis windows, in start order.
 	Faults []FaultWindow `json:"faults"`
 	// Marks are instant events: crashes and restarts, in time order.
@@ -244,7 +247,7 @@ func ReadRunDir(dir string) (Record, *checker.Result, error) {
 		}
 	}
 	if res == nil && len(paths) > 0 {
-		if res, err = checker.CheckFiles(paths, checker.Options{Guarantees: run.Guarantees}); err != nil {
+		if res, err = checker.CheckFiles(paths, checker.Options{Guarantees: run.Guarantees, LagAlert: run.LagAlert}); err != nil {
 			return Record{}, nil, fmt.Errorf("reports: check %s: %w", dir, err)
 		}
 	}

@@ -141,7 +141,7 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	out := &Outcome{Dir: dir}
 	meta := reports.Record{
 		Scenario: spec.Name, Description: spec.Description, Seed: spec.Seed,
-		Command: opts.Command, Started: time.Now().UTC(), Guarantees: spec.Guarantees, External: spec.External, Expect: spec.Expect,
+		Command: opts.Command, Started: time.Now().UTC(), Guarantees: spec.Guarantees, LagAlert: spec.LagAlert, External: spec.External, Expect: spec.Expect,
 		Environment: reports.Environment{Runtime: opts.Runtime, Harness: harnessVersion(), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
 	}
 

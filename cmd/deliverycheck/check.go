@@ -21,6 +21,7 @@ func newCheckCmd() *cobra.Command {
 		subscriptions []string
 		out           string
 		examples      int
+		lagAlert      string
 	)
 	cmd := &cobra.Command{
 		Use:   "check <history.jsonl|dir>...",
@@ -39,6 +40,10 @@ subscriptions=a+b, max-stall=<duration> (e.g. 5s; a stall longer is fatal),
 max-rss=<size> (e.g. 256MiB, 1GiB or bytes; a process's peak above it is
 fatal).
 
+--lag-alert threshold/for (e.g. 100/1s) says when a Prometheus alert
+"lag > 100 for 1s" on each subscription's consumer lag (the history's lag
+ops) would have fired; it never changes the verdict.
+
 Exit codes: 0 valid, 1 invalid, 2 unknown (drain incomplete, final read
 missing), 3 bad input.`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -54,11 +59,17 @@ missing), 3 bad input.`,
 			}
 			g.Subscriptions = append(g.Subscriptions, subscriptions...)
 			g = g.Normalize()
+			var alert *checker.LagAlert
+			if lagAlert != "" {
+				if alert, err = checker.ParseLagAlert(lagAlert); err != nil {
+					return withCode(exitBadInput, err)
+				}
+			}
 			paths, err := historyPaths(args)
 			if err != nil {
 				return withCode(exitBadInput, err)
 			}
-			r, err := checker.CheckFiles(paths, checker.Options{Guarantees: g, MaxExamples: examples})
+			r, err := checker.CheckFiles(paths, checker.Options{Guarantees: g, MaxExamples: examples, LagAlert: alert})
 			if err != nil {
 				return withCode(exitBadInput, fmt.Errorf("check: %w", err))
 			}
@@ -84,6 +95,7 @@ missing), 3 bad input.`,
 	f.StringSliceVar(&subscriptions, "subscription", nil, "a subscription that must apply every committed event (repeatable)")
 	f.StringVarP(&out, "out", "o", "", "where to write results.json (- for stdout)")
 	f.IntVar(&examples, "examples", 5, "examples with their ops per anomaly")
+	f.StringVar(&lagAlert, "lag-alert", "", "say when an alert on consumer lag would have fired: threshold/for, e.g. 100/1s")
 	return cmd
 }
 
@@ -230,6 +242,16 @@ func printFacts(w io.Writer, r *checker.Result) {
 	}
 	if s := checker.RetriesSummary(r.Retries); s != "" {
 		fmt.Fprintf(w, "  retries: %s\n", s)
+	}
+	if l := r.Lag; l != nil {
+		if s := l.PeakSummary(); s != "" {
+			fmt.Fprintf(w, "  peak lag: %s\n", s)
+		}
+		if l.Alert != nil {
+			for _, line := range l.AlertLines() {
+				fmt.Fprintf(w, "  %s\n", line)
+			}
+		}
 	}
 	for _, aw := range r.Availability.Windows {
 		fmt.Fprintf(w, "  availability: %s\n", r.Availability.Summary(aw, r.Faults))

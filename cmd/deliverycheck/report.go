@@ -19,7 +19,8 @@ func newReportCmd() *cobra.Command {
 		Long: `report reads a run folder (run.json, results.json, history/, logs/) and
 writes report.html and junit.xml into it again, e.g. after an upgrade of
 deliverycheck. If results.json is missing, the history is checked again with
-the run's guarantees and results.json is written too. --out writes the
+the run's guarantees (and lag alert) and results.json and lag.om.txt are
+written too. --out writes the
 files to another directory (log links still point at logs/ there).
 
 The exit code is the run's verdict: 0 valid, 1 invalid, 2 unknown; 3 when
