@@ -106,10 +106,11 @@ type processFlight struct {
 	process, subscription string
 	most                  int64
 	curve                 []int64
+	opened                bool // it recorded a deliver ok
 }
 
 // inFlight sweeps every shard's flight records per process: the
-// processes that took a delivery, sorted by subscription then name, each
+// processes that recorded a delivery, sorted by subscription then name, each
 // with the most it held at once and, per bucket of width ns (n of them),
 // the most during the bucket.
 func inFlight(accs []*flightAcc, width int64, n int) []processFlight {
@@ -126,13 +127,14 @@ func inFlight(accs []*flightAcc, width int64, n int) []processFlight {
 			if pf.subscription == "" {
 				pf.subscription = p.sub
 			}
+			pf.opened = pf.opened || r.kind == flightOpen
 			recs[p.name] = append(recs[p.name], r)
 		}
 	}
 	var out []processFlight
 	for name, pf := range byName {
-		if pf.subscription == "" {
-			continue // only crashes: not a consumer
+		if !pf.opened {
+			continue // only crashes, or a consumer that records no deliveries
 		}
 		rs := recs[name]
 		slices.SortStableFunc(rs, func(x, y flightRec) int {

@@ -57,6 +57,9 @@ type view struct {
 	// pipeline needs (max-retry-sync, max-backlog-age) are not
 	// established (retries.go, backlog.go).
 	opsReasons []string
+	// oldestAge and inFlight are the backlog's curves (backlog.go), for
+	// the series built after it.
+	oldestAge, inFlight []Curve
 }
 
 func (v *view) se(s *gsub, i int) subEvent {

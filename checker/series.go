@@ -77,6 +77,9 @@ type seriesAcc struct {
 	// commits and applies count commit and apply ok ops per tick, for
 	// the availability of each fault window (availability.go).
 	commits, applies rateAcc
+	// flight keeps the ops that open or end a delivery in a consumer
+	// process (inflight.go).
+	flight flightAcc
 }
 
 func secondOf(t int64) int {
@@ -121,6 +124,7 @@ func (s *seriesAcc) fIndex(f history.F) int {
 }
 
 func (s *seriesAcc) op(op *history.Op) {
+	s.flight.op(op)
 	sec := secondOf(op.Time)
 	for sec >= len(s.perSec) {
 		s.perSec = append(s.perSec, [maxFs * typesPerRow]int64{})
@@ -146,19 +150,12 @@ func (s *seriesAcc) latency(t, d int64) {
 	s.lat[sec] = append(s.lat[sec], d)
 }
 
-// buildSeries merges the shards' accumulators into the report series.
-func buildSeries(shards []*shard, v *view) Series {
-	// Merge per-second counts by f name.
-	var fs []history.F
-	fIdx := map[history.F]int{}
+// seriesShape is the series' bucket width in seconds and their number:
+// one bucket per second up to the last op or commit, unless that is
+// more than MaxBuckets.
+func seriesShape(shards []*shard, v *view) (width, n int) {
 	seconds := 0
 	for _, sh := range shards {
-		for _, f := range sh.series.fs {
-			if _, ok := fIdx[f]; !ok {
-				fIdx[f] = len(fs)
-				fs = append(fs, f)
-			}
-		}
 		seconds = max(seconds, len(sh.series.perSec), len(sh.series.lat))
 	}
 	for i := range v.events {
@@ -168,9 +165,16 @@ func buildSeries(shards []*shard, v *view) Series {
 		}
 	}
 	seconds = max(seconds, 1)
-	width := (seconds + MaxBuckets - 1) / MaxBuckets
-	n := (seconds + width - 1) / width
-	out := Series{BucketNanos: int64(width) * second, Buckets: n, Throughput: []Rate{}, Latency: []LatencyPoint{}, Unseen: []Curve{}}
+	width = (seconds + MaxBuckets - 1) / MaxBuckets
+	return width, (seconds + width - 1) / width
+}
+
+// buildSeries merges the shards' accumulators into the report series.
+func buildSeries(shards []*shard, v *view) Series {
+	// Merge per-second counts by f name.
+	width, n := seriesShape(shards, v)
+	out := Series{BucketNanos: int64(width) * second, Buckets: n, Throughput: []Rate{}, Latency: []LatencyPoint{}, Unseen: []Curve{},
+		OldestAge: v.oldestAge, InFlight: v.inFlight}
 	bucket := func(t int64) int { return secondOf(t) / width }
 
 	type row struct {
