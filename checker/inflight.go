@@ -16,6 +16,7 @@ package checker
 
 import (
 	"cmp"
+	"math"
 	"slices"
 
 	"github.com/deliverycheck/deliverycheck/history"
@@ -33,15 +34,15 @@ const (
 // flightRec is one op that opens or ends a delivery in a process.
 type flightRec struct {
 	t    int64
-	ev   uint64 // hash of the event's source and id; 0 for a crash
-	proc int32  // index in flightAcc.procs
+	ev   uint32 // hash of the event's source and id; 0 for a crash
+	proc int16  // index in flightAcc.procs
 	kind flightKind
 }
 
 // flightAcc keeps one shard's flight records.
 type flightAcc struct {
 	procs []flightProc
-	index map[string]int32
+	index map[string]int16
 	recs  []flightRec
 }
 
@@ -70,27 +71,31 @@ func (f *flightAcc) op(op *history.Op) {
 }
 
 // hash names an event the same in every shard: FNV-1a of its source and
-// id (a collision would only merge two deliveries of one process).
-func (f *flightAcc) hash(v *history.Value) uint64 {
-	const prime = 1099511628211
-	h := uint64(14695981039346656037)
+// id. 32 bits keep a record at 16 bytes; a collision would only merge two
+// deliveries one process holds at once.
+func (f *flightAcc) hash(v *history.Value) uint32 {
+	const prime = 16777619
+	h := uint32(2166136261)
 	for i := range len(v.Source) {
-		h = (h ^ uint64(v.Source[i])) * prime
+		h = (h ^ uint32(v.Source[i])) * prime
 	}
 	h = (h ^ 0xff) * prime // a byte no text has, between the two
 	for i := range len(v.Event) {
-		h = (h ^ uint64(v.Event[i])) * prime
+		h = (h ^ uint32(v.Event[i])) * prime
 	}
 	return h
 }
 
-func (f *flightAcc) add(t int64, proc, sub string, ev uint64, kind flightKind) {
+func (f *flightAcc) add(t int64, proc, sub string, ev uint32, kind flightKind) {
 	if f.index == nil {
-		f.index = map[string]int32{}
+		f.index = map[string]int16{}
 	}
 	i, ok := f.index[proc]
 	if !ok {
-		i = int32(len(f.procs))
+		if len(f.procs) == math.MaxInt16 {
+			return // more processes than any run has: the rest are not counted
+		}
+		i = int16(len(f.procs))
 		f.index[proc] = i
 		f.procs = append(f.procs, flightProc{name: proc})
 	}
@@ -144,7 +149,7 @@ func inFlight(accs []*flightAcc, width int64, n int) []processFlight {
 			return cmp.Compare(x.kind, y.kind)
 		})
 		pf.curve = make([]int64, n)
-		open := map[uint64]struct{}{}
+		open := map[uint32]struct{}{}
 		bucket := func(t int64) int { return int(min(max(t/width, 0), int64(n-1))) }
 		last := 0 // the bucket the count was last carried to
 		for _, r := range rs {
