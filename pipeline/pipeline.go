@@ -143,7 +143,10 @@ type Config struct {
 	NewSchemaRatio float64
 	// RedriveVariant is the redriver a redrive step runs.
 	RedriveVariant redrive.Variant
-	// RateSteps change each producer's Rate over the run.
+	// RateSteps change each producer's Rate over the run, timed from
+	// the workload's start (as the nemesis schedule is): Start moves
+	// them onto the run's clock when it starts the producers
+	// (Deployment.RateSteps).
 	RateSteps []producer.RateStep
 	// ConsumerBatch is the most deliveries a consumer applies in one
 	// transaction, overriding the consumer's default.
@@ -312,6 +315,8 @@ type Deployment struct {
 	// intruder is the intrude fault's user, publisher and history (nil
 	// without Config.Intruder).
 	intruder *intruderRun
+	// load is the rate timeline on the run's clock (backpressure.go).
+	load []producer.RateStep
 }
 
 // HistoryDir is where a run's history files go, under its run dir.
@@ -419,7 +424,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 				continue
 			}
 			spec := r.spec(worker.RoleConsumer, name)
-			spec.Consumer = consumer.Config{Variant: cfg.ConsumerVariant, Subscription: sub, MaxAttempts: cfg.MaxAttempts, Workers: cfg.ConsumerWorkers, Work: cfg.ConsumerWork,
+			spec.Consumer = consumer.Config{Variant: cfg.ConsumerVariant, Subscription: sub, MaxAttempts: cfg.MaxAttempts, Workers: cfg.ConsumerWorkers, Work: cfg.ConsumerWork, Batch: cfg.ConsumerBatch,
 				Security: r.consumerSecurity()}
 			if err := r.start(ctx, spec); err != nil {
 				return nil, err
@@ -464,10 +469,14 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		}
 		r.log.Info("debezium relay streaming", "took", time.Since(start).Round(time.Millisecond))
 	}
+	// The workload starts with the producers: its rate steps go onto
+	// the run's clock now.
+	r.load = r.loadSteps()
 	for _, group := range producerGroups(cfg.Producers, cfg.ProducerProcesses) {
 		spec := r.spec(worker.RoleProducer, producerName(group[0]))
 		spec.Producer = producer.Config{
 			Variant: cfg.ProducerVariant, Keys: cfg.Keys, Rate: cfg.Rate,
+			RateSteps: r.load, BaseUnixNano: r.base.UnixNano(),
 			PoisonRatio: cfg.PoisonRatio, AbortRatio: cfg.AbortRatio, Seed: cfg.Seed + uint64(group[0]),
 			Sources:     slices.Clone(cfg.Sources),
 			Transaction: cfg.System.Transaction,

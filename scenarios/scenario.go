@@ -552,6 +552,13 @@ type Workload struct {
 	// Rate is ops per second per producer, overriding the default 50; 0
 	// is as fast as possible.
 	Rate float64 `yaml:"rate" range:">=0"`
+	// RateTimeline changes the rate over the run: each step, written
+	// "at 0.5s: 150/s for 2s", runs every producer at that many ops per
+	// second from its time (since the workload's start, as the nemesis
+	// timeline's steps) until the next step, or for its window and then
+	// back to rate. Steps are in time order, do not overlap and start
+	// before the workload's duration.
+	RateTimeline []RateStep `yaml:"rate_timeline,omitempty"`
 	// Keys is how many aggregates (orders) ops are spread over,
 	// overriding the default 10. Fewer keys mean more versions per key,
 	// hence more chances to reorder.
@@ -773,6 +780,7 @@ func (s Scenario) PipelineConfig() pipeline.Config {
 		NewSchemaRatio:    s.Workload.NewSchemaRatio,
 		RedriveVariant:    s.Variants.Redrive,
 		ConsumerBatch:     s.Workload.ConsumerBatch,
+		RateSteps:         s.producerRateSteps(),
 		LateSubscriptions: slices.Clone(s.Workload.LateSubscriptions),
 		OffsetReset:       s.Broker.OffsetReset,
 		Traces:            s.Observability.Traces,
