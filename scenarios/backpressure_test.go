@@ -64,3 +64,27 @@ func TestRateTimelineErrors(t *testing.T) {
 		})
 	}
 }
+
+// The backlog floor of the backpressure built-ins: a ceiling of 100
+// events/s against 2 × 100/s for 1.5s leaves at least 150 events, 1.5s of
+// work; a promise of 1s is known-bad as a setting (bad-backlog-age), one
+// of 10s is not (rabbitmq-backpressure).
+func TestBacklogAgeFloor(t *testing.T) {
+	const src = "broker: rabbitmq\nworkload:\n  rate: 20\n  rate_timeline: [\"at 0.5s: 100/s for 1.5s\"]\n  consumer_work: 10ms\n  consumer_batch: 1\n"
+	for age, bad := range map[string]bool{"10s": false, "1s": true} {
+		s, err := Parse("bp.yaml", []byte(src+"guarantees: {preset: effectively-once, max-backlog-age: "+age+"}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.backlogAgeFloor(); got != 1500*time.Millisecond {
+			t.Errorf("max-backlog-age %s: floor %s, want 1.5s", age, got)
+		}
+		if s.KnownBad() != bad {
+			t.Errorf("max-backlog-age %s: known-bad %v", age, s.KnownBad())
+		}
+		s.Workload.ConsumerBatch = 0 // 100 per transaction: no ceiling known
+		if s.backlogAgeFloor() != 0 || s.KnownBad() {
+			t.Errorf("batched: floor %s, known-bad %v", s.backlogAgeFloor(), s.KnownBad())
+		}
+	}
+}

@@ -917,8 +917,9 @@ func (s Scenario) StandbyKind() string {
 // transactional stage whose processor commits offsets outside its
 // transaction or has none, whose output topics are read
 // read_uncommitted, or whose processor writes a database effect without
-// an inbox). A trusting consumer is broken unless the broker refuses the
-// run's intruder.
+// an inbox; a max-backlog-age its consumers' ceiling cannot keep under
+// its rate timeline, backlogAgeFloor). A trusting consumer is broken
+// unless the broker refuses the run's intruder.
 func (s Scenario) KnownBad() bool {
 	correctRelay := s.Variants.Relay == relay.Polling || s.Variants.Relay == relay.Debezium
 	b := s.Broker
@@ -926,7 +927,8 @@ func (s Scenario) KnownBad() bool {
 		b.QueueType == "classic" && b.Nodes > 1 ||
 		s.Stage != nil && (s.Stage.Reader == ReadUncommitted || s.Stage.Processor == processor.OffsetsAfter || s.Stage.Processor == processor.Idempotent || s.Stage.Processor == processor.RandomID ||
 			s.Stage.Processor == processor.OffsetsBefore ||
-			s.Stage.Effect == processor.PlainEffect)
+			s.Stage.Effect == processor.PlainEffect) ||
+		s.Guarantees.MaxBacklogAge > 0 && s.backlogAgeFloor() > s.Guarantees.MaxBacklogAge
 	return s.Variants.Producer != producer.Outbox || !correctRelay || s.badConsumer() || badSetting
 }
 
