@@ -102,6 +102,8 @@ type view struct {
 	// measured process's peak resident set (resources.go).
 	Stalls    []stallRow
 	Resources []resourceRow
+	// Backlog is the backpressure figures (backlog.go), nil without.
+	Backlog *backlogView
 }
 
 type kv struct{ K, V string }
@@ -339,6 +341,7 @@ func newView(run Record, res *checker.Result) view {
 	v.Intruder = newIntruderView(res.Intruder)
 	v.Stalls = newStallRows(res)
 	v.Resources = newResourceRows(res)
+	v.Backlog = newBacklogView(run, res)
 	v.Availability = newAvailRows(res)
 	if len(v.Availability) > 0 {
 		a := res.Availability

@@ -38,6 +38,9 @@ type plotView struct {
 	Recoveries     []bandView
 	Marks          []markView
 	XTicks, YTicks []tickView
+	// Y2Ticks label a second scale, drawn at the right edge, for a plot
+	// whose second kind of line is drawn scaled to the first's.
+	Y2Ticks []tickView
 	// Empty, when set, is drawn instead of lines: why there is nothing.
 	Empty string
 }

@@ -88,6 +88,7 @@ var guarantees = []struct {
 	{checker.PoisonApplied, "poison never applied"},
 	{checker.InboxMismatch, "inbox and effects agree"},
 	{checker.Stall, stallGuarantee},
+	{checker.BacklogAge, backlogGuarantee},
 }
 
 // Checks lists every guarantee per subscription with what the run
