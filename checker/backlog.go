@@ -152,3 +152,18 @@ func backlogDetail(o backlogOver, limit time.Duration) string {
 	}
 	return b.String()
 }
+
+// BacklogSummary says each measured subscription's backlog in one line,
+// "inventory oldest 2.4s (at 5.411s), 181 pending at most, waits p50
+// 1.2s p99 2.4s", the wording the command line uses; "" when none was
+// measured.
+func BacklogSummary(bs []SubscriptionBacklog) string {
+	var parts []string
+	for _, b := range bs {
+		if b.Measured {
+			parts = append(parts, fmt.Sprintf("%s oldest %s (at %s), %d pending at most, waits p50 %s p99 %s",
+				b.Subscription, fmtDuration(b.MaxAgeNS), fmtSeconds(b.MaxAgeAtNS), b.MaxPending, fmtDuration(b.WaitP50NS), fmtDuration(b.WaitP99NS)))
+		}
+	}
+	return strings.Join(parts, "; ")
+}

@@ -108,3 +108,10 @@ func TestBacklogInFlight(t *testing.T) {
 		t.Errorf("in flight %+v", f)
 	}
 }
+
+func TestBacklogSummary(t *testing.T) {
+	r := Check(stallRun(), Options{})
+	if got, want := BacklogSummary(r.Backlog), "inventory oldest 7s (at 10.000s), 3 pending at most, waits p50 5s p99 7s"; got != want {
+		t.Errorf("summary %q, want %q", got, want)
+	}
+}
