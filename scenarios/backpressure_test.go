@@ -88,3 +88,22 @@ func TestBacklogAgeFloor(t *testing.T) {
 		}
 	}
 }
+
+// --set takes a rate timeline as a list, like any list field: steps
+// separated by commas or semicolons.
+func TestSetRateTimeline(t *testing.T) {
+	s, err := Parse("bp.yaml", []byte("broker: kafka\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Set("workload.rate_timeline", "at 1s: 150/s for 2s; at 5s: 80/s"); err != nil {
+		t.Fatal(err)
+	}
+	want := []RateStep{{At: time.Second, Rate: 150, For: 2 * time.Second}, {At: 5 * time.Second, Rate: 80}}
+	if !slices.Equal(s.Workload.RateTimeline, want) {
+		t.Errorf("steps %+v", s.Workload.RateTimeline)
+	}
+	if err := s.Set("workload.rate_timeline", "at 1s: fast"); err == nil || !strings.Contains(err.Error(), "cannot read rate step") {
+		t.Errorf("bad step: %v", err)
+	}
+}
