@@ -66,15 +66,14 @@ type ConsumerBacklog struct {
 }
 
 // backlogSection measures every subscription's backlog up to drainEnd
-// into r.Backlog, r.BacklogConsumers and the curves of the series
-// (v.oldestAge, v.inFlight, in the series' buckets), and adds a
+// into r.Backlog, r.BacklogConsumers and the series OldestAge and
+// InFlight (r.Series must be built: its buckets are theirs), and adds a
 // BacklogAge anomaly per subscription whose oldest pending event got
 // older than max-backlog-age.
 func (a *analyzer) backlogSection(v *view, r *Result, _ []Fault, drainEnd int64) {
 	opts := a.opts
 	limit := int64(opts.Guarantees.MaxBacklogAge)
-	w, n := seriesShape(a.shards, v)
-	width := int64(w) * second
+	width, n := max(r.Series.BucketNanos, 1), max(r.Series.Buckets, 1)
 	first := make([]int64, len(v.events))
 	for si, g := range v.subs {
 		b := SubscriptionBacklog{Subscription: g.name}
@@ -95,7 +94,7 @@ func (a *analyzer) backlogSection(v *view, r *Result, _ []Fault, drainEnd int64)
 			v.opsReasons = append(v.opsReasons, fmt.Sprintf("backlog age in %s not judged: its consumers record no apply, skip-stale, dlq or deliver op", g.name))
 		}
 		r.Backlog = append(r.Backlog, b)
-		v.oldestAge = append(v.oldestAge, curve)
+		r.Series.OldestAge = append(r.Series.OldestAge, curve)
 	}
 	accs := make([]*flightAcc, len(a.shards))
 	for i, s := range a.shards {
@@ -103,7 +102,7 @@ func (a *analyzer) backlogSection(v *view, r *Result, _ []Fault, drainEnd int64)
 	}
 	for _, f := range inFlight(accs, width, n) {
 		r.BacklogConsumers = append(r.BacklogConsumers, ConsumerBacklog{Process: f.process, Subscription: f.subscription, MaxInFlight: f.most})
-		v.inFlight = append(v.inFlight, Curve{Subscription: f.subscription, Process: f.process, Values: f.curve})
+		r.Series.InFlight = append(r.Series.InFlight, Curve{Subscription: f.subscription, Process: f.process, Values: f.curve})
 	}
 }
 

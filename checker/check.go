@@ -100,7 +100,8 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 	v := a.merge()
 	s0 := a.shards[0]
 	drain, final := s0.drain, s0.fr.state
-	f := facts{drained: drain == "complete", final: final == "complete", brokerRead: s0.fr.broker == "complete"}
+	f := facts{drained: drain == "complete", final: final == "complete", brokerRead: s0.fr.broker == "complete", dlqRead: s0.fr.dlqRead == "complete",
+		maxAttempts: s0.maxAttempts}
 	for _, s := range a.shards {
 		f.publishes = f.publishes || s.publishes
 	}
@@ -119,6 +120,7 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 		}
 	}
 	f.failoverEnd = failoverEnd(faults)
+	v.redriveTook = redriveTook(faults)
 	c := Counts{Ops: a.ops, Events: int64(len(v.events)), Faults: took, Crashes: s0.crashes, Restarts: s0.restarts}
 	for i := range v.events {
 		f.outboxRead = f.outboxRead || v.events[i].flags&cInOutbox != 0
@@ -162,6 +164,7 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 	r.Stalls, over = v.stalls(faults, drainEnd, a.opts.Guarantees.MaxStall)
 	v.stallAnomalies(r, over, c.Committed, a.opts)
 	v.resources(r, s0.peaks)
+	r.Series = buildSeries(a.shards, v)
 	// Operating the pipeline (issue 25): each section adds its figures
 	// to r, its anomalies to r.Anomalies and its reasons to
 	// v.opsReasons.
@@ -171,7 +174,6 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 	a.positionsSection(v, r, f)
 	a.lagSection(v, r)
 	a.tracesSection(v, r)
-	r.Series = buildSeries(a.shards, v)
 	r.Availability = availability(a.shards, faults)
 	r.Nodes = nodes(s0.nodeOps, faults, end)
 	r.Valid = v.verdict(r, unseen)

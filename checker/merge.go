@@ -57,9 +57,9 @@ type view struct {
 	// pipeline needs (max-retry-sync, max-backlog-age) are not
 	// established (retries.go, backlog.go).
 	opsReasons []string
-	// oldestAge and inFlight are the backlog's curves (backlog.go), for
-	// the series built after it.
-	oldestAge, inFlight []Curve
+	// redriveTook names the subscriptions a redrive took effect on
+	// (redrive.go).
+	redriveTook map[string]bool
 }
 
 func (v *view) se(s *gsub, i int) subEvent {
@@ -84,6 +84,12 @@ func (v *view) facts(f facts, s *gsub, si, i int, e *event, se *subEvent) facts 
 	}
 	f.otherSource = v.otherSource(s, i, se)
 	f.intruder = v.intruderState(i, e)
+	if f.maxAttempts > 0 {
+		f.refusedAt = v.refusedAt(s, i)
+	}
+	if f.redrive = v.redriveTook[s.name]; f.redrive {
+		f.redriven = v.redriveAcc(s, i)
+	}
 	return f
 }
 

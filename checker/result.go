@@ -564,7 +564,8 @@ type Anomaly struct {
 }
 
 // Where names where a's findings are: its subscription, its output
-// topic, its process, or "the transactional stage".
+// topic, its process, "all consumers" for a retry storm (run-wide), or
+// "the transactional stage".
 func (a *Anomaly) Where() string {
 	switch {
 	case a.Subscription != "":
@@ -573,6 +574,8 @@ func (a *Anomaly) Where() string {
 		return a.Topic
 	case a.Process != "":
 		return a.Process
+	case a.Kind == RetryStorm:
+		return "all consumers"
 	}
 	return "the transactional stage"
 }

@@ -136,7 +136,7 @@ func (e *event) op(op *history.Op) (ofSubscription bool) {
 		if op.Type == history.OK {
 			e.flags |= cPublished
 		}
-	case history.Deliver, history.Apply, history.SkipStale, history.Ack, history.DLQ:
+	case history.Deliver, history.Apply, history.SkipStale, history.Ack, history.DLQ, history.Redrive:
 		e.observe(true)
 		return true
 	}
@@ -332,6 +332,10 @@ type finalReads struct {
 	// complete or failed (shard 0 only: the op closing it names no
 	// event).
 	broker string
+	// dlqRead is the read of the dead-letter queues in the current
+	// attempt (a broker-dlq row without an event closes it), as broker
+	// is.
+	dlqRead string
 }
 
 // bracket folds a bracket of type t. It reports whether it starts a new
@@ -344,7 +348,7 @@ func (f *finalReads) bracket(t history.Type) (started bool) {
 		if f.attempt < 255 {
 			f.attempt++
 		}
-		f.state, f.broker = "incomplete", "missing"
+		f.state, f.broker, f.dlqRead = "incomplete", "missing", "missing"
 		return true
 	case history.OK:
 		f.state = "complete"
@@ -365,6 +369,17 @@ func (f *finalReads) brokerRead(t history.Type) {
 		f.broker = "complete"
 	case history.Fail, history.Info:
 		f.broker = "failed"
+	}
+}
+
+// deadLettersRead folds the op of type t closing the current attempt's
+// read of the dead-letter queues.
+func (f *finalReads) deadLettersRead(t history.Type) {
+	switch t {
+	case history.OK:
+		f.dlqRead = "complete"
+	case history.Fail, history.Info:
+		f.dlqRead = "failed"
 	}
 }
 
@@ -467,6 +482,19 @@ type facts struct {
 	// ops say of it (intruder.go): forged (the broker accepted it, or
 	// may have), refused (the broker refused it), or none.
 	intruder intrusionState
+	// redrive: a redrive of the subscription took effect (a redrive
+	// fault of it, ok), so its dead letters are owed a recovery
+	// (redrive.go); redriven is what its redrives did with the event,
+	// nil if none redrove it.
+	redrive  bool
+	redriven *redriveAcc
+	// maxAttempts is the run's dead-letter limit (the setup op's
+	// attempt, 0 if it gives none), refusedAt the highest attempt the
+	// subscription refused the event at (retries.go).
+	maxAttempts, refusedAt int64
+	// dlqRead: the final read read every dead-letter queue whole, so a
+	// dead letter without a broker-dlq row is gone from it.
+	dlqRead bool
 }
 
 // judge judges what one subscription did with event e (se): it counts
@@ -508,6 +536,9 @@ func judge(st *SubscriptionStats, e *event, se *subEvent, f facts, add func(Kind
 		st.StaleSkipped++
 		add(StaleSkipped, "", 0, "")
 	}
+	if f.maxAttempts > 0 && f.refusedAt > f.maxAttempts {
+		add(OverRetried, "", 0, overRetriedDetail(f.refusedAt, f.maxAttempts, dlq))
+	}
 	if !e.committed() {
 		// Never owed: not lost, and a dead letter of it is a rejection.
 		// An effect is a phantom, or the intruder's forgery taken for
@@ -547,6 +578,10 @@ func judge(st *SubscriptionStats, e *event, se *subEvent, f facts, add func(Kind
 			st.InboxMismatch++
 			add(InboxMismatch, "", 0, "effect without its inbox mark")
 		}
+	}
+	if dlq && f.redrive && e.flags&cPoison == 0 && effects == 0 && !skipped {
+		unredriven(st, e, se, f, add)
+		return
 	}
 	if effects > 0 || dlq {
 		return

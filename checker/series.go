@@ -150,12 +150,19 @@ func (s *seriesAcc) latency(t, d int64) {
 	s.lat[sec] = append(s.lat[sec], d)
 }
 
-// seriesShape is the series' bucket width in seconds and their number:
-// one bucket per second up to the last op or commit, unless that is
-// more than MaxBuckets.
-func seriesShape(shards []*shard, v *view) (width, n int) {
+// buildSeries merges the shards' accumulators into the report series.
+func buildSeries(shards []*shard, v *view) Series {
+	// Merge per-second counts by f name.
+	var fs []history.F
+	fIdx := map[history.F]int{}
 	seconds := 0
 	for _, sh := range shards {
+		for _, f := range sh.series.fs {
+			if _, ok := fIdx[f]; !ok {
+				fIdx[f] = len(fs)
+				fs = append(fs, f)
+			}
+		}
 		seconds = max(seconds, len(sh.series.perSec), len(sh.series.lat))
 	}
 	for i := range v.events {
@@ -165,16 +172,9 @@ func seriesShape(shards []*shard, v *view) (width, n int) {
 		}
 	}
 	seconds = max(seconds, 1)
-	width = (seconds + MaxBuckets - 1) / MaxBuckets
-	return width, (seconds + width - 1) / width
-}
-
-// buildSeries merges the shards' accumulators into the report series.
-func buildSeries(shards []*shard, v *view) Series {
-	// Merge per-second counts by f name.
-	width, n := seriesShape(shards, v)
-	out := Series{BucketNanos: int64(width) * second, Buckets: n, Throughput: []Rate{}, Latency: []LatencyPoint{}, Unseen: []Curve{},
-		OldestAge: v.oldestAge, InFlight: v.inFlight}
+	width := (seconds + MaxBuckets - 1) / MaxBuckets
+	n := (seconds + width - 1) / width
+	out := Series{BucketNanos: int64(width) * second, Buckets: n, Throughput: []Rate{}, Latency: []LatencyPoint{}, Unseen: []Curve{}}
 	bucket := func(t int64) int { return secondOf(t) / width }
 
 	type row struct {

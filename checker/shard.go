@@ -50,6 +50,12 @@ type shard struct {
 	ledger []applyRec
 	// intrusions: the events an intrude op names (intruder.go).
 	intrusions map[int32]*intrusion
+	// traces: the trace each event's ops carried (traces.go).
+	traces traceAcc
+	// retries: the retries of its events (retries.go); shard 0 keeps
+	// maxAttempts, the setup op's attempt.
+	retries     retryAcc
+	maxAttempts int64
 	// fr follows the final read's brackets: every shard sees them.
 	fr finalReads
 	// publishes: some op of the shard is a publish (lostStage).
@@ -100,6 +106,11 @@ type subscription struct {
 	// settles are its ops that settle an event, in history order
 	// (stall.go).
 	settles []settleRec
+	// redrive is what its redrives did, nil without a redrive op
+	// (redrive.go); retry what its consumers retried and refused, nil
+	// without (retries.go).
+	redrive *subRedrive
+	retry   *subRetries
 }
 
 func (s *subscription) at(e int32) *subEvent {
@@ -124,7 +135,7 @@ func newAnalyzer(opts Options, eventsHint int) *analyzer {
 			subByNm:  make(map[string]int32),
 			pending:  make(map[pendKey]int64),
 			drain:    "missing",
-			fr:       finalReads{state: "missing", broker: "missing"},
+			fr:       finalReads{state: "missing", broker: "missing", dlqRead: "missing"},
 			last:     -1,
 			lastSub:  -1,
 			recent:   new([recentEvents]recentEvent),
@@ -332,6 +343,7 @@ func (s *shard) op(op *history.Op, pos int64) {
 	s.series.op(op)
 	switch op.F {
 	case history.Setup:
+		s.maxAttempts = max(s.maxAttempts, v.Attempt)
 		for _, name := range v.Subscriptions {
 			_, sub := s.sub(name)
 			sub.declared = true
@@ -383,12 +395,18 @@ func (s *shard) op(op *history.Op, pos int64) {
 		return
 	}
 	if v.Event == "" {
-		if op.F == history.FinalRead && v.Table == history.TableBroker {
+		switch {
+		case op.F == history.FinalRead && v.Table == history.TableBroker:
 			s.fr.brokerRead(op.Type)
+		case op.F == history.FinalRead && v.Table == history.TableBrokerDLQ:
+			s.fr.deadLettersRead(op.Type)
 		}
 		return
 	}
 	ei, e := s.event(v, pos)
+	if op.F != history.FinalRead && (v.Trace != "" || op.F == history.Deliver) {
+		s.traces.op(s.seed, ei, op)
+	}
 	if op.F == history.FinalRead {
 		if op.Type == history.OK {
 			s.row(op, ei, e)
@@ -407,12 +425,22 @@ func (s *shard) op(op *history.Op, pos int64) {
 	}
 	si, sub := s.sub(v.Consumer)
 	se := sub.at(ei)
+	if op.F == history.Redrive {
+		s.redrive(op, sub, ei)
+		return
+	}
 	se.flags |= sSeen
+	if sub.redrive != nil {
+		sub.redrive.afterRedrive(op, ei)
+	}
 	if settles(op) {
 		sub.settles = append(sub.settles, settleRec{op.Time, ei})
 	}
 	if op.F == history.Deliver {
 		sub.lineage = true
+	}
+	if op.F == history.Apply || op.F == history.DLQ {
+		s.retryOp(op, ei, sub)
 	}
 	if op.F == history.Apply {
 		sub.applyOps = true

@@ -185,6 +185,11 @@ const (
 	// ReasonAbort marks a txn fail the processor aborted on purpose, as
 	// opposed to one the broker aborted (fenced, timed out).
 	ReasonAbort = "abort"
+	// ReasonRetryBudget begins the reason of an apply fail that gave a
+	// delivery back to the broker because its transient failures outlasted
+	// the consumer's retry budget: not a refusal of the event, so it never
+	// counts towards over-retried (docs/history.md, Retries).
+	ReasonRetryBudget = "retry budget spent"
 )
 
 // Final-read tables, the value.table of a [FinalRead] row.

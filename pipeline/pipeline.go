@@ -452,7 +452,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 			continue
 		}
 		spec := r.spec(worker.RoleRelay, name)
-		spec.Relay = relay.Config{Variant: cfg.RelayVariant, Batch: cfg.RelayBatch, Name: spec.Process, Authority: r.relayAuthority()}
+		spec.Relay = relay.Config{Variant: cfg.RelayVariant, Batch: cfg.RelayBatch, Name: spec.Process, Authority: r.relayAuthority(), Traces: cfg.Traces}
 		if err := r.start(ctx, spec); err != nil {
 			return nil, err
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/internal/trace"
 )
 
 //go:embed report.html.tmpl
@@ -97,6 +98,9 @@ type view struct {
 	Processes        []processRow
 	External         []externalRow
 	Cuts             []string
+	// Traces is how the trace context travelled (checker.Traces), nil
+	// when no op carried one.
+	Traces *traceView
 
 	// Stalls has each subscription's longest stall, Resources each
 	// measured process's peak resident set (resources.go).
@@ -104,6 +108,8 @@ type view struct {
 	Resources []resourceRow
 	// Backlog is the backpressure figures (backlog.go), nil without.
 	Backlog *backlogView
+	// Redrive has each redriven subscription's outcome (redrive.go).
+	Redrive []redriveRow
 }
 
 type kv struct{ K, V string }
@@ -342,6 +348,8 @@ func newView(run Record, res *checker.Result) view {
 	v.Stalls = newStallRows(res)
 	v.Resources = newResourceRows(res)
 	v.Backlog = newBacklogView(run, res)
+	v.Traces = newTraceView(res.Traces)
+	v.Redrive = newRedriveRows(res)
 	v.Availability = newAvailRows(res)
 	if len(v.Availability) > 0 {
 		a := res.Availability
@@ -429,6 +437,11 @@ func newExampleView(ex checker.Example, sub string) exampleView {
 			notes = append(notes, fmt.Sprintf("input p%d@%d", op.Value.InputPartition, op.Value.InputOffset))
 		case op.Value.Table == history.TablePartition:
 			notes = append(notes, fmt.Sprintf("last stable offset %d, high watermark %d", op.Value.LastStableOffset, op.Value.HighWatermark))
+		}
+		if id, ok := trace.ID(op.Value.Trace); ok {
+			// Enough of the ids to tell one trace, and one hop, from
+			// another.
+			notes = append(notes, "trace "+id[:8]+" span "+op.Value.Trace[36:44])
 		}
 		for _, n := range []string{op.Value.Error, op.Value.Reason, op.Value.Detail} {
 			if n != "" {

@@ -195,25 +195,18 @@ func failureMessage(c Check, a *checker.Anomaly) string {
 		if st := a.StageSummary(); st != "" {
 			msg += "; where lost: " + st
 		}
-		if d := resourceDetails(a); len(d) > 0 && inWords(a.Kind) {
+		if d := resourceDetails(a); len(d) > 0 && eventless(a.Kind) {
 			msg += ": " + d[0]
 		}
 	}
 	return msg
 }
 
-// inWords reports whether findings of kind k are told by their details
-// alone, having no lineage worth listing: a stall, a memory peak, a
-// backlog too old.
-func inWords(k checker.Kind) bool {
-	return k == checker.Stall || k == checker.Memory || k == checker.BacklogAge
-}
-
 // failureBody lists the example events and the first example's lineage,
 // one op per line, so a CI log is enough to start debugging.
 func failureBody(c Check, a *checker.Anomaly) string {
 	var b strings.Builder
-	if a != nil && inWords(a.Kind) {
+	if a != nil && eventless(a.Kind) {
 		// No event to trace: each finding in words.
 		for _, d := range resourceDetails(a) {
 			fmt.Fprintf(&b, "%s\n", d)

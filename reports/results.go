@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/deliverycheck/deliverycheck/checker"
@@ -87,6 +88,9 @@ var guarantees = []struct {
 	{checker.WronglyDeadLettered, "only poison dead-lettered"},
 	{checker.PoisonApplied, "poison never applied"},
 	{checker.InboxMismatch, "inbox and effects agree"},
+	{checker.Unrecovered, "dead letters recovered by redrive"},
+	{checker.RedriveRate, "redrive within its rate"},
+	{checker.OverRetried, "permanent errors not retried past the limit"},
 	{checker.Stall, stallGuarantee},
 	{checker.BacklogAge, backlogGuarantee},
 }
@@ -117,6 +121,9 @@ func Checks(run Record, res *checker.Result) []Check {
 	out := []Check{}
 	for _, sub := range subs {
 		for _, gu := range guarantees {
+			if !judgedIn(res, gu.kind, sub) {
+				continue
+			}
 			c := Check{Subscription: sub, Guarantee: gu.name, Kind: gu.kind, Promised: g.Fatal(gu.kind)}
 			if a := found[[2]string{string(gu.kind), sub}]; a != nil {
 				c.Count = a.Count
@@ -133,6 +140,21 @@ func Checks(run Record, res *checker.Result) []Check {
 		out = append(out, memoryChecks(res, established)...)
 	}
 	return out
+}
+
+// judgedIn reports whether the guarantee kind breaks is judged in
+// subscription sub: the redrive ones only where a redrive op names it,
+// over-retried only where its consumers retried or refused something
+// (checker/redrive.go, checker/retries.go); every other one always.
+func judgedIn(res *checker.Result, kind checker.Kind, sub string) bool {
+	switch kind {
+	case checker.Unrecovered, checker.RedriveRate:
+		return res != nil && slices.ContainsFunc(res.Redrive, func(rd checker.SubscriptionRedrive) bool { return rd.Subscription == sub })
+	case checker.OverRetried:
+		return res != nil && res.Retries != nil &&
+			slices.ContainsFunc(res.Retries.Subscriptions, func(sr checker.SubscriptionRetries) bool { return sr.Subscription == sub })
+	}
+	return true
 }
 
 // status is what c's findings and the facts say of its guarantee.

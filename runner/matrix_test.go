@@ -374,6 +374,7 @@ func detect(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario, o
 			if n := len(s.Nemesis.Timeline); n > 0 && r.Counts.Faults == 0 {
 				t.Errorf("%d timeline faults, none in the history", n)
 			}
+			checkOperations(t, s, o)
 		}
 	}
 }

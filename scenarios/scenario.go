@@ -133,7 +133,7 @@ type System struct {
 	// Transaction is the business transaction each producer op runs
 	// instead of the built-in outbox insert, one statement per item, with
 	// `:event_id`, `:aggregate_id`, `:version`, `:payload`, `:type`,
-	// `:source`, `:topic` (Kafka) and `:exchange` (RabbitMQ) placeholders
+	// `:source`, `:traceparent`, `:topic` (Kafka) and `:exchange` (RabbitMQ) placeholders
 	// (docs/contract.md says what each binds).
 	Transaction []string `yaml:"transaction,omitempty" check:"statement"`
 	// Relay replaces the built-in relay with a command.

@@ -708,4 +708,7 @@ func (s Scenario) checkIdentity(fail func(field, format string, args ...any)) {
 	if s.Variants.Consumer == consumer.InboxByTrace && s.Variants.Relay == relay.Debezium {
 		fail("variants.consumer", "inbox-by-trace keys its inbox by the traceparent header, which the debezium relay does not send; use the polling relay")
 	}
+	if s.Variants.Consumer == consumer.InboxByTrace && s.Expect.Verdict == checker.Invalid && s.Observability.Traces != relay.TracesPerAttempt {
+		fail("observability.traces", "the inbox-by-trace consumer only applies a republished event twice when the relay starts a new trace per publish attempt; with the trace propagated, a republish keeps its trace id (set traces: per-attempt)")
+	}
 }

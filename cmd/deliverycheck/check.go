@@ -213,8 +213,8 @@ func printSummary(w io.Writer, r *checker.Result, paths []string, out string) {
 
 // printFacts prints the lines both summaries (check's and a run's) give
 // after the subscriptions: the intruder, the longest stall, the peak
-// memory, the backlog (when max-backlog-age is promised) and each
-// fault's availability.
+// memory, the dead-letter redrive, the retries, the backlog (when
+// max-backlog-age is promised) and each fault's availability.
 func printFacts(w io.Writer, r *checker.Result) {
 	if in := r.Intruder; in != nil {
 		fmt.Fprintf(w, "  intruder: %s\n", in.Summary())
@@ -224,6 +224,12 @@ func printFacts(w io.Writer, r *checker.Result) {
 	}
 	if s := checker.ResourcesSummary(r.Resources); s != "" {
 		fmt.Fprintf(w, "  peak memory: %s\n", s)
+	}
+	if s := checker.RedriveSummary(r.Redrive); s != "" {
+		fmt.Fprintf(w, "  redrive: %s\n", s)
+	}
+	if s := checker.RetriesSummary(r.Retries); s != "" {
+		fmt.Fprintf(w, "  retries: %s\n", s)
 	}
 	if s := checker.BacklogSummary(r.Backlog); s != "" && r.Guarantees.MaxBacklogAge > 0 {
 		fmt.Fprintf(w, "  backlog: %s\n", s)

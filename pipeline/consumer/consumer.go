@@ -32,6 +32,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/internal/backoff"
 	"github.com/deliverycheck/deliverycheck/internal/choice"
+	"github.com/deliverycheck/deliverycheck/internal/trace"
 )
 
 // Variant is how the consumer dedupes, orders and acks.
@@ -58,9 +59,10 @@ const (
 	// is turned away as a duplicate: lost.
 	InboxByID Variant = "inbox-by-id"
 	// InboxByTrace is known-bad: its inbox is keyed by (consumer, trace
-	// id of the traceparent header). A trace id is no event identity: the
-	// relay starts a new one on every publish attempt, so a republished
-	// event passes the inbox and is applied again.
+	// id of the traceparent header). A trace id is no event identity: a
+	// relay that starts a new trace on every publish attempt
+	// (observability.traces: per-attempt) makes a republished event pass
+	// the inbox and be applied again.
 	InboxByTrace Variant = "inbox-by-trace"
 	// Trusting is known-bad: exactly the inbox consumer, but it checks
 	// only that an event is well-formed (ids, key, version, a known type,
@@ -285,7 +287,7 @@ func (c *Consumer) value(d *broker.Delivery) history.Value {
 	return history.Value{
 		Event: broker.SafeText(d.ID), Source: broker.SafeText(d.Source), Key: broker.SafeText(d.Key), Version: d.Version,
 		Partition: d.Partition, Offset: d.Offset, Tag: int64(d.Tag), Attempt: d.Attempt,
-		Consumer: c.cfg.Subscription,
+		Consumer: c.cfg.Subscription, Trace: broker.SafeText(d.TraceParent),
 	}
 }
 
@@ -632,20 +634,10 @@ func dedupeKey(v Variant, d *broker.Delivery) string {
 	if v == InboxByID {
 		return d.ID
 	}
-	if id, ok := traceID(d.TraceParent); ok {
+	if id, ok := trace.ID(d.TraceParent); ok {
 		return id
 	}
 	return d.Source + " " + d.ID
-}
-
-// traceID returns the trace-id field of a W3C traceparent
-// (version-traceid-parentid-flags).
-func traceID(tp string) (string, bool) {
-	parts := strings.Split(tp, "-")
-	if len(parts) != 4 || len(parts[1]) != 32 {
-		return "", false
-	}
-	return parts[1], true
 }
 
 // applyAllSQL is [applySQL] for many deliveries in one statement, for the

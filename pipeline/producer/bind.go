@@ -36,6 +36,7 @@ var placeholders = []placeholder{
 	{name: "payload", doc: "the event's JSON (text)", value: func(v Values) any { return v.Payload }},
 	{name: "type", doc: "`" + EventType + "`", value: func(v Values) any { return v.Type }},
 	{name: "source", doc: "`" + DefaultSource + "`", value: func(v Values) any { return v.Source }},
+	{name: "traceparent", doc: "the W3C `traceparent` of the op's trace, for the outbox row's `traceparent` column (docs/history.md, \"Traces\")", value: func(v Values) any { return v.TraceParent }},
 	{name: "topic", broker: "kafka", doc: "the run's events topic, what `DELIVERYCHECK_KAFKA_TOPIC` holds; Kafka runs only", value: func(v Values) any { return v.Events }},
 	{name: "exchange", broker: "rabbitmq", doc: "the run's events exchange, what `DELIVERYCHECK_AMQP_EXCHANGE` holds; RabbitMQ runs only", value: func(v Values) any { return v.Events }},
 }
@@ -60,6 +61,9 @@ type Values struct {
 	// Events is the run's events topic (Kafka) or exchange (RabbitMQ):
 	// what :topic or :exchange binds, whichever exists on the broker.
 	Events string
+	// TraceParent is the op's trace, which the producer records on its
+	// commit op.
+	TraceParent string
 }
 
 // Statement is one statement of a team's business transaction, its :name

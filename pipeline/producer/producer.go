@@ -21,6 +21,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/internal/trace"
 )
 
 // Variant is how the producer gets its event to the broker.
@@ -78,9 +79,6 @@ type Config struct {
 	// so a producer restarted mid-step resumes at the step's rate.
 	RateSteps    []RateStep `json:"rate_steps,omitempty"`
 	BaseUnixNano int64      `json:"base_unix_nano,omitempty"`
-	// TraceMode is how the trace context travels: "propagate" or
-	// "per-attempt" (issue 25, traces).
-	TraceMode string `json:"trace_mode,omitempty"`
 	// AbortRatio is the share of publish-then-commit transactions that
 	// abort after the publish (the fault that exposes that variant).
 	AbortRatio float64 `json:"abort_ratio"`
@@ -257,6 +255,10 @@ func (p *Producer) nextIdentity() (source, id string) {
 }
 
 func (p *Producer) commitThenMaybePublish(ctx context.Context, v history.Value) error {
+	// Each op is a request of its own: the root of a new trace, stored
+	// in the outbox row for the relay to continue (docs/history.md,
+	// "Traces").
+	v.Trace = trace.New()
 	if _, err := p.rec.Record(history.Invoke, history.Commit, v); err != nil {
 		return err
 	}
@@ -294,6 +296,7 @@ func (p *Producer) publishDirect(ctx context.Context, v history.Value) error {
 }
 
 func (p *Producer) publishThenCommit(ctx context.Context, v history.Value, abort bool) error {
+	v.Trace = trace.New()
 	// The version is not known before the transaction; read the next one
 	// optimistically so the published event carries it.
 	var cur int64
@@ -328,8 +331,8 @@ const commitSQL = `WITH o AS (
 	INSERT INTO orders (id, version, status) VALUES ($1, 1, 'confirmed')
 	ON CONFLICT (id) DO UPDATE SET version = orders.version + 1, updated_at = now()
 	RETURNING version)
-INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, source, version)
-SELECT $2, 'order', $1, $3, $4::text || o.version::text || $5::text, $6, o.version FROM o
+INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, source, version, traceparent)
+SELECT $2, 'order', $1, $3, $4::text || o.version::text || $5::text, $6, o.version, $7 FROM o
 RETURNING version`
 
 // commit runs the op's transaction and returns the aggregate's new version.
@@ -353,7 +356,7 @@ func (p *Producer) commit(ctx context.Context, v history.Value, outbox, abort bo
 		vals := Values{
 			EventID: v.Event, AggregateID: v.Key, Version: version,
 			Payload: string(Payload(v.Key, version, v.Poison)), Type: EventType, Source: v.Source,
-			Events: p.cfg.Events,
+			Events: p.cfg.Events, TraceParent: v.Trace,
 		}
 		for i, st := range p.cfg.Transaction {
 			if _, err := tx.Exec(ctx, st.SQL, st.Values(vals)...); err != nil {
@@ -381,7 +384,7 @@ func (p *Producer) commitOne(ctx context.Context, v history.Value) (int64, error
 	defer conn.Release()
 	pre, post := payloadParts(v.Key, v.Poison)
 	var version int64
-	err = conn.QueryRow(ctx, commitSQL, v.Key, v.Event, EventType, pre, post, v.Source).Scan(&version)
+	err = conn.QueryRow(ctx, commitSQL, v.Key, v.Event, EventType, pre, post, v.Source, v.Trace).Scan(&version)
 	if err != nil {
 		if pgconn.SafeToRetry(err) {
 			return 0, definite(err)
@@ -397,7 +400,9 @@ func (p *Producer) publish(ctx context.Context, v history.Value) (bool, error) {
 	if _, err := p.rec.Record(history.Invoke, history.Publish, v); err != nil {
 		return false, err
 	}
-	ev := broker.Event{ID: v.Event, Source: v.Source, Key: v.Key, Version: v.Version, Type: EventType, Payload: Payload(v.Key, v.Version, v.Poison)}
+	// The publish is a span of the op's trace.
+	v.Trace = trace.Child(v.Trace)
+	ev := broker.Event{ID: v.Event, Source: v.Source, Key: v.Key, Version: v.Version, Type: EventType, Payload: Payload(v.Key, v.Version, v.Poison), TraceParent: v.Trace}
 	perr := p.pub.Publish(ctx, []broker.Event{ev})[0]
 	t := history.OK
 	if perr != nil {

@@ -9,11 +9,8 @@ package relay
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"slices"
 	"time"
 
@@ -26,6 +23,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/internal/backoff"
 	"github.com/deliverycheck/deliverycheck/internal/choice"
+	"github.com/deliverycheck/deliverycheck/internal/trace"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/signing"
 )
@@ -104,7 +102,19 @@ type Config struct {
 	// Authority, when set, is put on every event so that consumers can
 	// check it (docs/security.md, "The relay and consumer").
 	Authority *Authority `json:"authority,omitempty"`
+	// Traces is how the trace context travels: [TracesPropagate] (the
+	// default, "") or [TracesPerAttempt].
+	Traces string `json:"traces,omitempty"`
 }
+
+// The trace modes (scenario observability.traces).
+const (
+	// TracesPropagate: each publish attempt is a span in the trace the
+	// producer started and stored in the outbox row.
+	TracesPropagate = "propagate"
+	// TracesPerAttempt: each publish attempt starts a new trace.
+	TracesPerAttempt = "per-attempt"
+)
 
 // Authority is what the relay stamps on every event: the run's tenant,
 // the time the outbox row was created (UTC, RFC 3339 with nanoseconds),
@@ -212,7 +222,7 @@ type row struct {
 // twice) and one round trip.
 const claimSQL = `UPDATE outbox SET published_at = now() WHERE seq IN (
 	SELECT seq FROM outbox WHERE published_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)
-RETURNING seq, id, source, aggregateid, version, type, payload, created_at`
+RETURNING seq, id, source, aggregateid, version, type, payload, created_at, coalesce(traceparent, '')`
 
 // Once relays one batch and returns how many rows it published.
 func (r *Relay) Once(ctx context.Context) (int, error) {
@@ -234,7 +244,7 @@ func (r *Relay) Once(ctx context.Context) (int, error) {
 		}
 		r.hwmInit = true
 	}
-	rows, err := tx.Query(ctx, `SELECT seq, id, source, aggregateid, version, type, payload, created_at FROM outbox
+	rows, err := tx.Query(ctx, `SELECT seq, id, source, aggregateid, version, type, payload, created_at, coalesce(traceparent, '') FROM outbox
 		WHERE seq > $1 ORDER BY seq LIMIT $2`, r.lastSeen, r.cfg.Batch)
 	if err != nil {
 		return 0, fmt.Errorf("relay: poll: %w", err)
@@ -244,7 +254,7 @@ func (r *Relay) Once(ctx context.Context) (int, error) {
 		var b row
 		var payload string
 		var created time.Time
-		if err := rows.Scan(&b.seq, &b.ev.ID, &b.ev.Source, &b.ev.Key, &b.ev.Version, &b.ev.Type, &payload, &created); err != nil {
+		if err := rows.Scan(&b.seq, &b.ev.ID, &b.ev.Source, &b.ev.Key, &b.ev.Version, &b.ev.Type, &payload, &created, &b.ev.TraceParent); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("relay: scan: %w", err)
 		}
@@ -296,7 +306,7 @@ func (r *Relay) claimAndPublish(ctx context.Context) (int, error) {
 			var x row
 			var payload string
 			var created time.Time
-			if err := rows.Scan(&x.seq, &x.ev.ID, &x.ev.Source, &x.ev.Key, &x.ev.Version, &x.ev.Type, &payload, &created); err != nil {
+			if err := rows.Scan(&x.seq, &x.ev.ID, &x.ev.Source, &x.ev.Key, &x.ev.Version, &x.ev.Type, &payload, &created, &x.ev.TraceParent); err != nil {
 				return err
 			}
 			x.ev.Payload = []byte(payload)
@@ -408,32 +418,30 @@ func (r *Relay) noteIdle(ctx context.Context, ex interface {
 }
 
 // attempt returns the event as publish attempt n of ev sends it, and the
-// value its publish ops record. Every attempt carries a new traceparent, as
-// a tracing library starts a new span (here, with no context stored in the
-// outbox, a new trace) for each publish: which is why a trace id is no
-// event identity. The new-id-per-attempt relay also sends a new event id,
-// recorded as published_as beside the committed event's. With a signing
-// key the attempt is signed as it is sent (the new id included).
+// value its publish ops record. ev.TraceParent is the outbox row's (the
+// producer's span, "" for none). Every attempt is a span of its own: with
+// Traces "propagate" (the default) a child of the row's, in the
+// producer's trace, so one event keeps one trace id from the producer to
+// the consumer; with "per-attempt", or a row without one, a new trace,
+// as a tracing library with no context stored in the outbox starts one
+// per publish. Either way a trace id is no event identity. The
+// new-id-per-attempt relay also sends a new event id, recorded as
+// published_as beside the committed event's. With a signing key the
+// attempt is signed as it is sent (the new id included).
 func (r *Relay) attempt(ev broker.Event, n int64) (broker.Event, history.Value) {
 	v := value(ev, n)
-	ev.TraceParent = NewTraceParent()
+	if r.cfg.Traces == TracesPerAttempt {
+		ev.TraceParent = trace.New()
+	} else {
+		ev.TraceParent = trace.Child(ev.TraceParent)
+	}
+	v.Trace = ev.TraceParent
 	if r.cfg.Variant == NewIDPerAttempt {
 		ev.ID = producer.NewEventID()
 		v.PublishedAs = ev.ID
 	}
 	r.cfg.Authority.sign(&ev)
 	return ev, v
-}
-
-// NewTraceParent returns a W3C traceparent (version 00, sampled) with a
-// new random trace id and span id.
-func NewTraceParent() string {
-	var b [24]byte
-	binary.BigEndian.PutUint64(b[0:8], mrand.Uint64())
-	binary.BigEndian.PutUint64(b[8:16], mrand.Uint64())
-	binary.BigEndian.PutUint64(b[16:24], mrand.Uint64()|1) // never all zero
-	h := hex.EncodeToString(b[:])
-	return "00-" + h[:32] + "-" + h[32:] + "-01"
 }
 
 func value(ev broker.Event, attempt int64) history.Value {

@@ -28,8 +28,14 @@ CREATE TABLE IF NOT EXISTS outbox (
     version       bigint NOT NULL,
     created_at    timestamptz NOT NULL DEFAULT now(),
     published_at  timestamptz,
+    -- The W3C traceparent of the producer's span, which the relay
+    -- continues (observability.traces); NULL for a row written without
+    -- one (a team's transaction that does not bind :traceparent).
+    traceparent   text,
     UNIQUE (id, source)
 );
+-- A database set up before the column existed.
+ALTER TABLE outbox ADD COLUMN IF NOT EXISTS traceparent text;
 CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (seq) WHERE published_at IS NULL;
 
 -- The inbox: one row per event a subscription has taken in. The unique
