@@ -6,7 +6,9 @@ package checker
 // duplicate, skip-stale, dlq) or an apply fail with a reason (a refusal
 // handed back to the broker). An apply fail with an error is a transient
 // retry: the delivery is still held. A crash of the process ends all it
-// held. It counts what the workers took: messages a RabbitMQ client holds
+// held; a delivery taken away without an op (a Kafka partition revoked
+// mid-delivery) stays counted until the process settles that event or
+// crashes. It counts what the workers took: messages a RabbitMQ client holds
 // under its prefetch before a worker takes them have no op.
 //
 // The shards see the ops of their own events only, so each keeps its
