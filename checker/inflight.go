@@ -45,6 +45,7 @@ type flightRec struct {
 type flightAcc struct {
 	procs []flightProc
 	index map[string]int16
+	last  int16 // the process of the previous record: ops of one come in runs
 	recs  []flightRec
 }
 
@@ -92,7 +93,10 @@ func (f *flightAcc) add(t int64, proc, sub string, ev uint32, kind flightKind) {
 	if f.index == nil {
 		f.index = map[string]int16{}
 	}
-	i, ok := f.index[proc]
+	i, ok := f.last, len(f.procs) > 0 && f.procs[f.last].name == proc
+	if !ok {
+		i, ok = f.index[proc]
+	}
 	if !ok {
 		if len(f.procs) == math.MaxInt16 {
 			return // more processes than any run has: the rest are not counted
@@ -101,6 +105,7 @@ func (f *flightAcc) add(t int64, proc, sub string, ev uint32, kind flightKind) {
 		f.index[proc] = i
 		f.procs = append(f.procs, flightProc{name: proc})
 	}
+	f.last = i
 	if f.procs[i].sub == "" && sub != "" {
 		f.procs[i].sub = sub
 	}
@@ -119,7 +124,7 @@ type processFlight struct {
 // inFlight sweeps every shard's flight records per process: the
 // processes that recorded a delivery, sorted by subscription then name, each
 // with the most it held at once and, per bucket of width ns (n of them),
-// the most during the bucket.
+// the most during the bucket. It empties the accumulators.
 func inFlight(accs []*flightAcc, width int64, n int) []processFlight {
 	byName := map[string]*processFlight{}
 	recs := map[string][]flightRec{}
@@ -137,6 +142,7 @@ func inFlight(accs []*flightAcc, width int64, n int) []processFlight {
 			pf.opened = pf.opened || r.kind == flightOpen
 			recs[p.name] = append(recs[p.name], r)
 		}
+		a.recs = nil // copied: let them go before the sweep
 	}
 	var out []processFlight
 	for name, pf := range byName {
