@@ -367,7 +367,6 @@ func detect(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario, o
 				checkBaseline(t, r)
 			}
 			checkStageBoundary(t, s, r)
-			checkBacklog(t, s, r)
 			if kinds, ok := stageBittenBy[s.Name]; ok {
 				checkStageBitten(t, o, kinds)
 			}

@@ -13,6 +13,7 @@ import (
 func checkOperations(t *testing.T, s scenarios.Scenario, o *Outcome) {
 	t.Helper()
 	checkTraces(t, s, o)
+	checkBacklog(t, s, o.Result)
 }
 
 // checkTraces: a run of the built-in relay and consumers keeps one trace
