@@ -18,7 +18,7 @@ const minBurstBacklog = 50
 // more deliveries at once than its workers and batch let it.
 func checkBacklog(t *testing.T, s scenarios.Scenario, r *checker.Result) {
 	t.Helper()
-	if len(s.Workload.RateTimeline) == 0 {
+	if len(s.Workload.RateTimeline) == 0 || r == nil {
 		return
 	}
 	if len(r.Backlog) == 0 {
