@@ -49,13 +49,7 @@ const intrusionTimeout = time.Minute
 // outlast: the broker's refusals take a few hundred milliseconds each),
 // but by an interruption (ctx cancelled) or intrusionTimeout.
 func intrusionContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), intrusionTimeout)
-	stop := context.AfterFunc(ctx, func() {
-		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			cancel()
-		}
-	})
-	return ictx, func() { stop(); cancel() }
+	return operationContext(ctx, intrusionTimeout)
 }
 
 // ableToIntrude says whether the run's broker can give the intruder a

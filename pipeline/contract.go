@@ -19,6 +19,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
 	"github.com/deliverycheck/deliverycheck/pipeline/debezium"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
 	"github.com/deliverycheck/deliverycheck/pipeline/worker"
@@ -44,6 +45,11 @@ const (
 	EnvSource       = "DELIVERYCHECK_EVENT_SOURCE"
 	EnvMaxAttempts  = "DELIVERYCHECK_MAX_ATTEMPTS"
 	EnvSeed         = "DELIVERYCHECK_SEED"
+	// EnvSchemaVersions tells a consumer which event schema versions its
+	// build accepts, comma-separated: "1", then "1,2" once a deploy-fix
+	// redeployed it. Any other it refuses, retried to the limit then
+	// dead-lettered (docs/contract.md, "Dead letters and redrive").
+	EnvSchemaVersions = "DELIVERYCHECK_SCHEMA_VERSIONS"
 	// A processor's (docs/contract.md, "Processor"): the stage's output
 	// topics, comma-separated; the transactional.id to use, stable across
 	// its restarts; the share of transactions to abort on purpose.
@@ -112,6 +118,9 @@ func (r *Deployment) contractEnv(name, role, sub string) []string {
 	}
 	if sub != "" {
 		env[EnvSubscription] = sub
+	}
+	if role == worker.RoleConsumer {
+		env[EnvSchemaVersions] = consumer.JoinVersions(r.schemaVersions(sub))
 	}
 	r.securityEnv(env, role)
 	switch b.Kind {

@@ -317,6 +317,9 @@ type Deployment struct {
 	intruder *intruderRun
 	// load is the rate timeline on the run's clock (backpressure.go).
 	load []producer.RateStep
+	// schemas are the schema versions each subscription's consumers
+	// accept, changed by DeployFix (redrive.go).
+	schemas schemaState
 }
 
 // HistoryDir is where a run's history files go, under its run dir.
@@ -423,10 +426,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 				}
 				continue
 			}
-			spec := r.spec(worker.RoleConsumer, name)
-			spec.Consumer = consumer.Config{Variant: cfg.ConsumerVariant, Subscription: sub, MaxAttempts: cfg.MaxAttempts, Workers: cfg.ConsumerWorkers, Work: cfg.ConsumerWork, Batch: cfg.ConsumerBatch,
-				Security: r.consumerSecurity()}
-			if err := r.start(ctx, spec); err != nil {
+			if err := r.start(ctx, r.consumerSpec(sub, name)); err != nil {
 				return nil, err
 			}
 		}
@@ -477,7 +477,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		spec.Producer = producer.Config{
 			Variant: cfg.ProducerVariant, Keys: cfg.Keys, Rate: cfg.Rate,
 			RateSteps: r.load, BaseUnixNano: r.base.UnixNano(),
-			PoisonRatio: cfg.PoisonRatio, AbortRatio: cfg.AbortRatio, Seed: cfg.Seed + uint64(group[0]),
+			PoisonRatio: cfg.PoisonRatio, NewSchemaRatio: cfg.NewSchemaRatio, AbortRatio: cfg.AbortRatio, Seed: cfg.Seed + uint64(group[0]),
 			Sources:     slices.Clone(cfg.Sources),
 			Transaction: cfg.System.Transaction,
 			// What :topic or :exchange binds: the name the team's relay
@@ -599,6 +599,15 @@ func (r *Deployment) spec(role, name string) worker.Spec {
 		Broker:       r.broker,
 		Failpoints:   r.cfg.Failpoints[name],
 	}
+}
+
+// consumerSpec is the spec of built-in consumer name of sub, in the
+// build its subscription runs now (the schema versions it accepts).
+func (r *Deployment) consumerSpec(sub, name string) worker.Spec {
+	spec := r.spec(worker.RoleConsumer, name)
+	spec.Consumer = consumer.Config{Variant: r.cfg.ConsumerVariant, Subscription: sub, MaxAttempts: r.cfg.MaxAttempts, Workers: r.cfg.ConsumerWorkers, Work: r.cfg.ConsumerWork,
+		Batch: r.cfg.ConsumerBatch, Security: r.consumerSecurity(), SchemaVersions: r.schemaVersions(sub)}
+	return spec
 }
 
 func (r *Deployment) start(ctx context.Context, spec worker.Spec) error {
@@ -889,25 +898,37 @@ func (r *Deployment) StopAll(ctx context.Context) error {
 
 // FinalRead reads the final state into the history: the database's
 // tables and the team's, what the broker's dead-letter queues hold (rows
-// of table broker-dlq), so an event the broker gave up on is explained as
-// such, and the broker's log (rows of table broker, closed by a row
+// of table broker-dlq, closed by a row without an event), so an event
+// the broker gave up on is explained as such, and the broker's log (rows of table broker, closed by a row
 // without an event), which places each lost event before or after the
 // broker. A broker read that fails is logged and recorded as such: it
 // explains losses, it does not decide them.
 func (r *Deployment) FinalRead(ctx context.Context) error {
-	var rows []history.Entry
-	dls, err := r.broker.DeadLetters(ctx)
-	if err != nil {
-		r.log.Warn("read the broker's dead letters", "err", err)
-	}
-	for _, d := range dls {
-		rows = append(rows, finalRow(history.Value{Table: history.TableBrokerDLQ, Event: d.Event, Source: eventSource(d.Source), Consumer: d.Queue, Reason: d.Reason, Attempt: d.Deliveries}))
-	}
+	rows := r.brokerDeadLetters(ctx)
 	rows = append(rows, r.brokerLog(ctx)...)
 	if r.cfg.Stage != nil {
 		rows = append(rows, r.stageRows(ctx)...)
 	}
 	return schema.FinalRead(ctx, r.db, r.rec, r.base, rows, r.teamQueries()...)
+}
+
+// brokerDeadLetters reads the broker's dead-letter queues into
+// final-read rows: one per message still there, then the row closing
+// the read (no event), ok when every queue was read whole, info with
+// the error when not. A dead letter gone from its queue is known to be
+// gone (redriven, or purged) only when the read was whole.
+func (r *Deployment) brokerDeadLetters(ctx context.Context) []history.Entry {
+	dls, err := r.broker.DeadLetters(ctx)
+	rows := make([]history.Entry, 0, len(dls)+1)
+	for _, d := range dls {
+		rows = append(rows, finalRow(history.Value{Table: history.TableBrokerDLQ, Event: d.Event, Source: eventSource(d.Source), Consumer: d.Queue, Reason: d.Reason, Attempt: d.Deliveries}))
+	}
+	done := finalRow(history.Value{Table: history.TableBrokerDLQ, Detail: fmt.Sprintf("%d dead letters in the broker", len(dls))})
+	if err != nil {
+		r.log.Warn("read the broker's dead letters", "err", err)
+		done.Type, done.Value.Error = history.Info, err.Error()
+	}
+	return append(rows, done)
 }
 
 // brokerLog reads the broker's log into final-read rows: one per message

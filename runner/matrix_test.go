@@ -122,6 +122,9 @@ var lostAt = map[string]checker.Stage{
 	// The inbox keyed by id alone turned the second source's event
 	// away as a duplicate of the first source's with the same id.
 	"bad-inbox-by-id": checker.DeduplicatedAgainstOtherSource,
+	// Dead-lettered, then purged from the dead-letter queue by the
+	// operator without an effect.
+	"bad-redrive-purge": checker.PurgedFromDLQ,
 }
 
 // misplacedLosses says what is wrong with where r's lost events were

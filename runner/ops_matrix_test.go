@@ -3,6 +3,8 @@ package runner
 import (
 	"testing"
 
+	"github.com/deliverycheck/deliverycheck/checker"
+	"github.com/deliverycheck/deliverycheck/pipeline/redrive"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 	"github.com/deliverycheck/deliverycheck/scenarios"
 )
@@ -13,7 +15,44 @@ import (
 func checkOperations(t *testing.T, s scenarios.Scenario, o *Outcome) {
 	t.Helper()
 	checkTraces(t, s, o)
+	checkRedrive(t, s, o)
 	checkBacklog(t, s, o.Result)
+}
+
+// checkRedrive: a scenario with a redrive step redrove something in one
+// of its subscriptions, within its rate; the correct redriver's every
+// redriven event ended applied (recovered, or turned away by the inbox
+// as applied before, or skipped as superseded), nothing re-failed, nothing
+// left unrecovered or purged, and what it kept in the dead-letter queue
+// is what it classified as incompatible (poison here).
+func checkRedrive(t *testing.T, s scenarios.Scenario, o *Outcome) {
+	t.Helper()
+	subs := s.RedriveSubscriptions()
+	if len(subs) == 0 {
+		return
+	}
+	r := o.Result
+	var redriven int64
+	for _, rd := range r.Redrive {
+		t.Logf("redrive of %s: %d redriven in %d redrives (max %d/s of %d/s), %d recovered, %d already applied, %d superseded, %d re-failed, %d unrecovered, %d purged, %d kept; canary %s",
+			rd.Subscription, rd.Redriven, rd.Redrives, rd.MaxRate, rd.Rate, rd.Recovered, rd.AlreadyApplied, rd.Superseded, rd.ReFailed, rd.Unrecovered, rd.Purged, rd.Kept, rd.CanaryOutcome)
+		redriven += rd.Redriven
+		if rd.MaxRate > rd.Rate+1 {
+			t.Errorf("redrive of %s: %d redrives in one second, over its %d/s", rd.Subscription, rd.MaxRate, rd.Rate)
+		}
+		if s.Variants.Redrive != "" && s.Variants.Redrive != redrive.Canary || s.Expect.Verdict != checker.Valid {
+			continue
+		}
+		if rd.Recovered+rd.AlreadyApplied+rd.Superseded != rd.Redriven || rd.ReFailed+rd.Unrecovered+rd.Purged != 0 {
+			t.Errorf("redrive of %s: not every redriven event ended applied: %+v", rd.Subscription, rd)
+		}
+		if s.Workload.PoisonRatio > 0 && rd.Kept == 0 {
+			t.Errorf("redrive of %s: poison in the workload, yet the canary redriver kept nothing in the dead-letter queue", rd.Subscription)
+		}
+	}
+	if redriven == 0 {
+		t.Errorf("redrive steps on %v, yet nothing was redriven", subs)
+	}
 }
 
 // checkTraces: a run of the built-in relay and consumers keeps one trace

@@ -929,6 +929,9 @@ func (s Scenario) KnownBad() bool {
 			s.Stage.Processor == processor.OffsetsBefore ||
 			s.Stage.Effect == processor.PlainEffect) ||
 		s.Guarantees.MaxBacklogAge > 0 && s.backlogAgeFloor() > s.Guarantees.MaxBacklogAge
+	if s.badRedrive() {
+		return true
+	}
 	return s.Variants.Producer != producer.Outbox || !correctRelay || s.badConsumer() || badSetting
 }
 

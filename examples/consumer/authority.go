@@ -115,9 +115,16 @@ func reject(ctx context.Context, db *pgxpool.Pool, subscription string, ev event
 
 // apply turns m away if it is over a limit (limits.go) or not authorized,
 // else applies it. It returns the event and the reason of a rejection, ""
-// when applied (or already applied).
+// when applied (or already applied); an *unsupported error when this
+// build does not know its schema version (the caller gives it back, or
+// dead-letters it at its last delivery).
 func apply(ctx context.Context, db *pgxpool.Pool, cfg config, m message) (event, string, error) {
 	ev, reason := inspect(m)
+	if reason == "" {
+		if err := checkSchema(ev, cfg.schemas); err != nil {
+			return ev, "", err
+		}
+	}
 	if reason == "" {
 		var err error
 		if reason, err = cfg.authority.check(ctx, db, cfg.subscription, ev); err != nil {

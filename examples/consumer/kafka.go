@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -62,6 +63,12 @@ func consumeKafka(ctx context.Context, log *slog.Logger, cfg config, db *pgxpool
 			v := history.Value{Event: broker.SafeText(m.id), Partition: int64(r.Partition), Offset: r.Offset}
 			record(history.Deliver, v)
 			ev, reason, err := apply(ctx, db, cfg, m)
+			if u, ok := errors.AsType[*unsupported](err); ok {
+				// This example has no retries on Kafka: an unknown
+				// schema version is turned away at once, like any
+				// other reason (Kafka's redrive is not yet written).
+				reason, err = u.reason, reject(ctx, db, cfg.subscription, ev, u.reason)
+			}
 			if err != nil {
 				failed = fmt.Errorf("record at offset %d: %w", r.Offset, err)
 				return

@@ -5,9 +5,12 @@ import (
 	"cmp"
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/deliverycheck/deliverycheck/broker"
@@ -103,7 +106,7 @@ func inspect(m message) (event, string) {
 	if jsonDeeper(payload, maxJSONDepth) {
 		return ev, "JSON nested deeper than " + strconv.Itoa(maxJSONDepth)
 	}
-	return ev, schema(ev, payload)
+	return ev, schema(&ev, payload)
 }
 
 // headerLimits checks the headers' count, then each name's and text
@@ -188,14 +191,17 @@ func jsonDeeper(p []byte, max int) bool {
 }
 
 // schema checks the payload, decoded into the fields the service reads
-// only, against the event's headers. This service has no retries: a
-// payload that does not match (the workload's poison events) is turned
-// away at its first delivery too, since no redelivery changes it.
-func schema(ev event, payload []byte) string {
+// only, against the event's headers, and notes its schema version in ev
+// (which versions this build accepts is decided in apply). This service
+// has no retries for these: a payload that does not match (the
+// workload's poison events) is turned away at its first delivery too,
+// since no redelivery changes it.
+func schema(ev *event, payload []byte) string {
 	var p struct {
 		Order   string `json:"order"`
 		Version int64  `json:"version"`
 		Status  string `json:"status"`
+		Schema  int64  `json:"schema"`
 	}
 	if err := json.Unmarshal(payload, &p); err != nil {
 		return "payload does not match the schema: " + truncate(err.Error(), 120)
@@ -203,7 +209,46 @@ func schema(ev event, payload []byte) string {
 	if p.Order != ev.order || p.Version != ev.version || p.Status == "" {
 		return "payload disagrees with its headers"
 	}
+	ev.schema = p.Schema
 	return ""
+}
+
+// schemaVersionsFromEnv reads DELIVERYCHECK_SCHEMA_VERSIONS, "1" when
+// unset: the event schema versions this build accepts.
+func schemaVersionsFromEnv() ([]int64, error) {
+	v := cmp.Or(os.Getenv("DELIVERYCHECK_SCHEMA_VERSIONS"), "1")
+	var out []int64
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("DELIVERYCHECK_SCHEMA_VERSIONS=%q: want versions like 1,2", v)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// unsupported is a refusal that is not the event's fault but this build's:
+// an event in a schema version it does not know yet. A later build may
+// accept it, so it is not turned away at once: given back until its last
+// delivery, then dead-lettered through the broker, where a redrive after
+// the fix brings it back (docs/contract.md, "Dead letters and redrive").
+type unsupported struct{ reason string }
+
+func (u *unsupported) Error() string { return u.reason }
+
+// checkSchema is an unsupported error when ev's schema version is not one
+// of versions.
+func checkSchema(ev event, versions []int64) error {
+	v := max(ev.schema, 1)
+	if slices.Contains(versions, v) {
+		return nil
+	}
+	s := make([]string, len(versions))
+	for i, n := range versions {
+		s[i] = strconv.FormatInt(n, 10)
+	}
+	return &unsupported{fmt.Sprintf("schema version %d is not supported (accepts %s)", v, strings.Join(s, ","))}
 }
 
 // truncate cuts s to at most n bytes, at a rune boundary, so a cut never

@@ -252,3 +252,35 @@ func TestJSONDeeper(t *testing.T) {
 		}
 	}
 }
+
+// An event in a schema version this build does not accept is refused
+// with a reason that is not a rejection (given back, then dead-lettered);
+// DELIVERYCHECK_SCHEMA_VERSIONS "1,2" (after a deploy-fix) accepts it.
+func TestSchemaVersions(t *testing.T) {
+	e := baseEvent()
+	e.Payload = producer.SchemaPayload(e.Key, e.Version, false, 2)
+	ev, reason := inspect(rabbitMessage(rabbitDelivery(e)))
+	if reason != "" || ev.schema != 2 {
+		t.Fatalf("inspect: schema %d, reason %q", ev.schema, reason)
+	}
+	t.Setenv("DELIVERYCHECK_SCHEMA_VERSIONS", "")
+	v1, err := schemaVersionsFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkSchema(ev, v1); err == nil || err.Error() != "schema version 2 is not supported (accepts 1)" {
+		t.Errorf("accepting 1: %v", err)
+	}
+	t.Setenv("DELIVERYCHECK_SCHEMA_VERSIONS", "1,2")
+	v12, err := schemaVersionsFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkSchema(ev, v12); err != nil {
+		t.Errorf("accepting 1,2: %v", err)
+	}
+	t.Setenv("DELIVERYCHECK_SCHEMA_VERSIONS", "one")
+	if _, err := schemaVersionsFromEnv(); err == nil {
+		t.Error("a malformed list was accepted")
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -59,6 +60,12 @@ type config struct {
 	amqpURLs                  []string // RabbitMQ: every node's URL
 	queue                     string
 	authority                 authority // what an event must show before it is applied
+	// schemas are the event schema versions this build accepts
+	// (DELIVERYCHECK_SCHEMA_VERSIONS, "1" unless a deploy-fix says
+	// "1,2"), and maxAttempts the deliveries of a message in another
+	// before it is dead-lettered (DELIVERYCHECK_MAX_ATTEMPTS).
+	schemas     []int64
+	maxAttempts int64
 }
 
 func configFromEnv() (config, error) {
@@ -78,6 +85,15 @@ func configFromEnv() (config, error) {
 	var err error
 	if c.authority, err = authorityFromEnv(); err != nil {
 		return c, err
+	}
+	if c.schemas, err = schemaVersionsFromEnv(); err != nil {
+		return c, err
+	}
+	c.maxAttempts = 5
+	if v := os.Getenv("DELIVERYCHECK_MAX_ATTEMPTS"); v != "" {
+		if c.maxAttempts, err = strconv.ParseInt(v, 10, 64); err != nil || c.maxAttempts < 1 {
+			return c, fmt.Errorf("DELIVERYCHECK_MAX_ATTEMPTS=%q: want a positive integer", v)
+		}
 	}
 	if c.dsn == "" || c.subscription == "" {
 		return c, errors.New("set DELIVERYCHECK_POSTGRES_DSN and DELIVERYCHECK_SUBSCRIPTION")
@@ -132,6 +148,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 type event struct {
 	id, order string
 	version   int64
+	schema    int64 // the payload's schema version; 0 is 1
 	// What its authority is checked on (authority.go).
 	source, typ, tenant, time, signature string
 	payload                              []byte

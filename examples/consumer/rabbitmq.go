@@ -69,6 +69,27 @@ func consumeRabbitMQ(ctx context.Context, log *slog.Logger, cfg config, db *pgxp
 		v := history.Value{Event: broker.SafeText(m.id), Tag: int64(d.DeliveryTag), Attempt: attempt(d.Headers)}
 		record(history.Deliver, v)
 		ev, reason, err := apply(ctx, db, cfg, m)
+		if u, ok := errors.AsType[*unsupported](err); ok {
+			// Not yet: given back until its last delivery, then
+			// dead-lettered (to <queue>.dlq) and listed for
+			// dead_letters_query, for a redrive once the fix is
+			// deployed.
+			v.Reason = u.reason
+			if v.Attempt < cfg.maxAttempts {
+				if err := d.Nack(false, true); err != nil {
+					return fmt.Errorf("rabbitmq nack %d: %w", d.DeliveryTag, err)
+				}
+				continue
+			}
+			if err := reject(ctx, db, cfg.subscription, ev, u.reason); err != nil {
+				return fmt.Errorf("delivery %d (%s): %w", d.DeliveryTag, ev.id, err)
+			}
+			if err := d.Nack(false, false); err != nil {
+				return fmt.Errorf("rabbitmq dead-letter %d: %w", d.DeliveryTag, err)
+			}
+			record(history.DLQ, v)
+			continue
+		}
 		if err != nil {
 			// Unacked, it is redelivered to the next process (and
 			// dead-lettered by the queue's delivery limit if it never

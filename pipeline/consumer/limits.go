@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/deliverycheck/deliverycheck/broker"
@@ -67,10 +69,9 @@ func (c *Consumer) check(d *broker.Delivery) (reason string, permanent bool) {
 	if c.bounded() && jsonDeeper(payload, MaxJSONDepth) {
 		return "JSON nested deeper than " + strconv.Itoa(MaxJSONDepth), true
 	}
-	if r := c.schema(d, payload); r != "" {
-		return r, false
-	}
-	return "", false
+	// A payload refused by the schema is retried up to the limit before
+	// it is dead-lettered: not permanent.
+	return c.schema(d, payload), false
 }
 
 // headerLimits checks the headers' count, then each value's encoding and
@@ -165,15 +166,15 @@ func jsonDeeper(p []byte, max int) bool {
 	return false
 }
 
-// schema checks payload against the event schema and d's headers. The
-// bounded consumer decodes into the schema's fields only; the unbounded
-// one into any, holding every value the payload has.
+// schema checks payload against the event schema and d's headers, then
+// its schema version against the versions this build accepts
+// (Config.SchemaVersions): a version it does not know yet is refused as
+// an event from a newer producer is, retried to the limit, then
+// dead-lettered, to be redriven once a build that knows it is deployed. The bounded consumer decodes into the
+// schema's fields only; the unbounded one into any, holding every value
+// the payload has.
 func (c *Consumer) schema(d *broker.Delivery, payload []byte) string {
-	var p struct {
-		Order   string `json:"order"`
-		Version int64  `json:"version"`
-		Status  string `json:"status"`
-	}
+	var p EventPayload
 	if c.bounded() {
 		if err := json.Unmarshal(payload, &p); err != nil {
 			return "payload does not match the schema: " + truncate(err.Error(), 120)
@@ -188,9 +189,62 @@ func (c *Consumer) schema(d *broker.Delivery, payload []byte) string {
 		f, _ := m["version"].(float64)
 		p.Version = int64(f)
 		p.Status, _ = m["status"].(string)
+		f, _ = m["schema"].(float64)
+		p.Schema = int64(f)
 	}
 	if p.Order != d.Key || p.Version != d.Version || p.Status == "" {
 		return "payload disagrees with its headers"
 	}
+	if accepts := c.schemaVersions(); !slices.Contains(accepts, p.SchemaVersion()) {
+		return "schema version " + strconv.FormatInt(p.SchemaVersion(), 10) + " is not supported (accepts " + JoinVersions(accepts) + ")"
+	}
 	return ""
+}
+
+// EventPayload is the event schema: the fields of a payload the consumer
+// reads.
+type EventPayload struct {
+	Order   string `json:"order"`
+	Version int64  `json:"version"`
+	Status  string `json:"status"`
+	// Schema is the payload's schema version; absent (0) is 1.
+	Schema int64 `json:"schema,omitempty"`
+}
+
+// SchemaVersion is p's schema version, 1 when the payload has none.
+func (p EventPayload) SchemaVersion() int64 { return max(p.Schema, 1) }
+
+// ParsePayload decodes payload as the bounded consumer does; an error
+// means no build of the consumer will ever accept it (poison).
+func ParsePayload(payload []byte) (EventPayload, error) {
+	var p EventPayload
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return p, err
+	}
+	if p.Order == "" || p.Version <= 0 || p.Status == "" {
+		return p, errors.New("payload lacks an order, a version or a status")
+	}
+	return p, nil
+}
+
+// DefaultSchemaVersions are the schema versions a consumer accepts unless
+// told otherwise: the first only.
+var DefaultSchemaVersions = []int64{1}
+
+// schemaVersions are the versions this consumer accepts.
+func (c *Consumer) schemaVersions() []int64 {
+	if len(c.cfg.SchemaVersions) == 0 {
+		return DefaultSchemaVersions
+	}
+	return c.cfg.SchemaVersions
+}
+
+// JoinVersions writes schema versions as a list, "1,2": how reasons,
+// evidence and DELIVERYCHECK_SCHEMA_VERSIONS write them.
+func JoinVersions(vs []int64) string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = strconv.FormatInt(v, 10)
+	}
+	return strings.Join(out, ",")
 }

@@ -149,6 +149,30 @@ func TestPoisonNotPermanent(t *testing.T) {
 	}
 }
 
+// TestSchemaVersions: an event in a schema version the build does not
+// accept is refused as not permanent (retried, then dead-lettered, to be
+// redriven), by every variant; the build a deploy-fix starts accepts it.
+func TestSchemaVersions(t *testing.T) {
+	e := baseEvent()
+	e.Payload = producer.SchemaPayload("order-1", 3, false, 2)
+	for _, v := range []Variant{Inbox, Unbounded} {
+		r, permanent := newConsumer(t, v).check(received(e))
+		if r != "schema version 2 is not supported (accepts 1)" || permanent {
+			t.Errorf("%s: reason %q permanent %v", v, r, permanent)
+		}
+		fixed, err := New(Config{Variant: v, Subscription: "email", SchemaVersions: []int64{1, 2}}, nil, nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := fixed.check(received(e)); r != "" {
+			t.Errorf("%s fixed: schema 2 refused: %q", v, r)
+		}
+		if r, _ := fixed.check(received(baseEvent())); r != "" {
+			t.Errorf("%s fixed: schema 1 refused: %q", v, r)
+		}
+	}
+}
+
 // TestSafeText: a hostile value is stored quoted, a valid one as it is.
 func TestSafeText(t *testing.T) {
 	for in, want := range map[string]string{

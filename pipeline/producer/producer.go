@@ -206,15 +206,29 @@ func NewEventID() string {
 // well-formed JSON that no consumer accepts (a schema violation), so they
 // are permanent failures meant for the dead-letter destination.
 func Payload(key string, version int64, poison bool) []byte {
-	pre, post := payloadParts(key, poison)
+	return SchemaPayload(key, version, poison, 0)
+}
+
+// SchemaPayload is Payload in a schema version: 0 or 1 writes none (the
+// first version), a later one "schema":n, which a consumer that does not
+// know it refuses until a build that does is deployed.
+func SchemaPayload(key string, version int64, poison bool, schema int64) []byte {
+	pre, post := payloadParts(key, poison, schema)
 	return []byte(pre + strconv.FormatInt(version, 10) + post)
 }
 
+// NewSchema is the schema version of the workload's new-schema events
+// (Config.NewSchemaRatio).
+const NewSchema = 2
+
 // payloadParts is a payload around its version, so the producer's
 // statement can put in the version PostgreSQL assigns.
-func payloadParts(key string, poison bool) (pre, post string) {
+func payloadParts(key string, poison bool, schema int64) (pre, post string) {
 	if poison {
 		return `{"order":` + strconv.Quote(key) + `,"version":"v`, `","poison":true}`
+	}
+	if schema > 1 {
+		return `{"order":` + strconv.Quote(key) + `,"version":`, `,"status":"confirmed","schema":` + strconv.FormatInt(schema, 10) + `}`
 	}
 	return `{"order":` + strconv.Quote(key) + `,"version":`, `,"status":"confirmed"}`
 }
@@ -228,9 +242,18 @@ const EventType = "OrderConfirmed"
 func (p *Producer) Once(ctx context.Context) error {
 	key := p.cfg.KeyPrefix + strconv.Itoa(p.rng.IntN(p.cfg.Keys))
 	poison := p.cfg.PoisonRatio > 0 && p.rng.Float64() < p.cfg.PoisonRatio
+	// A new-schema event is never poison too, and is the first and only
+	// event of an aggregate of its own: a new event schema comes with a
+	// new feature's aggregates. On a shared key the consumer's version
+	// guard would skip it as stale once redriven after later versions.
+	var schema int64
+	if !poison && p.cfg.NewSchemaRatio > 0 && p.rng.Float64() < p.cfg.NewSchemaRatio {
+		schema = NewSchema
+		key = p.cfg.KeyPrefix + "s2-" + NewEventID()
+	}
 	abort := p.cfg.Variant == PublishThenCommit && p.cfg.AbortRatio > 0 && p.rng.Float64() < p.cfg.AbortRatio
 	source, id := p.nextIdentity()
-	v := history.Value{Event: id, Source: source, Key: key, Poison: poison}
+	v := history.Value{Event: id, Source: source, Key: key, Poison: poison, Schema: schema}
 	switch p.cfg.Variant {
 	case PublishThenCommit:
 		return p.publishThenCommit(ctx, v, abort)
@@ -355,7 +378,7 @@ func (p *Producer) commit(ctx context.Context, v history.Value, outbox, abort bo
 	if outbox {
 		vals := Values{
 			EventID: v.Event, AggregateID: v.Key, Version: version,
-			Payload: string(Payload(v.Key, version, v.Poison)), Type: EventType, Source: v.Source,
+			Payload: string(SchemaPayload(v.Key, version, v.Poison, v.Schema)), Type: EventType, Source: v.Source,
 			Events: p.cfg.Events, TraceParent: v.Trace,
 		}
 		for i, st := range p.cfg.Transaction {
@@ -382,7 +405,7 @@ func (p *Producer) commitOne(ctx context.Context, v history.Value) (int64, error
 		return 0, definite(err)
 	}
 	defer conn.Release()
-	pre, post := payloadParts(v.Key, v.Poison)
+	pre, post := payloadParts(v.Key, v.Poison, v.Schema)
 	var version int64
 	err = conn.QueryRow(ctx, commitSQL, v.Key, v.Event, EventType, pre, post, v.Source, v.Trace).Scan(&version)
 	if err != nil {
@@ -402,7 +425,7 @@ func (p *Producer) publish(ctx context.Context, v history.Value) (bool, error) {
 	}
 	// The publish is a span of the op's trace.
 	v.Trace = trace.Child(v.Trace)
-	ev := broker.Event{ID: v.Event, Source: v.Source, Key: v.Key, Version: v.Version, Type: EventType, Payload: Payload(v.Key, v.Version, v.Poison), TraceParent: v.Trace}
+	ev := broker.Event{ID: v.Event, Source: v.Source, Key: v.Key, Version: v.Version, Type: EventType, Payload: SchemaPayload(v.Key, v.Version, v.Poison, v.Schema), TraceParent: v.Trace}
 	perr := p.pub.Publish(ctx, []broker.Event{ev})[0]
 	t := history.OK
 	if perr != nil {

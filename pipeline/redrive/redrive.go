@@ -34,6 +34,7 @@ func ParseVariant(s string) (Variant, error) {
 
 // Config tunes one redriver process.
 type Config struct {
+	// Variant is the redriver, Canary unless told otherwise.
 	Variant Variant `json:"variant"`
 	// Subscription is whose dead letters it redrives.
 	Subscription string `json:"subscription"`
@@ -42,4 +43,16 @@ type Config struct {
 	// SchemaVersions are the schema versions the subscription's
 	// consumers accept now (what Canary classifies by).
 	SchemaVersions []int64 `json:"schema_versions,omitempty"`
+	// DeadLetters is how many the dead-letter queue held when the step
+	// started: what the evidence counts against, and half the most it
+	// republishes (a blind redrive before the fix gets them all back).
+	DeadLetters int `json:"dead_letters"`
+	// Since is the step's start, in ns since the run's base: its
+	// earlier incarnations' redrive ops are the ones from then on.
+	Since int64 `json:"since"`
+	// EffectsQuery and DeadLettersQuery are a team's consumers' (the
+	// contract's effects_query and dead_letters_query), read for the
+	// canary's outcome; "" reads the built-in tables.
+	EffectsQuery     string `json:"effects_query,omitempty"`
+	DeadLettersQuery string `json:"dead_letters_query,omitempty"`
 }

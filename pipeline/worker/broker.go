@@ -114,6 +114,29 @@ func (b Broker) DeadLetters(ctx context.Context) ([]broker.DeadLetter, error) {
 	return out, err
 }
 
+// DeadLetterCount is how many messages sub's dead-letter queue holds
+// ready (RabbitMQ; Kafka's redrive is not yet written).
+func (b Broker) DeadLetterCount(ctx context.Context, sub string) (int, error) {
+	if b.Kind != "rabbitmq" {
+		return 0, fmt.Errorf("worker: dead-letter count on %s is not yet written (RabbitMQ only)", b.Kind)
+	}
+	r, err := broker.OpenRabbitRedrive(ctx, b.rabbit(), b.Qualify(sub))
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	return r.Count(ctx)
+}
+
+// PurgeDLQ empties sub's dead-letter queue and returns how many messages
+// it removed (RabbitMQ; Kafka's purge is not yet written).
+func (b Broker) PurgeDLQ(ctx context.Context, sub string) (int, error) {
+	if b.Kind != "rabbitmq" {
+		return 0, fmt.Errorf("worker: purge on %s is not yet written (RabbitMQ only)", b.Kind)
+	}
+	return broker.RabbitPurgeDLQ(ctx, b.rabbit(), b.Qualify(sub))
+}
+
 // A BacklogReader sums, over every subscription of a broker, what the
 // broker still holds for it, over one connection kept between reads. The
 // caller should call Close when finished.

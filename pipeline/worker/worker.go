@@ -31,11 +31,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/history"
 	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
 	"github.com/deliverycheck/deliverycheck/pipeline/processor"
 	"github.com/deliverycheck/deliverycheck/pipeline/producer"
+	"github.com/deliverycheck/deliverycheck/pipeline/redrive"
 	"github.com/deliverycheck/deliverycheck/pipeline/relay"
 )
 
@@ -78,6 +80,8 @@ type Spec struct {
 	Consumer consumer.Config `json:"consumer"`
 	// Processor is the transactional processor's (RoleProcessor).
 	Processor processor.Config `json:"processor,omitempty"`
+	// Redrive is the redriver's (RoleRedrive).
+	Redrive redrive.Config `json:"redrive,omitempty"`
 
 	// Failpoints are armed before the worker starts working.
 	Failpoints []string `json:"failpoints"`
@@ -222,8 +226,38 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 			return nil
 		}
 		return err
+	case RoleRedrive:
+		return runRedrive(ctx, spec, db, rec, fp)
 	}
-	return fmt.Errorf("worker: unknown role %q (valid: producer, relay, consumer, processor)", spec.Role)
+	return fmt.Errorf("worker: unknown role %q (valid: producer, relay, consumer, processor, redrive)", spec.Role)
+}
+
+// runRedrive runs the redriver of spec.Redrive.Subscription once, its
+// earlier incarnations' part of the redrive read back from its own
+// history file (RabbitMQ only: Kafka's redriver is not yet written).
+func runRedrive(ctx context.Context, spec Spec, db *pgxpool.Pool, rec *history.Recorder, fp *failpoint.Set) error {
+	if spec.Broker.Kind != "rabbitmq" {
+		return fmt.Errorf("worker: the redriver on %s is not yet written (RabbitMQ only)", spec.Broker.Kind)
+	}
+	prior, _, err := history.ReadFile(spec.History)
+	if err != nil {
+		return fmt.Errorf("worker: redrive: read back its history: %w", err)
+	}
+	dl, err := broker.OpenRabbitRedrive(ctx, spec.Broker.rabbit(), spec.Broker.Qualify(spec.Redrive.Subscription))
+	if err != nil {
+		return err
+	}
+	defer dl.Close()
+	r, err := redrive.New(spec.Redrive, dl, db, rec, fp, prior)
+	if err != nil {
+		return err
+	}
+	o, err := r.Run(ctx)
+	if err != nil {
+		return err
+	}
+	o.Note()
+	return nil
 }
 
 // runProducers runs the process's own producer client and every one of

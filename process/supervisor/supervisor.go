@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -164,6 +165,13 @@ type worker struct {
 	// consults; epRec records its endpoint's ops.
 	armed *failpoint.Set
 	epRec *history.Recorder
+	// done is a one-shot worker's ([Supervisor.StartOnce]): it receives
+	// once, when the worker exited 0 (nil) or will never run again (why).
+	done chan error
+	// watched is closed when the goroutine watching this worker
+	// returns, so Redeploy starts a new one only after the old one saw
+	// its stop.
+	watched chan struct{}
 }
 
 // New returns a supervisor with no workers.
@@ -217,13 +225,28 @@ func (s *Supervisor) StartCommand(ctx context.Context, name string, c Command) e
 	return s.add(ctx, w)
 }
 
+// StartOnce starts a one-shot built-in worker called name, a task run to
+// completion (the redriver): restarted like [Supervisor.Start]'s after a
+// kill or a non-zero exit, but not after it exits 0, which is its end.
+// Once it ended, a new one-shot worker may take its name.
+// done receives nil once it exited 0, or the reason it never will: ctx
+// ended, the worker was stopped, or a restart failed. An exit 0 is not
+// a crash and records nothing.
+func (s *Supervisor) StartOnce(ctx context.Context, name string, spec []byte) (done <-chan error, err error) {
+	ch := make(chan error, 1)
+	if err := s.add(ctx, &worker{name: name, spec: spec, done: ch}); err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
 func (s *Supervisor) add(ctx context.Context, w *worker) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return errors.New("supervisor: stopped")
 	}
-	if _, ok := s.workers[w.name]; ok {
+	if old, ok := s.workers[w.name]; ok && !(w.done != nil && old.finished()) {
 		s.mu.Unlock()
 		return fmt.Errorf("supervisor: worker %s already exists", w.name)
 	}
@@ -232,10 +255,43 @@ func (s *Supervisor) add(ctx context.Context, w *worker) error {
 	if err := s.launch(w); err != nil {
 		return err
 	}
-	s.wg.Add(1)
-	go s.watch(ctx, w)
+	s.goWatch(ctx, w)
 	return nil
 }
+
+// goWatch starts the goroutine that restarts w.
+func (s *Supervisor) goWatch(ctx context.Context, w *worker) {
+	watched := make(chan struct{})
+	w.mu.Lock()
+	w.watched = watched
+	w.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer close(watched)
+		s.watch(ctx, w)
+	}()
+}
+
+// finished reports whether w is a one-shot worker that has ended: a
+// new one-shot worker may take its name (a second redrive of one
+// subscription).
+func (w *worker) finished() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done != nil && w.watched != nil && closed(w.watched)
+}
+
+// finish tells whoever waits on a one-shot worker how it ended; it
+// does nothing for any other worker. watch calls it once, as it returns.
+func (w *worker) finish(err error) {
+	if w.done != nil {
+		w.done <- err
+	}
+}
+
+// errStoppedOnce is a one-shot worker's end when it was stopped before
+// it finished.
+var errStoppedOnce = errors.New("supervisor: stopped before it finished")
 
 // errStopping means the worker is being stopped and must not start again.
 var errStopping = errors.New("supervisor: worker is stopping")
@@ -318,7 +374,8 @@ func (s *Supervisor) launch(w *worker) error {
 	return nil
 }
 
-// watch restarts w whenever it exits unexpectedly, until it is stopped.
+// watch restarts w whenever it exits unexpectedly, until it is stopped
+// (or, one-shot, exits 0).
 func (s *Supervisor) watch(ctx context.Context, w *worker) {
 	defer s.wg.Done()
 	for {
@@ -329,11 +386,20 @@ func (s *Supervisor) watch(ctx context.Context, w *worker) {
 		w.mu.Lock()
 		stopping, killed := w.stopping, w.killed
 		w.killed = false
-		if !stopping {
+		finished := w.done != nil && !stopping && !killed && cmd.ProcessState.Success()
+		if finished {
+			w.stopping = true // its end: nothing may start it again
+		}
+		if !stopping && !finished {
 			w.crashes++
 		}
 		w.mu.Unlock()
+		if finished {
+			w.finish(nil)
+			return
+		}
 		if stopping {
+			w.finish(errStoppedOnce)
 			return
 		}
 		detail := cmd.ProcessState.String()
@@ -351,8 +417,10 @@ func (s *Supervisor) watch(ctx context.Context, w *worker) {
 		s.log.Info("worker exited, restarting", "worker", w.name, "status", detail)
 		select {
 		case <-ctx.Done():
+			w.finish(ctx.Err())
 			return
 		case <-s.stopped:
+			w.finish(errStoppedOnce)
 			return
 		case <-time.After(s.cfg.RestartDelay):
 		}
@@ -360,6 +428,7 @@ func (s *Supervisor) watch(ctx context.Context, w *worker) {
 			if !errors.Is(err, errStopping) {
 				s.log.Error("restart failed", "worker", w.name, "err", err)
 			}
+			w.finish(fmt.Errorf("supervisor: restart %s: %w", w.name, err))
 			return
 		}
 		w.mu.Lock()
@@ -659,6 +728,58 @@ func (s *Supervisor) Stop(ctx context.Context, name string) error {
 		return err
 	}
 	return s.stopWorkers(ctx, []*worker{w})
+}
+
+// Redeploy rolls out a new build of worker name, as a deployment does:
+// a graceful stop ("stop" on its stdin; SIGTERM for an external worker),
+// killed only if ctx ends first, then a start under the same name with
+// spec (a built-in worker; nil keeps its spec) or with env added to its
+// environment (an external worker; a later value of a variable wins).
+// Later crash restarts start the new build. It returns once the new
+// process started. Unlike a kill, the stop is clean and records no
+// crash; the caller records the rollout as it sees it.
+func (s *Supervisor) Redeploy(ctx context.Context, name string, spec []byte, env map[string]string) error {
+	w, err := s.get(name)
+	if err != nil {
+		return err
+	}
+	if w.done != nil {
+		return fmt.Errorf("supervisor: redeploy %s: a one-shot worker is not redeployed", name)
+	}
+	if err := s.stopWorkers(ctx, []*worker{w}); err != nil {
+		return fmt.Errorf("supervisor: redeploy %s: %w", name, err)
+	}
+	w.mu.Lock()
+	watched := w.watched
+	w.mu.Unlock()
+	select {
+	case <-watched:
+	case <-ctx.Done():
+		return fmt.Errorf("supervisor: redeploy %s: %w", name, ctx.Err())
+	}
+	// Under s.mu, as StopAll marks the supervisor closed: either it
+	// has, and nothing starts, or it will stop the new process.
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fmt.Errorf("supervisor: redeploy %s: stopped", name)
+	}
+	w.mu.Lock()
+	w.stopping = false
+	if w.external != nil {
+		for _, k := range slices.Sorted(maps.Keys(env)) {
+			w.external.Env = append(w.external.Env, k+"="+env[k])
+		}
+	} else if spec != nil {
+		w.spec = spec
+	}
+	w.mu.Unlock()
+	s.mu.Unlock()
+	if err := s.launch(w); err != nil {
+		return fmt.Errorf("supervisor: redeploy %s: %w", name, err)
+	}
+	s.goWatch(ctx, w)
+	return nil
 }
 
 // StopAll asks every worker to stop ("stop" on stdin, then stdin closed),

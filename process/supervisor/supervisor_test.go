@@ -166,3 +166,129 @@ func TestNotesStoppedRetire(t *testing.T) {
 		t.Errorf("Retire of an exited worker: %v", err)
 	}
 }
+
+// newShellSup is a supervisor whose built-in workers are script, run by
+// /bin/sh in dir with the spec in $DELIVERYCHECK_WORKER_SPEC.
+func newShellSup(t *testing.T, dir, script string) *Supervisor {
+	t.Helper()
+	s, err := New(Config{Command: []string{"/bin/sh", "-c", "cd " + dir + " && " + script}, LogDir: t.TempDir(), RestartDelay: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.StopAll(ctx)
+	})
+	return s
+}
+
+// A one-shot worker is restarted after a non-zero exit, and is done,
+// never started again, once it exits 0.
+func TestStartOnce(t *testing.T) {
+	dir := t.TempDir()
+	s := newShellSup(t, dir, `echo "$DELIVERYCHECK_WORKER_SPEC" >> runs; [ $(wc -l < runs) -ge 2 ] && exit 0; exit 1`)
+	done, err := s.StartOnce(context.Background(), "redrive-email", []byte("once"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("done: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not done after 10s")
+	}
+	if c, r := s.Stats("redrive-email"); c != 1 || r != 1 {
+		t.Errorf("crashes, restarts = %d, %d; want 1, 1 (the exit 1, then nothing after the exit 0)", c, r)
+	}
+	time.Sleep(100 * time.Millisecond) // ten restart delays: a wrongful restart would have run
+	if b, _ := os.ReadFile(filepath.Join(dir, "runs")); string(b) != "once\nonce\n" {
+		t.Errorf("runs = %q, want two", b)
+	}
+	// Ended, its name is free for the next one-shot run, not for a
+	// worker kept running.
+	if err := s.Start(context.Background(), "redrive-email", []byte("again")); err == nil {
+		t.Error("Start took the name of an ended one-shot worker")
+	}
+	done, err = s.StartOnce(context.Background(), "redrive-email", []byte("again"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+}
+
+// A one-shot worker stopped before it finished says so.
+func TestStartOnceStopped(t *testing.T) {
+	s := newShellSup(t, t.TempDir(), `while read l; do [ "$l" = stop ] && exit 0; done`)
+	done, err := s.StartOnce(context.Background(), "redrive-email", []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Stop(ctx, "redrive-email"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, errStoppedOnce) {
+		t.Errorf("done: %v, want errStoppedOnce", err)
+	}
+}
+
+// Redeploy stops a worker gracefully and starts it with the new spec,
+// which a later crash restart keeps; neither the stop nor the new start
+// is a crash. An external worker gets the added environment.
+func TestRedeploy(t *testing.T) {
+	dir := t.TempDir()
+	// Each incarnation notes its spec; "crash" exits 1 from the new one.
+	s := newShellSup(t, dir, `echo "$DELIVERYCHECK_WORKER_SPEC" >> runs; while read l; do [ "$l" = stop ] && exit 0; [ "$l" = crash ] && exit 1; done`)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Start(ctx, "consumer-email-0", []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	waitLines := func(path string, n int) string {
+		t.Helper()
+		for {
+			b, _ := os.ReadFile(path)
+			if strings.Count(string(b), "\n") >= n {
+				return string(b)
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s = %q, want %d lines", path, b, n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	runs := filepath.Join(dir, "runs")
+	waitLines(runs, 1)
+	if err := s.Redeploy(ctx, "consumer-email-0", []byte("v2"), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitLines(runs, 2)
+	if c, r := s.Stats("consumer-email-0"); c != 0 || r != 0 {
+		t.Errorf("crashes, restarts after the redeploy = %d, %d; want 0, 0", c, r)
+	}
+	if err := s.Send("consumer-email-0", "crash"); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitLines(runs, 3); got != "v1\nv2\nv2\n" {
+		t.Errorf("runs = %q: the crash restart must keep the new spec", got)
+	}
+
+	ext := filepath.Join(dir, "ext")
+	script := `echo "${FIX:-none}" >> ext; exec sleep 60`
+	if err := s.StartCommand(ctx, "consumer-inventory-0", Command{Argv: []string{"/bin/sh", "-c", script}, Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	waitLines(ext, 1)
+	if err := s.Redeploy(ctx, "consumer-inventory-0", nil, map[string]string{"FIX": "1,2"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitLines(ext, 2); got != "none\n1,2\n" {
+		t.Errorf("ext = %q", got)
+	}
+}
