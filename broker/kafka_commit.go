@@ -118,6 +118,12 @@ func (s *KafkaSubscriber) enqueueAck(d *Delivery, urgent bool) (*kafkaHandle, <-
 // its caller's ctx: the commit itself is bounded by CommitTimeout.
 func (s *KafkaSubscriber) enqueueCommit(r *kgo.Record, urgent bool) <-chan error {
 	done := make(chan error, 1)
+	if s.opts.AutoCommit {
+		// Known-bad: the consumer leaves committing to kgo's
+		// auto-commit of what it polled, and commits nothing itself.
+		done <- nil
+		return done
+	}
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 	if s.pending == nil {

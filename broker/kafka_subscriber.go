@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/deliverycheck/deliverycheck/history"
 )
 
 // KafkaSubscriberOptions tune a KafkaSubscriber.
@@ -183,8 +185,9 @@ type kafkaHandle struct {
 var ErrKafkaRevoked = errors.New("kafka: partition revoked since delivery")
 
 // NewKafkaSubscriber joins consumer group subscription on cfg's events
-// topic. A new group starts from the earliest offset. The caller should
-// call Close when finished.
+// topic. A new group starts from the earliest offset (unless
+// opts.OffsetReset says otherwise). The caller should call Close when
+// finished.
 func NewKafkaSubscriber(cfg KafkaConfig, subscription string, opts KafkaSubscriberOptions) (*KafkaSubscriber, error) {
 	cfg = cfg.withDefaults()
 	if len(cfg.Seeds) == 0 {
@@ -229,9 +232,9 @@ func NewKafkaSubscriber(cfg KafkaConfig, subscription string, opts KafkaSubscrib
 	kopts = append(kopts,
 		kgo.ConsumerGroup(subscription),
 		kgo.ConsumeTopics(cfg.Topic),
-		kgo.DisableAutoCommit(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.ConsumeResetOffset(resetOffset(opts.OffsetReset)),
 		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(s.onAssigned),
 		kgo.OnPartitionsRevoked(s.onRevoked),
 		kgo.OnPartitionsLost(s.onLost),
 		kgo.SessionTimeout(opts.SessionTimeout),
@@ -244,6 +247,7 @@ func NewKafkaSubscriber(cfg KafkaConfig, subscription string, opts KafkaSubscrib
 		kgo.AllowIdempotentProduceCancellation(),
 		kgo.RecordDeliveryTimeout(opts.DeliveryTimeout),
 	)
+	kopts = append(kopts, commitOpts(opts)...)
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka subscriber: %w", err)
@@ -252,18 +256,110 @@ func NewKafkaSubscriber(cfg KafkaConfig, subscription string, opts KafkaSubscrib
 	return s, nil
 }
 
+// OffsetResets are the values of KafkaSubscriberOptions.OffsetReset.
+const (
+	OffsetEarliest = "earliest"
+	OffsetLatest   = "latest"
+)
+
+// resetOffset is where a group with no committed offset starts: the
+// earliest offset unless reset is OffsetLatest (known-bad for a group that
+// must see every event: it skips what was published before it joined).
+func resetOffset(reset string) kgo.Offset {
+	if reset == OffsetLatest {
+		return kgo.NewOffset().AtEnd()
+	}
+	return kgo.NewOffset().AtStart()
+}
+
+// commitOpts are the client options of opts' way of committing: manual
+// commits after the effect (correct), kgo's auto-commit of polled
+// offsets (known-bad AutoCommit), and the eager balancer for
+// CommitOnRevoke (known-bad), whose every rebalance revokes every
+// partition, so its revoke commit runs at each one. The correct
+// subscriber keeps franz-go's default balancer, cooperative-sticky, which
+// revokes only the partitions that move.
+func commitOpts(opts KafkaSubscriberOptions) []kgo.Opt {
+	var out []kgo.Opt
+	if opts.AutoCommit {
+		// Greedy: everything polled, the buffer included.
+		out = append(out, kgo.AutoCommitInterval(autoCommitInterval), kgo.GreedyAutoCommit())
+	} else {
+		out = append(out, kgo.DisableAutoCommit())
+	}
+	if opts.CommitOnRevoke {
+		out = append(out, kgo.Balancers(kgo.RangeBalancer()))
+	}
+	return out
+}
+
+// autoCommitInterval is the known-bad AutoCommit's interval, overriding
+// kgo's 5s: short, so a crash a few seconds into a run finds what was
+// polled committed (a crash within an interval of a poll finds the
+// previous poll's positions, already processed, and loses nothing; the
+// shorter the interval, the rarer that is: 100ms is kgo's least).
+const autoCommitInterval = 100 * time.Millisecond
+
+// onAssigned is OnPartitionsAssigned: partitions this member now owns,
+// told to OnAssign.
+func (s *KafkaSubscriber) onAssigned(_ context.Context, _ *kgo.Client, got map[string][]int32) {
+	s.tell(history.AssignAssigned, got[s.cfg.Topic])
+}
+
 // onRevoked is OnPartitionsRevoked: partitions leaving this member
 // cleanly. While it runs they are still ours, so acks already taken are
 // committed first. See KafkaSubscriber.
 func (s *KafkaSubscriber) onRevoked(ctx context.Context, _ *kgo.Client, gone map[string][]int32) {
-	s.leave(ctx, gone[s.cfg.Topic], false)
+	ps := gone[s.cfg.Topic]
+	s.tell(history.AssignRevoked, ps)
+	s.leave(ctx, ps, false)
+	if s.opts.CommitOnRevoke {
+		// After leave's commit of the acks, which it would otherwise
+		// move back.
+		s.commitPolled(ctx, ps)
+	}
 }
 
 // onLost is OnPartitionsLost: partitions taken away without a clean
 // handover (the session expired). Their pending acks are not committed:
 // the member's generation is gone, and the new owner redelivers.
 func (s *KafkaSubscriber) onLost(ctx context.Context, _ *kgo.Client, gone map[string][]int32) {
-	s.leave(ctx, gone[s.cfg.Topic], true)
+	ps := gone[s.cfg.Topic]
+	s.tell(history.AssignLost, ps)
+	s.leave(ctx, ps, true)
+}
+
+// tell passes a change of ownership to OnAssign, before the partitions'
+// records are dropped (revoked, lost) or fetched (assigned), so whoever
+// records it writes it before any delivery of the new owner.
+func (s *KafkaSubscriber) tell(detail string, ps []int32) {
+	if s.opts.OnAssign == nil || len(ps) == 0 {
+		return
+	}
+	s.opts.OnAssign(detail, s.cfg.Topic, slices.Sorted(slices.Values(ps)))
+}
+
+// commitPolled is the known-bad CommitOnRevoke: it commits, for the
+// revoked partitions, the offsets this member has polled (what kgo calls
+// uncommitted: past every record in its buffer, processed or not), the
+// way a consumer that "commits on revoke so the next owner does not
+// redo our work" often does. The buffer is then dropped (leave), so its
+// unprocessed records are skipped by whoever owns the partitions next.
+func (s *KafkaSubscriber) commitPolled(ctx context.Context, ps []int32) {
+	polled := s.cl.UncommittedOffsets()[s.cfg.Topic]
+	offsets := map[int32]kgo.EpochOffset{}
+	for _, p := range ps {
+		if o, ok := polled[p]; ok {
+			offsets[p] = o
+		}
+	}
+	if len(offsets) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CommitTimeout)
+	defer cancel()
+	s.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{s.cfg.Topic: offsets}, nil)
+	s.log.Info("kafka commit on revoke: polled offsets committed", "offsets", offsets)
 }
 
 func (s *KafkaSubscriber) leave(ctx context.Context, ps []int32, lost bool) {

@@ -535,6 +535,9 @@ type SubscriptionStats struct {
 	InboxMismatch   int64  `json:"inbox_mismatch"`
 	// UnauthorizedEffect counts the intruder's events it applied.
 	UnauthorizedEffect int64 `json:"unauthorized_effect"`
+	// JoinedNS is when its first Kafka delivery was recorded: for a
+	// late subscription, when its group started (positions.go).
+	JoinedNS int64 `json:"joined_ns,omitempty"`
 }
 
 // Anomaly is every finding of one kind in one subscription (or, for a

@@ -15,7 +15,7 @@ package checker
 //     fault's own burst: every retrier failed at once, and any backoff's
 //     first quick retries land there, jitter or not), binned in 100 ms
 //     bins: the most distinct retriers in one bin over their mean per bin
-//     (syncFigure). Retriers that keep retrying in step put all of them
+//     while retrying (syncFigure). Retriers that keep retrying in step put all of them
 //     in one bin per period; full jitter spreads them. With
 //     max-retry-sync, a figure over it is a retry-storm; one that could
 //     not be measured (fewer than 20 retries or 2 processes) makes the
@@ -41,13 +41,13 @@ import (
 
 // Retries is what the consumers' retries did in a run.
 type Retries struct {
-	// Measured says whether Sync was: at least minSyncRetries retries
+	// Measured says whether Sync was: at least MinSyncRetries retries
 	// in Window, from at least two processes.
 	Measured bool `json:"measured"`
 	// Sync is the synchronization figure (absent when not measured): the
 	// most distinct retriers in one BinNS bin of Window over their mean
-	// per bin. Peak is that most, PeakNS when its bin starts, Mean the
-	// mean.
+	// per bin while retrying. Peak is that most, PeakNS when its bin
+	// starts, Mean the mean (over Retrying bins).
 	Sync   float64 `json:"sync,omitempty"`
 	Peak   int64   `json:"peak"`
 	PeakNS int64   `json:"peak_ns"`
@@ -60,6 +60,12 @@ type Retries struct {
 	// Counted is the retries in it.
 	Window  Window `json:"window"`
 	Counted int64  `json:"counted"`
+	// Bins has the distinct retriers of each bin of Window, in order
+	// (absent when not measured, or over MaxBuckets bins); Retrying
+	// counts the bins some retrier was retrying in, from its first
+	// retry in Window to its last: what Mean is over.
+	Bins     []int64 `json:"bins,omitempty"`
+	Retrying int64   `json:"retrying"`
 	// Retries counts every retry of the run (a batch's is one),
 	// Retriers the distinct retriers, Processes the processes they
 	// belong to.
@@ -100,9 +106,11 @@ type SubscriptionRetries struct {
 
 // The synchronization figure's parameters (docs/results.md, Retries).
 const (
-	retryBinNS     = int64(100e6)
-	retryBurstNS   = second
-	minSyncRetries = 20
+	retryBinNS   = int64(100e6)
+	retryBurstNS = second
+	// MinSyncRetries is the fewest retries after the burst the figure
+	// is measured on.
+	MinSyncRetries = 20
 )
 
 // retryAcc is what one shard keeps of the retries of its events.
@@ -239,7 +247,10 @@ func retryUnits(shards []*shard) []retryUnit {
 
 // syncFigure measures units (in time order) into r: the window after the
 // burst, and in it the most distinct retriers in one bin over their mean
-// per bin.
+// per bin, the mean taken over the bins some retrier was retrying in
+// (from its first retry in the window to its last): a transient failure
+// long after the outage, a deadlock retried once, adds its own bins and
+// not the quiet ones between.
 func syncFigure(r *Retries, units []retryUnit) {
 	r.BinNS, r.BurstNS = retryBinNS, retryBurstNS
 	if len(units) == 0 {
@@ -257,29 +268,53 @@ func syncFigure(r *Retries, units []retryUnit) {
 	for _, u := range counted {
 		procs[u.process] = true
 	}
-	if len(counted) < minSyncRetries || len(procs) < 2 {
+	if len(counted) < MinSyncRetries || len(procs) < 2 {
 		return
 	}
 	n := int((r.Window.EndNS-start)/retryBinNS) + 1
 	bins := make([]map[string]bool, n)
+	spans := map[string][2]int{} // per retrier, its first and last bin
 	var total int64
 	for _, u := range counted {
-		b := &bins[(u.t-start)/retryBinNS]
-		if *b == nil {
-			*b = map[string]bool{}
+		b := int((u.t - start) / retryBinNS)
+		if bins[b] == nil {
+			bins[b] = map[string]bool{}
 		}
-		if !(*b)[u.retrier] {
-			(*b)[u.retrier] = true
+		if !bins[b][u.retrier] {
+			bins[b][u.retrier] = true
 			total++
 		}
+		sp, ok := spans[u.retrier]
+		if !ok {
+			sp[0] = b
+		}
+		sp[1] = b
+		spans[u.retrier] = sp
 	}
+	covered := make([]bool, n)
+	for _, sp := range spans {
+		for b := sp[0]; b <= sp[1]; b++ {
+			covered[b] = true
+		}
+	}
+	var nCovered int64
 	for b, m := range bins {
+		if covered[b] {
+			nCovered++
+		}
 		if int64(len(m)) > r.Peak {
 			r.Peak, r.PeakNS = int64(len(m)), start+int64(b)*retryBinNS
 		}
 	}
 	r.Measured = true
-	r.Mean = float64(total) / float64(n)
+	r.Retrying = nCovered
+	r.Mean = float64(total) / float64(nCovered)
+	if n <= MaxBuckets {
+		r.Bins = make([]int64, n)
+		for b, m := range bins {
+			r.Bins[b] = int64(len(m))
+		}
+	}
 	r.Sync = float64(r.Peak) / r.Mean
 }
 
@@ -300,12 +335,10 @@ func (a *analyzer) retriesSection(v *view, r *Result) {
 	v.retryCurves(r)
 	for _, s := range v.subs {
 		sr := SubscriptionRetries{Subscription: s.name, MaxAttempts: maxAttempts}
-		any := false
 		for _, p := range s.parts {
 			if p == nil || p.retry == nil {
 				continue
 			}
-			any = true
 			sr.Transient += int64(len(p.retry.transient))
 			sr.Permanent += p.retry.permanent
 			sr.MaxAttemptsSeen = max(sr.MaxAttemptsSeen, p.retry.maxSeen)
@@ -313,7 +346,7 @@ func (a *analyzer) retriesSection(v *view, r *Result) {
 		if i := slices.IndexFunc(r.Anomalies, func(a Anomaly) bool { return a.Kind == OverRetried && a.Subscription == s.name }); i >= 0 {
 			sr.OverRetried = int64(r.Anomalies[i].Count)
 		}
-		if any && (sr.Transient > 0 || sr.Permanent > 0) {
+		if sr.Transient > 0 || sr.Permanent > 0 {
 			rt.Subscriptions = append(rt.Subscriptions, sr)
 		}
 	}
@@ -336,13 +369,14 @@ func (a *analyzer) retriesSection(v *view, r *Result) {
 }
 
 // retryCountWords says how many retries the figure had to go on: "7
-// retries from 1 process after the first second".
+// retries after the first second of retrying (9 in all, from 1
+// process); it needs 20 from 2 processes".
 func retryCountWords(rt *Retries) string {
 	if rt.Retries == 0 {
 		return "no consumer retried a transient failure"
 	}
 	return fmt.Sprintf("%d %s after the first second of retrying (%d in all, from %d %s); it needs %d from 2 processes",
-		rt.Counted, plural(rt.Counted, "retry", "retries"), rt.Retries, rt.Processes, plural(int64(rt.Processes), "process", "processes"), minSyncRetries)
+		rt.Counted, plural(rt.Counted, "retry", "retries"), rt.Retries, rt.Processes, plural(int64(rt.Processes), "process", "processes"), MinSyncRetries)
 }
 
 // RetryStormDetail says the synchronization figure against its limit,

@@ -80,9 +80,10 @@ type shard struct {
 	nodeOps           []nodeOp         // crash, restart and leader ops of servers (nodes.go)
 	txnStage          *txnState        // the transactional stage, nil if none (transactions.go)
 	aliases           aliases          // the analyzer's, read only while a batch is folded
-	// Operating the pipeline (issue 25), shard 0 only: the Kafka
-	// consumers' assignments (positions.go) and the lag samples
-	// (lag.go).
+	// Operating the pipeline (issue 25): the Kafka consumers'
+	// deliveries and the broker's log, and on shard 0 their assignments,
+	// crashes and restarts (positions.go); shard 0 only, the lag
+	// samples (lag.go).
 	assigns positionsAcc
 	lags    lagAcc
 }
@@ -370,12 +371,14 @@ func (s *shard) op(op *history.Op, pos int64) {
 			s.crashes++
 		}
 		s.nodeOp(op)
+		s.assigns.end(op, pos)
 		return
 	case history.Restart:
 		if op.Type != history.Invoke {
 			s.restarts++
 		}
 		s.nodeOp(op)
+		s.assigns.end(op, pos)
 		return
 	case history.Leader:
 		s.nodeOp(op)
@@ -384,7 +387,7 @@ func (s *shard) op(op *history.Op, pos int64) {
 		s.txnState().declare(v)
 		return
 	case history.Assign:
-		s.assigns.op(op)
+		s.assigns.op(op, pos)
 		return
 	case history.Lag:
 		s.lags.op(op)
@@ -409,6 +412,9 @@ func (s *shard) op(op *history.Op, pos int64) {
 	}
 	if op.F == history.FinalRead {
 		if op.Type == history.OK {
+			if v.Table == history.TableBroker {
+				s.assigns.brokerRow(v)
+			}
 			s.row(op, ei, e)
 		}
 		return
@@ -438,6 +444,7 @@ func (s *shard) op(op *history.Op, pos int64) {
 	}
 	if op.F == history.Deliver {
 		sub.lineage = true
+		s.assigns.deliver(op, pos)
 	}
 	if op.F == history.Apply || op.F == history.DLQ {
 		s.retryOp(op, ei, sub)

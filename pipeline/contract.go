@@ -154,11 +154,25 @@ func (r *Deployment) contractEnv(name, role, sub string) []string {
 // startExternal starts a team's component as a supervised command, with
 // the failpoints the scenario arms for it armed in its endpoint.
 func (r *Deployment) startExternal(ctx context.Context, name, role, sub string, ext External) error {
+	c, err := r.externalCommand(name, role, sub, ext)
+	if err != nil {
+		return err
+	}
+	if err := r.sup.StartCommand(ctx, name, c); err != nil {
+		return r.cfg.System.errorIn(commandField(r.cfg.System, role, sub), err)
+	}
+	r.workers = append(r.workers, name)
+	return nil
+}
+
+// externalCommand is how the supervisor starts a team's component as
+// worker name: its command, its environment, its armed failpoints.
+func (r *Deployment) externalCommand(name, role, sub string, ext External) (supervisor.Command, error) {
 	var terms []failpoint.Term
 	for _, s := range r.cfg.Failpoints[name] {
 		t, err := failpoint.ParseAny(s)
 		if err != nil {
-			return fmt.Errorf("pipeline: %s: %w", name, err)
+			return supervisor.Command{}, fmt.Errorf("pipeline: %s: %w", name, err)
 		}
 		terms = append(terms, t)
 	}
@@ -166,11 +180,7 @@ func (r *Deployment) startExternal(ctx context.Context, name, role, sub string, 
 	for _, k := range slices.Sorted(maps.Keys(ext.Env)) {
 		env = append(env, k+"="+ext.Env[k])
 	}
-	if err := r.sup.StartCommand(ctx, name, supervisor.Command{Argv: ext.Command, Env: env, Dir: ext.Dir, Failpoints: terms, Seed: r.cfg.Seed ^ uint64(len(r.workers)+1)}); err != nil {
-		return r.cfg.System.errorIn(commandField(r.cfg.System, role, sub), err)
-	}
-	r.workers = append(r.workers, name)
-	return nil
+	return supervisor.Command{Argv: ext.Command, Env: env, Dir: ext.Dir, Failpoints: terms, Seed: r.cfg.Seed ^ uint64(len(r.workers)+1)}, nil
 }
 
 // commandField is the scenario field that gave the command of a team's

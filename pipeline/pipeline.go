@@ -220,6 +220,9 @@ func (c *Config) defaults() error {
 	if err := checkStage(*c); err != nil {
 		return err
 	}
+	if err := c.checkGroups(); err != nil {
+		return err
+	}
 	// Failpoints are armed in a process: a producer running as a client
 	// of another's process has none of its own.
 	procs := ProducerProcessNames(c.Producers, c.ProducerProcesses)
@@ -375,6 +378,7 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		DeliveryLimit: int(cfg.MaxAttempts),
 		Prefetch:      cfg.Prefetch,
 		QueueType:     cfg.QueueType,
+		OffsetReset:   cfg.OffsetReset,
 	}
 	if err := worker.SetupBroker(ctx, r.broker); err != nil {
 		return nil, err
@@ -418,15 +422,8 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		return nil, err
 	}
 	for _, sub := range cfg.Subscriptions {
-		for i := range cfg.Consumers {
-			name := fmt.Sprintf("consumer-%s-%d", sub, i)
-			if ext, ok := cfg.System.Consumers[sub]; ok {
-				if err := r.startExternal(ctx, name, worker.RoleConsumer, sub, ext); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			if err := r.start(ctx, r.consumerSpec(sub, name)); err != nil {
+		for i := range cfg.consumersAtStart(sub) {
+			if err := r.startConsumer(ctx, sub, consumerName(sub, i)); err != nil {
 				return nil, err
 			}
 		}
@@ -541,8 +538,8 @@ func WorkerNames(cfg Config) ([]string, error) {
 	}
 	var out []string
 	for _, sub := range cfg.Subscriptions {
-		for i := range cfg.Consumers {
-			out = append(out, fmt.Sprintf("consumer-%s-%d", sub, i))
+		for i := range cfg.consumersAtStart(sub) {
+			out = append(out, consumerName(sub, i))
 		}
 	}
 	out = append(out, stageWorkerNames(cfg)...)

@@ -108,8 +108,13 @@ type view struct {
 	Resources []resourceRow
 	// Backlog is the backpressure figures (backlog.go), nil without.
 	Backlog *backlogView
-	// Redrive has each redriven subscription's outcome (redrive.go).
+	// Redrive has each redriven subscription's outcome (redrive.go);
+	// Retries the consumers' retries (retries.go), nil without.
 	Redrive []redriveRow
+	Retries *retriesView
+	// Positions has each subscription's judged Kafka positions
+	// (positions.go).
+	Positions []positionRow
 }
 
 type kv struct{ K, V string }
@@ -350,6 +355,9 @@ func newView(run Record, res *checker.Result) view {
 	v.Backlog = newBacklogView(run, res)
 	v.Traces = newTraceView(res.Traces)
 	v.Redrive = newRedriveRows(res)
+	v.Retries = newRetriesView(res)
+	v.Plots = append(v.Plots, retryPlots(run, res)...)
+	v.Positions = newPositionRows(res)
 	v.Availability = newAvailRows(res)
 	if len(v.Availability) > 0 {
 		a := res.Availability

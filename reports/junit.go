@@ -126,8 +126,9 @@ func junitReport(run Record, res *checker.Result) junitSuites {
 	if res != nil {
 		for i := range res.Anomalies {
 			a := &res.Anomalies[i]
-			// A memory finding's check is named after its process.
-			anomalies[[2]string{string(a.Kind), cmp.Or(a.Subscription, a.Process)}] = a
+			// A memory finding's check is named after its process, a
+			// retry storm's after every consumer (retries.go).
+			anomalies[[2]string{string(a.Kind), cmp.Or(a.Subscription, a.Process, runWideCheck(a.Kind))}] = a
 		}
 	}
 	var out []string

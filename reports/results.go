@@ -138,6 +138,7 @@ func Checks(run Record, res *checker.Result) []Check {
 	}
 	if res != nil {
 		out = append(out, memoryChecks(res, established)...)
+		out = append(out, retryChecks(res, established)...)
 	}
 	return out
 }

@@ -122,6 +122,9 @@ var lostAt = map[string]checker.Stage{
 	// The inbox keyed by id alone turned the second source's event
 	// away as a duplicate of the first source's with the same id.
 	"bad-inbox-by-id": checker.DeduplicatedAgainstOtherSource,
+	// The late group started at the end of the topic: what was
+	// published before its join is in the broker, never delivered to it.
+	"bad-offset-reset-latest": checker.NeverDelivered,
 	// Dead-lettered, then purged from the dead-letter queue by the
 	// operator without an effect.
 	"bad-redrive-purge": checker.PurgedFromDLQ,
@@ -323,6 +326,7 @@ func detect(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario, o
 			for _, why := range misplacedLosses(t, s.Name, r) {
 				t.Error(why)
 			}
+			checkRetries(t, s, r)
 			if len(s.Nemesis.Failpoints) > 0 && r.Counts.Crashes == 0 {
 				t.Error("failpoints were armed but no crash is in the history")
 			}
@@ -370,6 +374,7 @@ func detect(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario, o
 				checkBaseline(t, r)
 			}
 			checkStageBoundary(t, s, r)
+			checkGroups(t, s, r)
 			if kinds, ok := stageBittenBy[s.Name]; ok {
 				checkStageBitten(t, o, kinds)
 			}

@@ -39,6 +39,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/pipeline"
@@ -924,6 +925,7 @@ func (s Scenario) KnownBad() bool {
 	correctRelay := s.Variants.Relay == relay.Polling || s.Variants.Relay == relay.Debezium
 	b := s.Broker
 	badSetting := s.Postgres.Standby == "async" || b.ReplicationFactor == 1 || b.MinInsyncReplicas == 1 || b.UncleanLeaderElection ||
+		b.OffsetReset == broker.OffsetLatest ||
 		b.QueueType == "classic" && b.Nodes > 1 ||
 		s.Stage != nil && (s.Stage.Reader == ReadUncommitted || s.Stage.Processor == processor.OffsetsAfter || s.Stage.Processor == processor.Idempotent || s.Stage.Processor == processor.RandomID ||
 			s.Stage.Processor == processor.OffsetsBefore ||
@@ -953,6 +955,7 @@ func (s Scenario) clone() Scenario {
 	c := s
 	c.Broker.Unbound = slices.Clone(s.Broker.Unbound)
 	c.Workload.Subscriptions = slices.Clone(s.Workload.Subscriptions)
+	c.Workload.LateSubscriptions = slices.Clone(s.Workload.LateSubscriptions)
 	c.Guarantees.Subscriptions = slices.Clone(s.Guarantees.Subscriptions)
 	c.Nemesis.Timeline = slices.Clone(s.Nemesis.Timeline)
 	c.System = s.System.clone()

@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/deliverycheck/deliverycheck/broker"
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/failpoint"
 	"github.com/deliverycheck/deliverycheck/nemesis"
@@ -408,7 +409,7 @@ func Standbys() []string { return []string{"none", "async", "sync"} }
 
 // OffsetResets lists where a Kafka group without a committed offset may
 // start (broker.offset_reset).
-func OffsetResets() []string { return []string{"earliest", "latest"} }
+func OffsetResets() []string { return []string{broker.OffsetEarliest, broker.OffsetLatest} }
 
 // TraceModes lists how the trace context may travel
 // (observability.traces).

@@ -354,7 +354,7 @@ func (s Scenario) workers() []string {
 		out = append(out, "relay-"+strconv.Itoa(i))
 	}
 	for _, sub := range s.Workload.Subscriptions {
-		for i := range s.Workload.Consumers {
+		for i := range s.consumersAtStart(sub) {
 			out = append(out, fmt.Sprintf("consumer-%s-%d", sub, i))
 		}
 	}

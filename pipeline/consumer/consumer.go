@@ -9,7 +9,9 @@
 //
 // Transient errors (the database is down) are retried in-process with
 // exponential backoff and full jitter, so they never count as delivery
-// attempts; permanent ones (a poison event) are given back to the broker
+// attempts and consumers hit by one outage do not retry in step; past a
+// retry budget (Config.RetryBudget) the delivery is given back to the
+// broker. Permanent ones (a poison event) are given back to the broker
 // and dead-lettered after MaxAttempts, with the reason.
 package consumer
 
@@ -137,9 +139,12 @@ type Config struct {
 	Work time.Duration `json:"work"`
 	// Batch is the most deliveries applied in one transaction, where the
 	// broker can hand out several at once (see [broker.Batcher]). The
-	// default is 100 for the inbox variant and 1 for the known-bad ones,
-	// which keep one delivery per transaction as their tests show them
-	// caught that way. Work applies per transaction, not per delivery.
+	// default is 100 for the inbox variant and the known-bad ones that
+	// are the inbox consumer but for one thing (trusting, unbounded,
+	// fixed-retry, retry-forever: compared with a correct run, they must
+	// have as many retriers), and 1 for the other known-bad ones, which
+	// keep one delivery per transaction as their tests show them caught
+	// that way. Work applies per transaction, not per delivery.
 	Batch int `json:"batch"`
 	// Security is what the consumer demands of a well-formed event's
 	// authority (every variant but trusting checks it). An event that
@@ -195,6 +200,9 @@ func New(cfg Config, db *pgxpool.Pool, sub broker.Subscriber, rec *history.Recor
 	if cfg.BackoffCap <= 0 {
 		cfg.BackoffCap = time.Second
 	}
+	if cfg.RetryBudget <= 0 {
+		cfg.RetryBudget = time.Minute
+	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 1
 		if batchesAll(cfg.Variant) {
@@ -206,7 +214,7 @@ func New(cfg Config, db *pgxpool.Pool, sub broker.Subscriber, rec *history.Recor
 	}
 	return &Consumer{
 		cfg: cfg, db: db, sub: sub, rec: rec, fp: fp,
-		retry:    backoff.Policy{Base: cfg.BackoffBase, Cap: cfg.BackoffCap},
+		retry:    retryPolicy(cfg),
 		applySQL: applySQL(cfg.Variant != NoInbox, keyed(cfg.Variant), cfg.Variant != NoVersionGuard),
 	}, nil
 }
@@ -291,6 +299,18 @@ func (c *Consumer) value(d *broker.Delivery) history.Value {
 	}
 }
 
+// retryPolicy is how cfg's variant waits between transient retries:
+// exponential from BackoffBase to BackoffCap with full jitter, so
+// consumers hit by one outage spread their retries; the known-bad
+// fixed-retry waits BackoffCap every time, without jitter, so they retry
+// in step.
+func retryPolicy(cfg Config) backoff.Policy {
+	if cfg.Variant == FixedRetry {
+		return backoff.Policy{Base: cfg.BackoffCap, Cap: cfg.BackoffCap, Jitter: backoff.NoJitter}
+	}
+	return backoff.Policy{Base: cfg.BackoffBase, Cap: cfg.BackoffCap}
+}
+
 // Handle processes one delivery. Its error is only a failure to record.
 func (c *Consumer) Handle(ctx context.Context, d *broker.Delivery) error {
 	v := c.value(d)
@@ -314,13 +334,18 @@ func (c *Consumer) Handle(ctx context.Context, d *broker.Delivery) error {
 		c.fp.Hit(failpoint.ConsumerAfterAckBeforeCommit, v)
 	}
 	// Transient failures retry in-process: they are not the event's fault
-	// and must not count towards its dead-letter limit.
+	// and must not count towards its dead-letter limit; past the retry
+	// budget the delivery goes back to the broker.
+	var failing time.Time
 	for attempt := 0; ; attempt++ {
 		done, err := c.apply(ctx, d, v)
 		if err != nil {
 			var herr historyError
 			if errors.As(err, &herr) || ctx.Err() != nil {
 				return herr.error
+			}
+			if c.budgetSpent(&failing) {
+				return c.giveBack(ctx, []*broker.Delivery{d}, []history.Value{v})
 			}
 			c.sleep(ctx, attempt)
 			continue
@@ -357,6 +382,7 @@ func (c *Consumer) HandleBatch(ctx context.Context, ds []*broker.Delivery) error
 		return err
 	}
 	var outs []outcome
+	var failing time.Time
 	for attempt := 0; ; attempt++ {
 		var err error
 		outs, err = c.txBatch(ctx, ds, vs)
@@ -378,6 +404,9 @@ func (c *Consumer) HandleBatch(ctx context.Context, ds []*broker.Delivery) error
 		if ctx.Err() != nil {
 			return nil
 		}
+		if c.budgetSpent(&failing) {
+			return c.giveBack(ctx, ds, vs)
+		}
 		c.sleep(ctx, attempt)
 		es = es[:0]
 		for _, v := range vs {
@@ -398,6 +427,36 @@ func (c *Consumer) HandleBatch(ctx context.Context, ds []*broker.Delivery) error
 		c.fp.Hit(failpoint.ConsumerAfterCommitBeforeAck, v)
 	}
 	return c.ackAll(ctx, ds, vs)
+}
+
+// budgetSpent reports whether the transient failures of one delivery (or
+// batch) have outlasted the retry budget, *since being when the first of
+// them happened (set on the first call).
+func (c *Consumer) budgetSpent(since *time.Time) bool {
+	if since.IsZero() {
+		*since = time.Now()
+		return false
+	}
+	return time.Since(*since) >= c.cfg.RetryBudget
+}
+
+// giveBack hands deliveries whose transient failures outlasted the retry
+// budget back to the broker, recording for each an apply fail whose
+// reason begins [history.ReasonRetryBudget]: the event is not at fault,
+// yet holding it longer would hold its partition or prefetch slot as
+// long as the outage lasts. On RabbitMQ the give-back counts as a
+// delivery towards the dead-letter limit (docs/pipeline.md, Retries).
+func (c *Consumer) giveBack(ctx context.Context, ds []*broker.Delivery, vs []history.Value) error {
+	es := make([]history.Entry, len(ds))
+	for i, d := range ds {
+		v := vs[i]
+		v.Reason = history.ReasonRetryBudget + " (" + c.cfg.RetryBudget.String() + "): handed back to the broker"
+		if err := c.sub.Retry(ctx, d); err != nil {
+			v.Error = err.Error()
+		}
+		es[i] = history.Entry{Type: history.Fail, F: history.Apply, Value: v}
+	}
+	return c.recordAll(es)
 }
 
 func (c *Consumer) recordAll(es []history.Entry) error {
@@ -620,7 +679,13 @@ SELECT `)
 // one statement ([applyAllSQL]) and takes batches of 100 by default: the
 // inbox consumer and the trusting and unbounded ones, which differ from
 // it only in what they check.
-func batchesAll(v Variant) bool { return v == Inbox || v == Trusting || v == Unbounded }
+func batchesAll(v Variant) bool {
+	switch v {
+	case Inbox, Trusting, Unbounded, FixedRetry, RetryForever:
+		return true
+	}
+	return false
+}
 
 // keyed reports whether variant v dedupes in inbox_keyed, by a key other
 // than the event's (source, id).
@@ -829,6 +894,9 @@ func truncate(s string, n int) string {
 func (c *Consumer) reject(ctx context.Context, d *broker.Delivery, v history.Value, reason string, now bool) error {
 	reason = broker.SafeText(reason) // it may cite a hostile value
 	v.Reason = reason
+	if c.cfg.Variant == RetryForever && !now && d.ID != "" {
+		return c.retryForever(ctx, v)
+	}
 	if !now && d.Attempt < c.cfg.MaxAttempts && d.ID != "" {
 		if err := c.sub.Retry(ctx, d); err != nil {
 			v.Error = err.Error()
@@ -853,6 +921,24 @@ func (c *Consumer) reject(ctx context.Context, d *broker.Delivery, v history.Val
 		v.Error = err.Error()
 	}
 	return c.record(history.OK, history.DLQ, v)
+}
+
+// retryForever is the known-bad retry-forever's answer to a refusal that
+// is not permanent: it takes it for a transient failure and retries it
+// in-process with backoff until ctx ends, never handing the delivery
+// back and never dead-lettering it, so a poison event holds its worker
+// (and on Kafka its partition) for good. Each attempt is a refusal (an
+// apply fail with v's reason), its attempt counting up from the
+// delivery's: past MaxAttempts that is over-retried.
+func (c *Consumer) retryForever(ctx context.Context, v history.Value) error {
+	for n := 0; ctx.Err() == nil; n++ {
+		if err := c.record(history.Fail, history.Apply, v); err != nil {
+			return err
+		}
+		c.sleep(ctx, n)
+		v.Attempt++
+	}
+	return nil
 }
 
 // metadata keeps the original delivery facts with a dead letter: at most

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/broker"
+	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/pipeline/consumer"
 )
 
 // Broker says which broker a run uses and how its topology is named.
@@ -27,6 +29,10 @@ type Broker struct {
 	Prefetch int `json:"prefetch,omitempty"`
 	// QueueType is the RabbitMQ queue type, "" for quorum.
 	QueueType string `json:"queue_type,omitempty"`
+	// OffsetReset is where a Kafka consumer group with no committed
+	// offset starts (broker.OffsetEarliest, the default, or
+	// broker.OffsetLatest).
+	OffsetReset string `json:"offset_reset,omitempty"`
 }
 
 // Qualify names a subscription's consumer group (Kafka) or queue
@@ -217,15 +223,41 @@ func openPublisher(ctx context.Context, b Broker, mode string) (broker.Publisher
 	return nil, fmt.Errorf("worker: unknown broker %q", b.Kind)
 }
 
-// openSubscriber opens the subscriber of one subscription.
-func openSubscriber(ctx context.Context, b Broker, sub string) (broker.Subscriber, error) {
+// openSubscriber opens the subscriber of consumer c's subscription. On
+// Kafka, c's variant chooses how it commits (the known-bad auto-commit
+// and commit-on-revoke are the subscriber's), and every change of the
+// partitions it owns is recorded in rec as an assign op per partition.
+func openSubscriber(ctx context.Context, b Broker, c consumer.Config, rec *history.Recorder) (broker.Subscriber, error) {
+	sub := c.Subscription
 	switch b.Kind {
 	case "kafka":
-		// A short session, so a crashed consumer's partitions move on
-		// quickly (the local broker allows sessions down to 1s).
-		return broker.NewKafkaSubscriber(b.Kafka(), b.Qualify(sub), broker.KafkaSubscriberOptions{SessionTimeout: 2 * time.Second})
+		return broker.NewKafkaSubscriber(b.Kafka(), b.Qualify(sub), broker.KafkaSubscriberOptions{
+			// A short session, so a crashed consumer's partitions move
+			// on quickly (the local broker allows sessions down to 1s).
+			SessionTimeout: 2 * time.Second,
+			OffsetReset:    b.OffsetReset,
+			AutoCommit:     c.Variant == consumer.AutoCommit,
+			CommitOnRevoke: c.Variant == consumer.CommitOnRevoke,
+			OnAssign:       assignRecorder(rec, sub),
+		})
 	case "rabbitmq":
 		return broker.NewRabbitSubscriber(b.rabbit(), b.Qualify(sub))
 	}
 	return nil, fmt.Errorf("worker: unknown broker %q", b.Kind)
+}
+
+// assignRecorder records a Kafka subscriber's changes of ownership as
+// assign ops (docs/history.md, "Assignments"): one per partition, all of
+// one change in one write. A failure to record sticks in the recorder,
+// whose next record (the consumer's) returns it and stops the worker.
+func assignRecorder(rec *history.Recorder, sub string) func(detail, topic string, partitions []int32) {
+	return func(detail, topic string, partitions []int32) {
+		es := make([]history.Entry, len(partitions))
+		for i, p := range partitions {
+			es[i] = history.Entry{Type: history.OK, F: history.Assign, Value: history.Value{
+				Consumer: sub, Topic: topic, Partition: int64(p), Detail: detail,
+			}}
+		}
+		_ = rec.RecordAll(es)
+	}
 }

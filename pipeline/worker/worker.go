@@ -198,7 +198,7 @@ func Run(ctx context.Context, spec Spec, control io.Reader, log *slog.Logger) (e
 		}
 		return r.Run(ctx)
 	case RoleConsumer:
-		sub, err := openSubscriber(ctx, spec.Broker, spec.Consumer.Subscription)
+		sub, err := openSubscriber(ctx, spec.Broker, spec.Consumer, rec)
 		if err != nil {
 			return err
 		}
