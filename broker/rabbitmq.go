@@ -102,7 +102,7 @@ type RabbitConfig struct {
 	// DeliveryLimit+1 times.
 	DeliveryLimit int
 	// Prefetch is the subscriber's QoS prefetch count (unacked deliveries
-	// in flight per subscriber), overriding the default 32.
+	// in flight per subscriber), overriding DefaultPrefetch.
 	Prefetch int
 	// QueueType is the subscriptions' queue type: "" or "quorum" (the
 	// correct one, see the topology's comment), or "classic": durable,
@@ -125,6 +125,10 @@ type RabbitConfig struct {
 	Logger *slog.Logger
 }
 
+// DefaultPrefetch is a RabbitMQ subscriber's prefetch window unless
+// RabbitConfig.Prefetch says otherwise.
+const DefaultPrefetch = 32
+
 func (c RabbitConfig) withDefaults() RabbitConfig {
 	if c.Exchange == "" {
 		c.Exchange = "events"
@@ -133,7 +137,7 @@ func (c RabbitConfig) withDefaults() RabbitConfig {
 		c.DeliveryLimit = 5
 	}
 	if c.Prefetch == 0 {
-		c.Prefetch = 32
+		c.Prefetch = DefaultPrefetch
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = 5 * time.Second

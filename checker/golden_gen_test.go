@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -225,6 +226,20 @@ func guaranteesFlag(g Guarantees) string {
 	s := fmt.Sprintf("loss=%s,duplicate-effects=%s,order=%s,gaps=%s", g.Loss, g.DuplicateEffects, g.Order, g.Gaps)
 	if len(g.Subscriptions) > 0 {
 		s += ",subscriptions=" + strings.Join(g.Subscriptions, "+")
+	}
+	// The limits, when promised: without them a run they made invalid
+	// would be judged valid.
+	if g.MaxStall > 0 {
+		s += ",max-stall=" + g.MaxStall.String()
+	}
+	if g.MaxRSS > 0 {
+		s += ",max-rss=" + strconv.FormatInt(g.MaxRSS, 10)
+	}
+	if g.MaxRetrySync > 0 {
+		s += ",max-retry-sync=" + strconv.FormatFloat(g.MaxRetrySync, 'g', -1, 64)
+	}
+	if g.MaxBacklogAge > 0 {
+		s += ",max-backlog-age=" + g.MaxBacklogAge.String()
 	}
 	return s
 }

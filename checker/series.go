@@ -77,6 +77,9 @@ type seriesAcc struct {
 	// commits and applies count commit and apply ok ops per tick, for
 	// the availability of each fault window (availability.go).
 	commits, applies rateAcc
+	// flight keeps the ops that open or end a delivery in a consumer
+	// process (inflight.go).
+	flight flightAcc
 }
 
 func secondOf(t int64) int {
@@ -121,6 +124,7 @@ func (s *seriesAcc) fIndex(f history.F) int {
 }
 
 func (s *seriesAcc) op(op *history.Op) {
+	s.flight.op(op)
 	sec := secondOf(op.Time)
 	for sec >= len(s.perSec) {
 		s.perSec = append(s.perSec, [maxFs * typesPerRow]int64{})

@@ -148,6 +148,39 @@ func (a *analyzer) gatherSettles(v *view, localToGlobal [][]int32) {
 	}
 }
 
+// measured reports whether subscription si's consumers record what they
+// do (a settle, an apply op of any type, its deliveries): one that
+// settled nothing had its events pending all along, it was not
+// unmeasured. The stalls and the backlog (backlog.go) are measured only
+// for these.
+func (v *view) measured(si int) bool {
+	return len(v.subs[si].settles) > 0 || v.subApplied[si] || v.subLineage[si]
+}
+
+// pendingEvents returns the events that were pending in subscription g
+// by end, in view order, each with its commit time and its first settle
+// in g (math.MaxInt64 if none): committed, by end, and not settled before
+// their commit (such an event was never pending). first is scratch space
+// of one entry per event. The stalls and the backlog (backlog.go) share
+// it.
+func (v *view) pendingEvents(g *gsub, end int64, first []int64) []pendingEvent {
+	for i := range first {
+		first[i] = math.MaxInt64
+	}
+	for _, r := range g.settles {
+		first[r.ev] = min(first[r.ev], r.t)
+	}
+	var out []pendingEvent
+	for i := range v.events {
+		e := &v.events[i]
+		if !e.committed() || e.commitTime > end || first[i] <= e.commitTime {
+			continue
+		}
+		out = append(out, pendingEvent{ev: int32(i), commit: e.commitTime, first: first[i]})
+	}
+	return out
+}
+
 // stallFinding is a stall longer than max-stall, for the anomalies.
 type stallFinding struct {
 	sub  int
@@ -163,36 +196,24 @@ func (v *view) stalls(faults []Fault, end int64, limit time.Duration) ([]Subscri
 	}
 	out := make([]SubscriptionStall, len(v.subs))
 	var over []stallFinding
-	first := make([]int64, len(v.events)) // per event, its first settle in the subscription
+	first := make([]int64, len(v.events))
 	for si, g := range v.subs {
 		out[si].Subscription = g.name
-		recs := g.settles
-		// Its consumers record what they do (a settle, an apply op of
-		// any type, its deliveries): one that settled nothing stalled
-		// all along, it was not unmeasured.
-		if len(recs) == 0 && !v.subApplied[si] && !v.subLineage[si] {
+		if !v.measured(si) {
 			continue
 		}
 		out[si].Measured = true
-		for i := range first {
-			first[i] = math.MaxInt64
-		}
-		settleTimes := make([]int64, 0, len(recs))
-		for _, r := range recs {
-			first[r.ev] = min(first[r.ev], r.t)
+		settleTimes := make([]int64, 0, len(g.settles))
+		for _, r := range g.settles {
 			if r.t <= end {
 				settleTimes = append(settleTimes, r.t)
 			}
 		}
 		var ups, downs []int64
-		for i := range v.events {
-			e := &v.events[i]
-			if !e.committed() || e.commitTime > end || first[i] <= e.commitTime {
-				continue
-			}
-			ups = append(ups, e.commitTime)
-			if first[i] <= end {
-				downs = append(downs, first[i])
+		for _, e := range v.pendingEvents(g, end, first) {
+			ups = append(ups, e.commit)
+			if e.first <= end {
+				downs = append(downs, e.first)
 			}
 		}
 		slices.Sort(ups)

@@ -143,7 +143,10 @@ type Config struct {
 	NewSchemaRatio float64
 	// RedriveVariant is the redriver a redrive step runs.
 	RedriveVariant redrive.Variant
-	// RateSteps change each producer's Rate over the run.
+	// RateSteps change each producer's Rate over the run, timed from
+	// the workload's start (as the nemesis schedule is): Start moves
+	// them onto the run's clock when it starts the producers
+	// (Deployment.RateSteps).
 	RateSteps []producer.RateStep
 	// ConsumerBatch is the most deliveries a consumer applies in one
 	// transaction, overriding the consumer's default.
@@ -317,6 +320,8 @@ type Deployment struct {
 	intruder *intruderRun
 	// stopLag stops the lag sampler (lag.go); nil until it started.
 	stopLag func()
+	// load is the rate timeline on the run's clock (backpressure.go).
+	load []producer.RateStep
 	// schemas are the schema versions each subscription's consumers
 	// accept, changed by DeployFix (redrive.go).
 	schemas schemaState
@@ -463,10 +468,14 @@ func Start(ctx context.Context, cl *cluster.Cluster, dir string, cfg Config, wor
 		}
 		r.log.Info("debezium relay streaming", "took", time.Since(start).Round(time.Millisecond))
 	}
+	// The workload starts with the producers: its rate steps go onto
+	// the run's clock now.
+	r.load = r.loadSteps()
 	for _, group := range producerGroups(cfg.Producers, cfg.ProducerProcesses) {
 		spec := r.spec(worker.RoleProducer, producerName(group[0]))
 		spec.Producer = producer.Config{
 			Variant: cfg.ProducerVariant, Keys: cfg.Keys, Rate: cfg.Rate,
+			RateSteps: r.load, BaseUnixNano: r.base.UnixNano(),
 			PoisonRatio: cfg.PoisonRatio, NewSchemaRatio: cfg.NewSchemaRatio, AbortRatio: cfg.AbortRatio, Seed: cfg.Seed + uint64(group[0]),
 			Sources:     slices.Clone(cfg.Sources),
 			Transaction: cfg.System.Transaction,
@@ -596,7 +605,7 @@ func (r *Deployment) spec(role, name string) worker.Spec {
 func (r *Deployment) consumerSpec(sub, name string) worker.Spec {
 	spec := r.spec(worker.RoleConsumer, name)
 	spec.Consumer = consumer.Config{Variant: r.cfg.ConsumerVariant, Subscription: sub, MaxAttempts: r.cfg.MaxAttempts, Workers: r.cfg.ConsumerWorkers, Work: r.cfg.ConsumerWork,
-		Security: r.consumerSecurity(), SchemaVersions: r.schemaVersions(sub)}
+		Batch: r.cfg.ConsumerBatch, Security: r.consumerSecurity(), SchemaVersions: r.schemaVersions(sub)}
 	return spec
 }
 

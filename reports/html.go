@@ -108,6 +108,8 @@ type view struct {
 	Resources []resourceRow
 	// Lag is the consumer lag section (lag.go); nil without lag ops.
 	Lag *lagView
+	// Backlog is the backpressure figures (backlog.go), nil without.
+	Backlog *backlogView
 	// Redrive has each redriven subscription's outcome (redrive.go);
 	// Retries the consumers' retries (retries.go), nil without.
 	Redrive []redriveRow
@@ -353,6 +355,7 @@ func newView(run Record, res *checker.Result) view {
 	v.Intruder = newIntruderView(res.Intruder)
 	v.Stalls = newStallRows(res)
 	v.Resources = newResourceRows(res)
+	v.Backlog = newBacklogView(run, res)
 	v.Traces = newTraceView(res.Traces)
 	v.Redrive = newRedriveRows(res)
 	v.Retries = newRetriesView(res)

@@ -44,6 +44,9 @@ type plotView struct {
 	Alerts         []bandView
 	Marks          []markView
 	XTicks, YTicks []tickView
+	// Y2Ticks label a second scale, drawn at the right edge, for a plot
+	// whose second kind of line is drawn scaled to the first's.
+	Y2Ticks []tickView
 	// Empty, when set, is drawn instead of lines: why there is nothing.
 	Empty string
 }

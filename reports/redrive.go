@@ -46,7 +46,7 @@ func newRedriveRows(res *checker.Result) []redriveRow {
 // trace.
 func eventless(k checker.Kind) bool {
 	switch k {
-	case checker.Stall, checker.Memory, checker.RedriveRate, checker.RetryStorm:
+	case checker.Stall, checker.Memory, checker.RedriveRate, checker.RetryStorm, checker.BacklogAge:
 		return true
 	}
 	return false

@@ -92,6 +92,7 @@ var guarantees = []struct {
 	{checker.RedriveRate, "redrive within its rate"},
 	{checker.OverRetried, "permanent errors not retried past the limit"},
 	{checker.Stall, stallGuarantee},
+	{checker.BacklogAge, backlogGuarantee},
 }
 
 // Checks lists every guarantee per subscription with what the run

@@ -63,6 +63,24 @@ type Record struct {
 	// Expect is what the scenario expects of this run (a correct pipeline
 	// valid, a known-bad one caught); nil when it states nothing.
 	Expect *verdict.Expectation `json:"expect,omitempty"`
+	// Load is the scenario's rate timeline on the history's clock, for
+	// the backlog plots; Prefetch each RabbitMQ consumer process's
+	// prefetch window (0 on Kafka) and ConsumerBatch the most deliveries
+	// a consumer applies in one transaction when the scenario sets it:
+	// what a consumer may hold, beside what it held (docs/results.md,
+	// Backlog).
+	Load          []LoadStep `json:"load,omitempty"`
+	Prefetch      int        `json:"prefetch,omitempty"`
+	ConsumerBatch int        `json:"consumer_batch,omitempty"`
+}
+
+// LoadStep is one step of the rate timeline: each producer at Rate ops
+// per second from AtNS (ns since the run started), for ForNS (0: until
+// the next step or the end).
+type LoadStep struct {
+	AtNS  int64   `json:"at_ns"`
+	Rate  float64 `json:"rate"`
+	ForNS int64   `json:"for_ns,omitempty"`
 }
 
 // Environment is where the run ran, exactly enough to tell two runs apart.

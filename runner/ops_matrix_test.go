@@ -23,6 +23,7 @@ func checkOperations(t *testing.T, s scenarios.Scenario, o *Outcome) {
 	checkTraces(t, s, o)
 	checkLag(t, s, o)
 	checkRedrive(t, s, o)
+	checkBacklog(t, s, o.Result)
 }
 
 // checkRedrive: a scenario with a redrive step redrove something in one

@@ -191,6 +191,7 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 		return out, writeAll(out, &meta, nil, log)
 	}
 	defer r.Close()
+	recordLoad(&meta, cfg, r.RateSteps())
 
 	env := nemesis.Env{Cluster: cl, Workers: r.Supervisor(), Recorder: r.Recorder(), Broker: cfg.Broker, Log: log, Leader: r.Leader, Rejoined: r.Redeclare, Replace: r.ReplaceProcessor, Intrude: r.Intrude,
 		Redrive: r.Redrive, DeployFix: r.DeployFix, PurgeDLQ: r.PurgeDLQ, Join: r.Join, Leave: r.Leave}

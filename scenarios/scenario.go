@@ -553,6 +553,13 @@ type Workload struct {
 	// Rate is ops per second per producer, overriding the default 50; 0
 	// is as fast as possible.
 	Rate float64 `yaml:"rate" range:">=0"`
+	// RateTimeline changes the rate over the run: each step, written
+	// "at 0.5s: 150/s for 2s", runs every producer at that many ops per
+	// second from its time (since the workload's start, as the nemesis
+	// timeline's steps) until the next step, or for its window and then
+	// back to rate. Steps are in time order, do not overlap and start
+	// before the workload's duration.
+	RateTimeline []RateStep `yaml:"rate_timeline,omitempty"`
 	// Keys is how many aggregates (orders) ops are spread over,
 	// overriding the default 10. Fewer keys mean more versions per key,
 	// hence more chances to reorder.
@@ -774,6 +781,7 @@ func (s Scenario) PipelineConfig() pipeline.Config {
 		NewSchemaRatio:    s.Workload.NewSchemaRatio,
 		RedriveVariant:    s.Variants.Redrive,
 		ConsumerBatch:     s.Workload.ConsumerBatch,
+		RateSteps:         s.producerRateSteps(),
 		LateSubscriptions: slices.Clone(s.Workload.LateSubscriptions),
 		OffsetReset:       s.Broker.OffsetReset,
 		Traces:            s.Observability.Traces,
@@ -910,8 +918,9 @@ func (s Scenario) StandbyKind() string {
 // transactional stage whose processor commits offsets outside its
 // transaction or has none, whose output topics are read
 // read_uncommitted, or whose processor writes a database effect without
-// an inbox). A trusting consumer is broken unless the broker refuses the
-// run's intruder.
+// an inbox; a max-backlog-age its consumers' ceiling cannot keep under
+// its rate timeline, backlogAgeFloor). A trusting consumer is broken
+// unless the broker refuses the run's intruder.
 func (s Scenario) KnownBad() bool {
 	correctRelay := s.Variants.Relay == relay.Polling || s.Variants.Relay == relay.Debezium
 	b := s.Broker
@@ -920,7 +929,8 @@ func (s Scenario) KnownBad() bool {
 		b.QueueType == "classic" && b.Nodes > 1 ||
 		s.Stage != nil && (s.Stage.Reader == ReadUncommitted || s.Stage.Processor == processor.OffsetsAfter || s.Stage.Processor == processor.Idempotent || s.Stage.Processor == processor.RandomID ||
 			s.Stage.Processor == processor.OffsetsBefore ||
-			s.Stage.Effect == processor.PlainEffect)
+			s.Stage.Effect == processor.PlainEffect) ||
+		s.Guarantees.MaxBacklogAge > 0 && s.backlogAgeFloor() > s.Guarantees.MaxBacklogAge
 	if s.badRedrive() {
 		return true
 	}

@@ -243,7 +243,7 @@ func TestParseErrors(t *testing.T) {
 		{"prefetch range", "broker:\n  kind: rabbitmq\n  prefetch: 0\n",
 			[]string{"my.yaml:3: broker.prefetch: must be ≥ 1, got 0"}},
 		{"unknown key with suggestion", "broker: kafka\nworkload:\n  rat: 5\n",
-			[]string{"my.yaml:3: workload.rat: unknown field; did you mean rate? (valid: duration, producers, producer_processes, rate, keys, poison_ratio, new_schema_ratio, abort_ratio, sources, subscriptions, consumers, consumer_workers, consumer_work, consumer_batch, late_subscriptions, relays, relay_batch)"}},
+			[]string{"my.yaml:3: workload.rat: unknown field; did you mean rate? (valid: duration, producers, producer_processes, rate, rate_timeline, keys, poison_ratio, new_schema_ratio, abort_ratio, sources, subscriptions, consumers, consumer_workers, consumer_work, consumer_batch, late_subscriptions, relays, relay_batch)"}},
 		{"unknown top-level key", "broker: kafka\nworkloads: {}\n",
 			[]string{"my.yaml:2: workloads: unknown field; did you mean workload? (valid: name, description, broker, postgres, variants, workload, system, stage, security, observability, nemesis, guarantees, drain, expect, images, seed)"}},
 		{"wrong standby", "broker: kafka\npostgres:\n  standby: hot\n",
@@ -451,7 +451,7 @@ func TestSetErrors(t *testing.T) {
 		{"workload.rate", "-5", "--set: workload.rate: must be ≥ 0, got -5"},
 		{"workload.rate", "fast", `--set: workload.rate: want a number, got "fast"`},
 		{"variants.relay", "polling2", `--set: variants.relay: unknown relay variant "polling2"; did you mean polling? (valid: polling, high-water-mark, unconfirmed, unroutable, leader-ack, transient, new-id-per-attempt, debezium)`},
-		{"workload", "5", "--set: workload: is a section; set one of its fields: workload.duration, workload.producers, workload.producer_processes, workload.rate, workload.keys, workload.poison_ratio, workload.new_schema_ratio, workload.abort_ratio, workload.sources, workload.subscriptions, workload.consumers, workload.consumer_workers, workload.consumer_work, workload.consumer_batch, workload.late_subscriptions, workload.relays, workload.relay_batch"},
+		{"workload", "5", "--set: workload: is a section; set one of its fields: workload.duration, workload.producers, workload.producer_processes, workload.rate, workload.rate_timeline, workload.keys, workload.poison_ratio, workload.new_schema_ratio, workload.abort_ratio, workload.sources, workload.subscriptions, workload.consumers, workload.consumer_workers, workload.consumer_work, workload.consumer_batch, workload.late_subscriptions, workload.relays, workload.relay_batch"},
 		// A value that breaks a rule tying fields together.
 		{"variants.relay", "unroutable", "--set: variants.relay: unroutable only exists on rabbitmq (Kafka has no routing to get wrong)"},
 		{"broker.unclean_leader_election", "true", "--set: broker.unclean_leader_election: a single Kafka node replicates nothing; set broker.nodes (e.g. 3)"},

@@ -157,6 +157,8 @@ func formOf(t reflect.Type) reflect.Type {
 		return reflect.TypeFor[duration]()
 	case reflect.TypeFor[[]nemesis.Step]():
 		return reflect.TypeFor[timeline]()
+	case reflect.TypeFor[[]RateStep]():
+		return reflect.TypeFor[rateTimeline]()
 	case reflect.TypeFor[checker.Guarantees]():
 		return reflect.TypeFor[guarantees]()
 	case reflect.TypeFor[verdict.Expectation]():

@@ -225,8 +225,8 @@ func printSummary(w io.Writer, r *checker.Result, paths []string, out string) {
 
 // printFacts prints the lines both summaries (check's and a run's) give
 // after the subscriptions: the intruder, the longest stall, the peak
-// memory, the dead-letter redrive, the retries and each fault's
-// availability.
+// memory, the dead-letter redrive, the retries, the backlog (when
+// max-backlog-age is promised) and each fault's availability.
 func printFacts(w io.Writer, r *checker.Result) {
 	if in := r.Intruder; in != nil {
 		fmt.Fprintf(w, "  intruder: %s\n", in.Summary())
@@ -252,6 +252,9 @@ func printFacts(w io.Writer, r *checker.Result) {
 				fmt.Fprintf(w, "  %s\n", line)
 			}
 		}
+	}
+	if s := checker.BacklogSummary(r.Backlog); s != "" && r.Guarantees.MaxBacklogAge > 0 {
+		fmt.Fprintf(w, "  backlog: %s\n", s)
 	}
 	for _, aw := range r.Availability.Windows {
 		fmt.Fprintf(w, "  availability: %s\n", r.Availability.Summary(aw, r.Faults))

@@ -74,8 +74,11 @@ type Config struct {
 	// NewSchemaRatio is the share of events written in schema version 2,
 	// which consumers refuse until a deploy-fix (issue 25, DLQ redrive).
 	NewSchemaRatio float64 `json:"new_schema_ratio,omitempty"`
-	// RateSteps change Rate over the run (issue 25, backpressure).
-	RateSteps []RateStep `json:"rate_steps,omitempty"`
+	// RateSteps change Rate over the run (issue 25, backpressure), on
+	// the run's clock: BaseUnixNano is the run's base, the worker spec's,
+	// so a producer restarted mid-step resumes at the step's rate.
+	RateSteps    []RateStep `json:"rate_steps,omitempty"`
+	BaseUnixNano int64      `json:"base_unix_nano,omitempty"`
 	// AbortRatio is the share of publish-then-commit transactions that
 	// abort after the publish (the fault that exposes that variant).
 	AbortRatio float64 `json:"abort_ratio"`
@@ -152,34 +155,23 @@ func New(cfg Config, db *pgxpool.Pool, rec *history.Recorder, fp *failpoint.Set,
 // finish: cut mid-statement, its commit's outcome would be unknown.
 const stopGrace = 2 * time.Second
 
-// Run performs ops at the configured rate until ctx ends. It returns nil
-// when ctx ends, after the op in flight finished (within stopGrace); a
-// failed op is recorded, not returned.
+// Run performs ops at the configured rate, following its rate steps on
+// the run's clock, until ctx ends. It returns nil when ctx ends, after
+// the op in flight finished (within stopGrace); a failed op is recorded,
+// not returned.
 func (p *Producer) Run(ctx context.Context) error {
 	opCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(stopGrace, cancel) })
 	defer stop()
-	var tick <-chan time.Time
-	if p.cfg.Rate > 0 {
-		t := time.NewTicker(time.Duration(float64(time.Second) / p.cfg.Rate))
-		defer t.Stop()
-		tick = t.C
-	}
-	for {
-		if tick != nil {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-tick:
-			}
-		} else if ctx.Err() != nil {
-			return nil
-		}
+	pace := newPacer(p.cfg.RateSteps, p.cfg.Rate, time.Unix(0, p.cfg.BaseUnixNano))
+	defer pace.stop()
+	for pace.wait(ctx) {
 		if err := p.Once(opCtx); err != nil {
 			return err
 		}
 	}
+	return nil
 }
 
 // NewEventID returns a UUIDv7 (RFC 9562): event ids must be unique across
