@@ -127,7 +127,8 @@ var lostAt = map[string]checker.Stage{
 	"bad-offset-reset-latest": checker.NeverDelivered,
 	// Dead-lettered, then purged from the dead-letter queue by the
 	// operator without an effect.
-	"bad-redrive-purge": checker.PurgedFromDLQ,
+	"bad-redrive-purge":       checker.PurgedFromDLQ,
+	"bad-redrive-purge-kafka": checker.PurgedFromDLQ,
 }
 
 // misplacedLosses says what is wrong with where r's lost events were
