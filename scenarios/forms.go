@@ -77,6 +77,43 @@ func (size) jsonSchema(map[string]any) map[string]any {
 type timeline []nemesis.Step
 
 func (tl *timeline) decodeNode(d *decoder, n *yaml.Node, path string, _ field) {
+	var steps timeline
+	ok := d.stepLines(n, path, "step", "at 2s: kill relay-0", func(it *yaml.Node, p, text string) bool {
+		st, err := nemesis.ParseStep(text)
+		if err != nil {
+			d.fail(it, p, "%s", strings.ReplaceAll(err.Error(), "nemesis: ", ""))
+			return false
+		}
+		if st.At < 0 || st.For < 0 {
+			d.fail(it, p, "times must be ≥ 0 in %q", text)
+			return false
+		}
+		if st.Fault.Kind == nemesis.Failpoint {
+			// Any name parses here; validate checks it against the
+			// worker, built-in or a team's.
+			t, err := failpoint.ParseAny(st.Fault.Term)
+			if err != nil {
+				d.fail(it, p, "%s", strings.TrimPrefix(err.Error(), "failpoint: "))
+				return false
+			}
+			st.Fault.Term = t.String()
+		}
+		steps = append(steps, st)
+		return true
+	})
+	if ok {
+		*tl = steps
+	}
+}
+
+// stepLines reads a list of timeline lines ("at <time>: ..."), each
+// written as a scalar or, unquoted, as the one-key mapping YAML makes of
+// it, read back as the line it was meant to be; one scalar alone is a
+// list of one. It hands each line to parse with its node and path, and
+// reports whether every item was a line parse took: the caller keeps
+// the steps only then. what and example word the errors ("step", "at 2s:
+// kill relay-0").
+func (d *decoder) stepLines(n *yaml.Node, path, what, example string, parse func(it *yaml.Node, p, text string) bool) bool {
 	var items []*yaml.Node
 	switch {
 	case n.Kind == yaml.SequenceNode:
@@ -85,16 +122,15 @@ func (tl *timeline) decodeNode(d *decoder, n *yaml.Node, path string, _ field) {
 		items = []*yaml.Node{n}
 	case isNull(n):
 	default:
-		d.fail(n, path, "want a list of steps such as \"at 2s: kill relay-0\", got %s", describe(n))
-		return
+		d.fail(n, path, "want a list of %ss such as %q, got %s", what, example, describe(n))
+		return false
 	}
-	var steps timeline
 	ok := true
 	for i, it := range items {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		it = d.resolve(it, p)
 		if it == nil {
-			return
+			return false
 		}
 		d.lines[p] = it.Line
 		var text string
@@ -104,37 +140,13 @@ func (tl *timeline) decodeNode(d *decoder, n *yaml.Node, path string, _ field) {
 		case it.Kind == yaml.MappingNode && len(it.Content) == 2 && it.Content[0].Kind == yaml.ScalarNode && it.Content[1].Kind == yaml.ScalarNode:
 			text = it.Content[0].Value + ": " + it.Content[1].Value
 		default:
-			d.fail(it, p, "want a step such as \"at 2s: kill relay-0\", got %s", describe(it))
+			d.fail(it, p, "want a %s such as %q, got %s", what, example, describe(it))
 			ok = false
 			continue
 		}
-		st, err := nemesis.ParseStep(text)
-		if err != nil {
-			d.fail(it, p, "%s", strings.ReplaceAll(err.Error(), "nemesis: ", ""))
-			ok = false
-			continue
-		}
-		if st.At < 0 || st.For < 0 {
-			d.fail(it, p, "times must be ≥ 0 in %q", text)
-			ok = false
-			continue
-		}
-		if st.Fault.Kind == nemesis.Failpoint {
-			// Any name parses here; validate checks it against the
-			// worker, built-in or a team's.
-			t, err := failpoint.ParseAny(st.Fault.Term)
-			if err != nil {
-				d.fail(it, p, "%s", strings.TrimPrefix(err.Error(), "failpoint: "))
-				ok = false
-				continue
-			}
-			st.Fault.Term = t.String()
-		}
-		steps = append(steps, st)
+		ok = parse(it, p, text) && ok
 	}
-	if ok {
-		*tl = steps
-	}
+	return ok
 }
 
 func (timeline) jsonSchema(map[string]any) map[string]any {

@@ -65,45 +65,16 @@ func ParseRateStep(text string) (RateStep, error) {
 type rateTimeline []RateStep
 
 func (tl *rateTimeline) decodeNode(d *decoder, n *yaml.Node, path string, _ field) {
-	var items []*yaml.Node
-	switch {
-	case n.Kind == yaml.SequenceNode:
-		items = n.Content
-	case n.Kind == yaml.ScalarNode && !isNull(n):
-		items = []*yaml.Node{n}
-	case isNull(n):
-	default:
-		d.fail(n, path, "want a list of rate steps such as \"at 0.5s: 150/s for 2s\", got %s", describe(n))
-		return
-	}
 	var steps rateTimeline
-	ok := true
-	for i, it := range items {
-		p := fmt.Sprintf("%s[%d]", path, i)
-		it = d.resolve(it, p)
-		if it == nil {
-			return
-		}
-		d.lines[p] = it.Line
-		var text string
-		switch {
-		case it.Kind == yaml.ScalarNode && !isNull(it):
-			text = it.Value
-		case it.Kind == yaml.MappingNode && len(it.Content) == 2 && it.Content[0].Kind == yaml.ScalarNode && it.Content[1].Kind == yaml.ScalarNode:
-			text = it.Content[0].Value + ": " + it.Content[1].Value
-		default:
-			d.fail(it, p, "want a rate step such as \"at 0.5s: 150/s for 2s\", got %s", describe(it))
-			ok = false
-			continue
-		}
+	ok := d.stepLines(n, path, "rate step", "at 0.5s: 150/s for 2s", func(it *yaml.Node, p, text string) bool {
 		st, err := ParseRateStep(text)
 		if err != nil {
 			d.fail(it, p, "%s", err)
-			ok = false
-			continue
+			return false
 		}
 		steps = append(steps, st)
-	}
+		return true
+	})
 	if ok {
 		*tl = steps
 	}
