@@ -25,7 +25,6 @@ package checker
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -70,19 +69,17 @@ type ConsumerBacklog struct {
 // InFlight (r.Series must be built: its buckets are theirs), and adds a
 // BacklogAge anomaly per subscription whose oldest pending event got
 // older than max-backlog-age.
-func (a *analyzer) backlogSection(v *view, r *Result, _ []Fault, drainEnd int64) {
+func (a *analyzer) backlogSection(v *view, r *Result, pend []*pendingSet, drainEnd int64) {
 	opts := a.opts
 	limit := int64(opts.Guarantees.MaxBacklogAge)
 	width, n := max(r.Series.BucketNanos, 1), max(r.Series.Buckets, 1)
-	first := make([]int64, len(v.events))
 	for si, g := range v.subs {
 		b := SubscriptionBacklog{Subscription: g.name}
 		curve := Curve{Subscription: g.name, Values: make([]int64, n)}
-		if v.measured(si) {
+		if p := pend[si]; p != nil {
 			b.Measured = true
-			evs := v.pendingEvents(g, drainEnd, first)
-			slices.SortFunc(evs, byCommit)
-			b.measure(evs, drainEnd)
+			evs := p.evs
+			b.measure(p, drainEnd)
 			curve.Values = oldestAgeCurve(evs, drainEnd, width, n)
 			if limit > 0 {
 				if overs := backlogOvers(evs, drainEnd, limit); len(overs) > 0 {
@@ -106,10 +103,11 @@ func (a *analyzer) backlogSection(v *view, r *Result, _ []Fault, drainEnd int64)
 	}
 }
 
-// measure fills b's figures from its pending events (sorted by commit
-// time), up to end.
-func (b *SubscriptionBacklog) measure(evs []pendingEvent, end int64) {
-	b.MaxPending, b.MaxPendingNS = maxPending(evs, end)
+// measure fills b's figures from its pending set,
+// up to end.
+func (b *SubscriptionBacklog) measure(p *pendingSet, end int64) {
+	evs := p.evs
+	b.MaxPending, b.MaxPendingNS = maxPending(p)
 	oldestSpans(evs, end, func(s oldestSpan) {
 		if age := s.to - evs[s.i].commit; age > b.MaxAgeNS {
 			b.MaxAgeNS, b.MaxAgeAtNS = age, s.to

@@ -119,26 +119,13 @@ func backlogOvers(evs []pendingEvent, end, limit int64) []backlogOver {
 	return out
 }
 
-// maxPending is the most events pending at once up to end, and the
-// first time it was reached.
-func maxPending(evs []pendingEvent, end int64) (most, at int64) {
-	ups := make([]int64, 0, len(evs))
-	downs := make([]int64, 0, len(evs))
-	for _, e := range evs {
-		if e.commit > end || e.first <= e.commit {
-			continue
-		}
-		ups = append(ups, e.commit)
-		if e.first <= end {
-			downs = append(downs, e.first)
-		}
-	}
-	slices.Sort(ups)
-	slices.Sort(downs)
+// maxPending is the most events of p pending at once, and the first
+// time it was reached.
+func maxPending(p *pendingSet) (most, at int64) {
 	var n int64
 	j := 0
-	for _, u := range ups {
-		for j < len(downs) && downs[j] <= u {
+	for _, u := range p.ups {
+		for j < len(p.downs) && p.downs[j] <= u {
 			n--
 			j++
 		}

@@ -105,7 +105,7 @@ func TestOldestSpansMaxIsExact(t *testing.T) {
 
 func TestMaxPendingAndWaits(t *testing.T) {
 	evs := []pendingEvent{pend(1, 5), pend(2, 4), pend(3, never), pend(6, 7)}
-	if most, at := maxPending(evs, 10); most != 3 || at != 3 {
+	if most, at := maxPending(newPendingSet(evs, 10)); most != 3 || at != 3 {
 		t.Errorf("max pending %d at %d, want 3 at 3", most, at)
 	}
 	p50, p99, most, n := waitQuantiles(evs)

@@ -161,7 +161,8 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 		drainEnd = end
 	}
 	var over []stallFinding
-	r.Stalls, over = v.stalls(faults, drainEnd, a.opts.Guarantees.MaxStall)
+	pend := v.pendingSets(drainEnd)
+	r.Stalls, over = v.stalls(pend, faults, drainEnd, a.opts.Guarantees.MaxStall)
 	v.stallAnomalies(r, over, c.Committed, a.opts)
 	v.resources(r, s0.peaks)
 	r.Series = buildSeries(a.shards, v)
@@ -170,7 +171,7 @@ func (a *analyzer) finish(replay func(restart func(), fn func([]history.Op) erro
 	// v.opsReasons.
 	a.redriveSection(v, r, f)
 	a.retriesSection(v, r)
-	a.backlogSection(v, r, faults, drainEnd)
+	a.backlogSection(v, r, pend, drainEnd)
 	a.positionsSection(v, r, f)
 	a.lagSection(v, r)
 	a.tracesSection(v, r)

@@ -126,30 +126,55 @@ type processFlight struct {
 // with the most it held at once and, per bucket of width ns (n of them),
 // the most during the bucket. It empties the accumulators.
 func inFlight(accs []*flightAcc, width int64, n int) []processFlight {
-	byName := map[string]*processFlight{}
-	recs := map[string][]flightRec{}
-	for _, a := range accs {
+	// Each shard's process indexes map to one slot per process name,
+	// looked up once per shard, not once per record; the records are
+	// counted first so that each process's are copied once.
+	slot := map[string]int{}
+	var pfs []*processFlight
+	local := make([][]int, len(accs))
+	for i, a := range accs {
+		local[i] = make([]int, len(a.procs))
+		for j, p := range a.procs {
+			k, ok := slot[p.name]
+			if !ok {
+				k = len(pfs)
+				slot[p.name] = k
+				pfs = append(pfs, &processFlight{process: p.name})
+			}
+			if pfs[k].subscription == "" {
+				pfs[k].subscription = p.sub
+			}
+			local[i][j] = k
+		}
+	}
+	sizes := make([]int, len(pfs))
+	for i, a := range accs {
 		for _, r := range a.recs {
-			p := a.procs[r.proc]
-			pf := byName[p.name]
-			if pf == nil {
-				pf = &processFlight{process: p.name}
-				byName[p.name] = pf
+			k := local[i][r.proc]
+			sizes[k]++
+			pfs[k].opened = pfs[k].opened || r.kind == flightOpen
+		}
+	}
+	recs := make([][]flightRec, len(pfs))
+	for k, pf := range pfs {
+		if pf.opened {
+			recs[k] = make([]flightRec, 0, sizes[k])
+		}
+	}
+	for i, a := range accs {
+		for _, r := range a.recs {
+			if k := local[i][r.proc]; pfs[k].opened {
+				recs[k] = append(recs[k], r)
 			}
-			if pf.subscription == "" {
-				pf.subscription = p.sub
-			}
-			pf.opened = pf.opened || r.kind == flightOpen
-			recs[p.name] = append(recs[p.name], r)
 		}
 		a.recs = nil // copied: let them go before the sweep
 	}
 	var out []processFlight
-	for name, pf := range byName {
+	for k, pf := range pfs {
 		if !pf.opened {
 			continue // only crashes, or a consumer that records no deliveries
 		}
-		rs := recs[name]
+		rs := recs[k]
 		slices.SortStableFunc(rs, func(x, y flightRec) int {
 			if c := cmp.Compare(x.t, y.t); c != 0 {
 				return c

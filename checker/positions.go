@@ -141,10 +141,10 @@ func (a *analyzer) positionsSection(_ *view, r *Result, f facts) {
 	var recs []posRec
 	var log []brokerRec
 	for _, s := range a.shards {
-		recs = append(recs, s.assigns.recs...)
+		recs = mergeByPos(recs, s.assigns.recs)
 		log = append(log, s.assigns.broker...)
+		s.assigns.recs = nil
 	}
-	slices.SortFunc(recs, func(x, y posRec) int { return cmp.Compare(x.pos, y.pos) })
 	var fs []posFinding
 	r.Positions, fs = judgePositions(recs, newBrokerLog(log, f.brokerRead))
 	joined := firstDeliveries(recs)
@@ -152,6 +152,27 @@ func (a *analyzer) positionsSection(_ *view, r *Result, f facts) {
 		r.Subscriptions[i].JoinedNS = joined[r.Subscriptions[i].Name]
 	}
 	addPositionAnomalies(r, fs, a.opts)
+}
+
+// mergeByPos merges two runs of records in history order (each shard
+// folds its ops in that order) into one, in O(n): with a delivery
+// record per Kafka delivery, a sort here cost more than the judging.
+func mergeByPos(x, y []posRec) []posRec {
+	if len(x) == 0 {
+		return y
+	}
+	if len(y) == 0 {
+		return x
+	}
+	out := make([]posRec, 0, len(x)+len(y))
+	for len(x) > 0 && len(y) > 0 {
+		if y[0].pos < x[0].pos {
+			out, y = append(out, y[0]), y[1:]
+		} else {
+			out, x = append(out, x[0]), x[1:]
+		}
+	}
+	return append(append(out, x...), y...)
 }
 
 // brokerLog is the broker's log by partition, offsets sorted; nil when

@@ -2,6 +2,7 @@ package checker
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -221,6 +222,31 @@ func TestPositionsProperty(t *testing.T) {
 		}
 		if _, fs := h.judge(); len(fs) != 1 || fs[0].kind != want {
 			t.Fatalf("planted %s: findings %+v", want, fs)
+		}
+	})
+}
+
+func TestMergeByPos(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var runs [3][]posRec
+		var all []int64
+		pos := rapid.SliceOf(rapid.Int64Range(0, 1000)).Draw(t, "pos")
+		slices.Sort(pos)
+		for i, p := range pos {
+			sh := rapid.IntRange(0, 2).Draw(t, fmt.Sprintf("shard%d", i))
+			runs[sh] = append(runs[sh], posRec{pos: p})
+			all = append(all, p)
+		}
+		var got []posRec
+		for _, r := range runs {
+			got = mergeByPos(got, r)
+		}
+		var gotPos []int64
+		for _, r := range got {
+			gotPos = append(gotPos, r.pos)
+		}
+		if !slices.Equal(gotPos, all) {
+			t.Fatalf("merged %v, want %v", gotPos, all)
 		}
 	})
 }

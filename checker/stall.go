@@ -187,19 +187,57 @@ type stallFinding struct {
 	span StallSpan
 }
 
+// pendingSet is one subscription's pending events up to the drain's
+// end, as the stalls and the backlog both measure them: evs in commit
+// order (byCommit), ups their commit times and downs their first settles
+// up to the end, sorted.
+type pendingSet struct {
+	evs   []pendingEvent
+	ups   []int64
+	downs []int64
+}
+
+// newPendingSet sorts evs (pending up to end) into a pendingSet.
+func newPendingSet(evs []pendingEvent, end int64) *pendingSet {
+	slices.SortFunc(evs, byCommit)
+	p := &pendingSet{evs: evs, ups: make([]int64, len(evs)), downs: make([]int64, 0, len(evs))}
+	for i, e := range evs {
+		p.ups[i] = e.commit
+		if e.first <= end {
+			p.downs = append(p.downs, e.first)
+		}
+	}
+	slices.Sort(p.downs)
+	return p
+}
+
+// pendingSets is every subscription's pendingSet up to end, nil for one
+// that is not measured: built once for the stalls and the backlog.
+func (v *view) pendingSets(end int64) []*pendingSet {
+	out := make([]*pendingSet, len(v.subs))
+	first := make([]int64, len(v.events))
+	for si, g := range v.subs {
+		if v.measured(si) {
+			out[si] = newPendingSet(v.pendingEvents(g, end, first), end)
+		}
+	}
+	return out
+}
+
 // stalls measures every subscription's stalls up to end (the drain's
-// end) and returns the Stalls section and the stalls longer than limit
-// (0: none promised), each with the faults overlapping it.
-func (v *view) stalls(faults []Fault, end int64, limit time.Duration) ([]SubscriptionStall, []stallFinding) {
+// end) from its pending set and returns the Stalls section and the
+// stalls longer than limit (0: none promised), each with the faults
+// overlapping it.
+func (v *view) stalls(pend []*pendingSet, faults []Fault, end int64, limit time.Duration) ([]SubscriptionStall, []stallFinding) {
 	if len(v.subs) == 0 {
 		return nil, nil
 	}
 	out := make([]SubscriptionStall, len(v.subs))
 	var over []stallFinding
-	first := make([]int64, len(v.events))
 	for si, g := range v.subs {
 		out[si].Subscription = g.name
-		if !v.measured(si) {
+		p := pend[si]
+		if p == nil {
 			continue
 		}
 		out[si].Measured = true
@@ -209,16 +247,7 @@ func (v *view) stalls(faults []Fault, end int64, limit time.Duration) ([]Subscri
 				settleTimes = append(settleTimes, r.t)
 			}
 		}
-		var ups, downs []int64
-		for _, e := range v.pendingEvents(g, end, first) {
-			ups = append(ups, e.commit)
-			if e.first <= end {
-				downs = append(downs, e.first)
-			}
-		}
-		slices.Sort(ups)
-		slices.Sort(downs)
-		stallSpans(ups, downs, settleTimes, end, func(sp StallSpan) {
+		stallSpans(p.ups, p.downs, settleTimes, end, func(sp StallSpan) {
 			if l := out[si].Longest; l == nil || sp.DurationNS > l.DurationNS {
 				out[si].Longest = &sp
 			}
