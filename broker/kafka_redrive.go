@@ -53,6 +53,33 @@ func (p kafkaRedrivePos) gone(off int64) bool {
 	return off < p.at && !slices.Contains(p.kept, off)
 }
 
+// kafkaMaxMetadata is the most a commit's metadata may hold: the
+// brokers' offset.metadata.max.bytes default, past which the commit
+// fails (OFFSET_METADATA_TOO_LARGE).
+const kafkaMaxMetadata = 4096
+
+// fit is p as it can be committed: when its kept offsets do not all fit
+// in kafkaMaxMetadata, the position stays at the first that does not, so
+// the next redrive reads from there again. What it redrove past that
+// point is then redriven a second time: at least once, which the
+// consumer's inbox dedupes, instead of a commit that fails and loses the
+// whole position.
+func (p kafkaRedrivePos) fit() kafkaRedrivePos {
+	kept := slices.Sorted(slices.Values(p.kept))
+	n := len(kafkaKeptPrefix)
+	for i, o := range kept {
+		w := len(strconv.FormatInt(o, 10))
+		if i > 0 {
+			w++ // the comma
+		}
+		if n+w > kafkaMaxMetadata {
+			return kafkaRedrivePos{at: min(p.at, o), kept: kept[:i]}
+		}
+		n += w
+	}
+	return kafkaRedrivePos{at: p.at, kept: kept}
+}
+
 // metadata renders p's kept offsets for the commit.
 func (p kafkaRedrivePos) metadata() string {
 	if len(p.kept) == 0 {
@@ -118,6 +145,7 @@ func commitRedrivePos(ctx context.Context, adm *kadm.Client, group, topic string
 	}
 	os := kadm.Offsets{topic: {}}
 	for p, at := range pos {
+		at = at.fit()
 		os[topic][p] = kadm.Offset{Topic: topic, Partition: p, At: at.at, LeaderEpoch: -1, Metadata: at.metadata()}
 	}
 	rs, err := adm.CommitOffsets(ctx, group, os)

@@ -183,3 +183,43 @@ func TestKafkaSubscriberSettlesForeignRedrive(t *testing.T) {
 		t.Fatalf("committed %d, want 4", c)
 	}
 }
+
+// TestKafkaRedrivePosFit: kept offsets that do not fit a commit's
+// metadata hold the position back at the first that does not, and what
+// is committed reads back the same.
+func TestKafkaRedrivePosFit(t *testing.T) {
+	many := make([]int64, 1000)
+	for i := range many {
+		many[i] = 100000 + int64(2*i) // 6 digits each: 7 bytes with the comma
+	}
+	for _, c := range []struct {
+		name     string
+		pos      kafkaRedrivePos
+		wantAt   int64
+		wantKept int
+	}{
+		{"none kept", kafkaRedrivePos{at: 7}, 7, 0},
+		{"a few, unsorted", kafkaRedrivePos{at: 9, kept: []int64{5, 2}}, 9, 2},
+		{"too many", kafkaRedrivePos{at: 200000, kept: many}, many[(kafkaMaxMetadata-len(kafkaKeptPrefix)+1)/7], (kafkaMaxMetadata - len(kafkaKeptPrefix) + 1) / 7},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := c.pos.fit()
+			if got.at != c.wantAt || len(got.kept) != c.wantKept {
+				t.Fatalf("fit: at %d with %d kept, want at %d with %d", got.at, len(got.kept), c.wantAt, c.wantKept)
+			}
+			meta := got.metadata()
+			if len(meta) > kafkaMaxMetadata {
+				t.Fatalf("metadata of %d bytes", len(meta))
+			}
+			kept, err := parseKept(meta)
+			if err != nil || !slices.Equal(kept, got.kept) || !slices.IsSorted(kept) {
+				t.Fatalf("read back %v, %v; committed %v", kept, err, got.kept)
+			}
+			for _, o := range got.kept {
+				if o >= got.at {
+					t.Fatalf("kept %d at or past the position %d", o, got.at)
+				}
+			}
+		})
+	}
+}

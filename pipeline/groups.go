@@ -142,6 +142,12 @@ func (r *Deployment) Leave(ctx context.Context, name string) (string, error) {
 	if err := r.sup.Stop(ctx, name); err != nil {
 		return "", fmt.Errorf("pipeline: leave: %w", err)
 	}
+	r.schemas.mu.Lock()
+	if r.schemas.left == nil {
+		r.schemas.left = map[string]bool{}
+	}
+	r.schemas.left[name] = true
+	r.schemas.mu.Unlock()
 	return fmt.Sprintf("%s left %s (%s)", name, sub, r.sup.ExitStatus(name)), nil
 }
 

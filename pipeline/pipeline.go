@@ -323,7 +323,8 @@ type Deployment struct {
 	// load is the rate timeline on the run's clock (backpressure.go).
 	load []producer.RateStep
 	// schemas are the schema versions each subscription's consumers
-	// accept, changed by DeployFix (redrive.go).
+	// accept, changed by DeployFix (redrive.go), and the consumers that
+	// left (groups.go), which a deploy-fix leaves stopped.
 	schemas schemaState
 }
 

@@ -35,6 +35,9 @@ var FixedSchemaVersions = []int64{1, 2}
 type schemaState struct {
 	mu       sync.Mutex
 	versions map[string][]int64
+	// left are the consumers a leave step stopped for good: a later
+	// deploy-fix does not start them again.
+	left map[string]bool
 }
 
 // schemaVersions are the versions sub's consumers accept now.
@@ -56,23 +59,26 @@ func (r *Deployment) checkOperable(sub string) error {
 	return nil
 }
 
-// consumersOf lists the running consumer workers of sub:
-// consumer-<sub>-<n>.
+// consumersOf lists the consumer workers of sub, consumer-<sub>-<n>,
+// but those that left.
 func (r *Deployment) consumersOf(sub string) []string {
+	r.schemas.mu.Lock()
+	defer r.schemas.mu.Unlock()
 	var out []string
 	for _, name := range r.sup.Names() {
 		n, ok := strings.CutPrefix(name, "consumer-"+sub+"-")
-		if _, err := strconv.Atoi(n); ok && err == nil {
+		if _, err := strconv.Atoi(n); ok && err == nil && !r.schemas.left[name] {
 			out = append(out, name)
 		}
 	}
 	return out
 }
 
-// DeployFix rolls out the fix to every consumer of sub: each is stopped
-// gracefully and started again accepting FixedSchemaVersions (a built-in
-// one with consumer.Config.SchemaVersions, a team's with
-// EnvSchemaVersions), which its later crash restarts keep. Each rollout
+// DeployFix rolls out the fix to every consumer of sub but those that
+// left (a leave step): each is stopped gracefully and started again
+// accepting FixedSchemaVersions (a built-in one with
+// consumer.Config.SchemaVersions, a team's with EnvSchemaVersions),
+// which its later crash restarts keep. Each rollout
 // is a restart op (detail deploy-fix). It returns once every one runs
 // the new build: "consumer-email-0 redeployed accepting schema versions
 // 1,2".

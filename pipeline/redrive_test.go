@@ -16,7 +16,7 @@ import (
 // events are refused and dead-lettered; the canary redriver finds nothing
 // compatible before the fix (the step fails: it would have done
 // nothing); deploy-fix redeploys the consumer (a restart op, no crash);
-// the redrive then sends the canary, then the rest, and keeps the poison
+// a consumer that joined and left stays gone; the redrive then sends the canary, then the rest, and keeps the poison
 // in the dead-letter queue; every new-schema event ends applied once,
 // and the run is valid. A purge then empties what was kept. On Kafka the
 // redrive after the fix reads again what the one before it kept.
@@ -47,6 +47,14 @@ func testRedriveAfterFix(t *testing.T, brokerKind string) {
 	})
 	if _, err := r.Redrive(ctx, "email", 50); err == nil || !strings.Contains(err.Error(), "no dead letter of email is compatible with its consumers (schema versions 1)") {
 		t.Fatalf("redrive before the fix: %v", err)
+	}
+	// A consumer that joined and left is not started again by the fix.
+	joined, err := r.Join(ctx, "email")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Leave(ctx, joined); err != nil {
+		t.Fatal(err)
 	}
 	ev, err := r.DeployFix(ctx, "email")
 	if err != nil || ev != "consumer-email-0 redeployed accepting schema versions 1,2" {
