@@ -122,20 +122,16 @@ func (b *SubscriptionBacklog) measure(p *pendingSet, end int64) {
 // per stretch over the limit, each named by its worst event (the oldest
 // pending one at the stretch's worst point).
 func (v *view) backlogAnomaly(sub string, evs []pendingEvent, overs []backlogOver, g Guarantees, opts Options) Anomaly {
-	an := Anomaly{Kind: BacklogAge, Subscription: sub, Fatal: g.Fatal(BacklogAge), Count: len(overs), Events: []string{}}
-	for i, o := range overs {
-		e := &v.events[evs[o.worst].ev]
-		if i < opts.MaxEvents {
-			an.Events = append(an.Events, e.id)
+	an := Anomaly{Kind: BacklogAge, Subscription: sub, Fatal: g.Fatal(BacklogAge)}
+	worst := func(o backlogOver) *event { return &v.events[evs[o.worst].ev] }
+	fillAnomaly(&an, overs, opts, func(o backlogOver) string { return worst(o).id }, func(o backlogOver) Example {
+		e := worst(o)
+		ex := Example{Event: e.id, Source: e.source, Version: e.version, Detail: backlogDetail(o, g.MaxBacklogAge), Ops: []history.Op{}}
+		if e.key >= 0 {
+			ex.Key = v.keyNames[e.key]
 		}
-		if i < opts.MaxExamples {
-			ex := Example{Event: e.id, Source: e.source, Version: e.version, Detail: backlogDetail(o, g.MaxBacklogAge), Ops: []history.Op{}}
-			if e.key >= 0 {
-				ex.Key = v.keyNames[e.key]
-			}
-			an.Examples = append(an.Examples, ex)
-		}
-	}
+		return ex
+	})
 	return an
 }
 

@@ -26,6 +26,37 @@ var kindRank = func() map[Kind]int {
 
 var boundaryOrder = []Boundary{Committed, Published, Delivered, BrokerDLQ, Applied, Acked}
 
+// runs calls fn with each run of adjacent elements of s that same puts
+// together, in order: the findings of one anomaly, once sorted.
+func runs[F any](s []F, same func(x, y F) bool, fn func(run []F)) {
+	for i := 0; i < len(s); {
+		j := i + 1
+		for j < len(s) && same(s[i], s[j]) {
+			j++
+		}
+		fn(s[i:j])
+		i = j
+	}
+}
+
+// fillAnomaly sets an's Count and lists fs in its Events and Examples,
+// each capped as opts says: event names a finding, example says it (only
+// called for the examples kept).
+func fillAnomaly[F any](an *Anomaly, fs []F, opts Options, event func(F) string, example func(F) Example) {
+	an.Count = len(fs)
+	if an.Events == nil {
+		an.Events = []string{}
+	}
+	for n, f := range fs {
+		if n < opts.MaxEvents {
+			an.Events = append(an.Events, event(f))
+		}
+		if n < opts.MaxExamples {
+			an.Examples = append(an.Examples, example(f))
+		}
+	}
+}
+
 // group turns findings into Anomalies and Shown, sorted by kind,
 // subscription name, then event first appearance.
 func (v *view) group(r *Result, opts Options) {

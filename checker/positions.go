@@ -346,22 +346,12 @@ func addPositionAnomalies(r *Result, fs []posFinding, opts Options) {
 	slices.SortStableFunc(fs, func(x, y posFinding) int {
 		return cmp.Or(kindRank[x.kind]-kindRank[y.kind], cmp.Compare(x.sub, y.sub))
 	})
-	for i := 0; i < len(fs); {
-		j := i
-		for j < len(fs) && fs[j].kind == fs[i].kind && fs[j].sub == fs[i].sub {
-			j++
-		}
-		an := Anomaly{Kind: fs[i].kind, Subscription: fs[i].sub, Fatal: r.Guarantees.Fatal(fs[i].kind), Count: j - i, Events: []string{}}
-		for n, f := range fs[i:j] {
-			if n < opts.MaxEvents {
-				an.Events = append(an.Events, f.event)
-			}
-			if n < opts.MaxExamples {
-				an.Examples = append(an.Examples, Example{Event: f.event, Detail: f.detail(), Ops: []history.Op{}})
-			}
-		}
+	same := func(x, y posFinding) bool { return x.kind == y.kind && x.sub == y.sub }
+	runs(fs, same, func(fs []posFinding) {
+		an := Anomaly{Kind: fs[0].kind, Subscription: fs[0].sub, Fatal: r.Guarantees.Fatal(fs[0].kind)}
+		fillAnomaly(&an, fs, opts, func(f posFinding) string { return f.event },
+			func(f posFinding) Example { return Example{Event: f.event, Detail: f.detail(), Ops: []history.Op{}} })
 		r.Anomalies = append(r.Anomalies, an)
-		i = j
-	}
+	})
 	slices.SortStableFunc(r.Anomalies, func(x, y Anomaly) int { return kindRank[x.Kind] - kindRank[y.Kind] })
 }

@@ -306,23 +306,15 @@ func (v *view) stallAnomalies(r *Result, over []stallFinding, committed int64, o
 			}
 		}
 	}
-	for i := 0; i < len(over); {
-		j := i
-		for j < len(over) && over[j].sub == over[i].sub {
-			j++
-		}
-		an := Anomaly{Kind: Stall, Subscription: v.subs[over[i].sub].name, Fatal: g.Fatal(Stall), Count: j - i, Events: []string{}}
-		for n, f := range over[i:j] {
-			if n < opts.MaxEvents {
-				an.Events = append(an.Events, stallLabel(f.span))
-			}
-			if n < opts.MaxExamples {
-				an.Examples = append(an.Examples, Example{Detail: stallDetail(f.span, g.MaxStall), Ops: []history.Op{}})
-			}
-		}
+	same := func(x, y stallFinding) bool { return x.sub == y.sub }
+	runs(over, same, func(fs []stallFinding) {
+		an := Anomaly{Kind: Stall, Subscription: v.subs[fs[0].sub].name, Fatal: g.Fatal(Stall)}
+		fillAnomaly(&an, fs, opts, func(f stallFinding) string { return stallLabel(f.span) },
+			func(f stallFinding) Example {
+				return Example{Detail: stallDetail(f.span, g.MaxStall), Ops: []history.Op{}}
+			})
 		r.Anomalies = append(r.Anomalies, an)
-		i = j
-	}
+	})
 }
 
 // stallLabel names a stall by its span: "5.1s–17.4s".

@@ -1059,23 +1059,15 @@ func (a *analyzer) txnAnomalies(r *Result, st *txnState, fs []txnFinding, replay
 	}
 	var slots []slot
 	first := len(r.Anomalies)
-	for i := 0; i < len(fs); {
-		j := i
-		for j < len(fs) && fs[j].kind == fs[i].kind && fs[j].topic == fs[i].topic {
-			j++
-		}
-		an := Anomaly{Kind: fs[i].kind, Topic: fs[i].topic, Fatal: r.Guarantees.Fatal(fs[i].kind), Count: j - i, Events: []string{}}
-		for n, f := range fs[i:j] {
-			if n < opts.MaxEvents {
-				an.Events = append(an.Events, f.label)
-			}
-			if n < opts.MaxExamples {
-				an.Examples = append(an.Examples, Example{Event: f.event, Source: f.source, Detail: f.detail, Ops: []history.Op{}})
-			}
-		}
+	same := func(x, y txnFinding) bool { return x.kind == y.kind && x.topic == y.topic }
+	runs(fs, same, func(fs []txnFinding) {
+		an := Anomaly{Kind: fs[0].kind, Topic: fs[0].topic, Fatal: r.Guarantees.Fatal(fs[0].kind)}
+		fillAnomaly(&an, fs, opts, func(f txnFinding) string { return f.label },
+			func(f txnFinding) Example {
+				return Example{Event: f.event, Source: f.source, Detail: f.detail, Ops: []history.Op{}}
+			})
 		r.Anomalies = append(r.Anomalies, an)
-		i = j
-	}
+	})
 	// The slots point into r.Anomalies, which no longer grows.
 	n := 0
 	for ai := first; ai < len(r.Anomalies); ai++ {
