@@ -326,6 +326,9 @@ type Deployment struct {
 	// accept, changed by DeployFix (redrive.go), and the consumers that
 	// left (groups.go), which a deploy-fix leaves stopped.
 	schemas schemaState
+	// dlqLocks let one redrive or purge at a time run on a
+	// subscription's dead-letter queue (redrive.go).
+	dlqLocks dlqLocks
 }
 
 // HistoryDir is where a run's history files go, under its run dir.

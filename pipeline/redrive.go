@@ -40,6 +40,38 @@ type schemaState struct {
 	left map[string]bool
 }
 
+// dlqLocks serialize the operations on each subscription's dead-letter
+// queue, as an operator's tool runs one at a time: a purge waits for a
+// running redrive to finish, and a redrive for a purge. Interleaved, a
+// redriver still reading would undo the purge (on Kafka its last commit
+// moves its group back behind the purge's; on RabbitMQ what it holds
+// unacked goes back to the queue).
+type dlqLocks struct {
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+// lock waits until no other operation runs on sub's dead-letter queue,
+// or ctx ends.
+func (l *dlqLocks) lock(ctx context.Context, sub string) (unlock func(), err error) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[string]chan struct{}{}
+	}
+	ch, ok := l.m[sub]
+	if !ok {
+		ch = make(chan struct{}, 1)
+		l.m[sub] = ch
+	}
+	l.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the operation running on %s's dead-letter queue: %w", sub, ctx.Err())
+	}
+}
+
 // schemaVersions are the versions sub's consumers accept now.
 func (r *Deployment) schemaVersions(sub string) []int64 {
 	r.schemas.mu.Lock()
@@ -143,6 +175,11 @@ func (r *Deployment) Redrive(ctx context.Context, sub string, rate int64) (strin
 			return "", err
 		}
 	}
+	unlock, err := r.dlqLocks.lock(ctx, sub)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	n, err := r.broker.DeadLetterCount(ctx, sub)
 	if err != nil {
 		return "", err
@@ -197,10 +234,16 @@ func redriveOutcome(notes []string, _ <-chan struct{}) (string, error) {
 
 // PurgeDLQ empties sub's dead-letter queue: "purged 15 messages from
 // email's dead-letter queue". An empty queue purged nothing: an error.
+// A redrive of sub still running is waited for (dlqLocks).
 func (r *Deployment) PurgeDLQ(ctx context.Context, sub string) (string, error) {
 	if err := r.checkOperable(sub); err != nil {
 		return "", err
 	}
+	unlock, err := r.dlqLocks.lock(ctx, sub)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	n, err := r.broker.PurgeDLQ(ctx, sub)
 	if err != nil {
 		return "", err

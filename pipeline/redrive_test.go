@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -125,5 +126,43 @@ func testRedriveAfterFix(t *testing.T, brokerKind string) {
 	}
 	if _, err := r.PurgeDLQ(ctx, "email"); err == nil {
 		t.Error("a purge of an empty dead-letter queue took effect")
+	}
+}
+
+// TestDLQLocks: one operation at a time per dead-letter queue; another
+// subscription's is not held up, and a wait ends with its context.
+func TestDLQLocks(t *testing.T) {
+	var l dlqLocks
+	ctx := context.Background()
+	unlock, err := l.lock(ctx, "email")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := l.lock(ctx, "inventory")
+	if err != nil {
+		t.Fatalf("another subscription's queue: %v", err)
+	}
+	other()
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := l.lock(short, "email"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second lock while held: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		u, err := l.lock(ctx, "email")
+		if err == nil {
+			u()
+		}
+		got <- err
+	}()
+	unlock()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting lock was not granted after the unlock")
 	}
 }
