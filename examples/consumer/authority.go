@@ -103,13 +103,15 @@ func (a authority) check(ctx context.Context, db *pgxpool.Pool, subscription str
 	return "", nil
 }
 
-// reject records that the service turned ev away for reason, once
+// reject records that the service turned ev away for reason
 // (dead_letters_query reads it): the message is then acked, since no
-// redelivery would make it acceptable. No inbox mark: the inbox holds
-// what was applied.
+// redelivery would make it acceptable. Every dead-lettering is a row of
+// its own (the contract's redrive rule 3): an event dead-lettered again
+// after a redrive is listed twice. No inbox mark: the inbox holds what
+// was applied.
 func reject(ctx context.Context, db *pgxpool.Pool, subscription string, ev event, reason string) error {
-	_, err := db.Exec(ctx, `INSERT INTO shop_rejected (consumer, event_id, reason) VALUES ($1, $2, $3)
-		ON CONFLICT DO NOTHING`, subscription, ev.id, reason)
+	_, err := db.Exec(ctx, `INSERT INTO shop_rejected (consumer, event_id, reason) VALUES ($1, $2, $3)`,
+		subscription, ev.id, reason)
 	return err
 }
 
