@@ -3,6 +3,8 @@ package checker
 import (
 	"cmp"
 	"fmt"
+	"iter"
+	"math"
 	"slices"
 	"sort"
 
@@ -78,9 +80,28 @@ type brokerRec struct {
 // events and the broker rows; shard 0 also the assign, crash and restart
 // ops.
 type positionsAcc struct {
-	recs   []posRec
+	recs []posRec // assign, crash and restart ops
+	// dels are the deliveries, a record each: kept compact and without
+	// pointers (the collector does not scan them), their process and
+	// subscription an index in names, their event the shard's index.
+	dels   []posDel
+	names  []posName
+	index  map[posName]int32
+	last   int32 // the names entry of the previous delivery: they come in runs
 	broker []brokerRec
 }
+
+// posDel is one Kafka delivery as a shard keeps it (positionsAcc).
+type posDel struct {
+	pos, time, offset int64
+	attempt           int32
+	partition         int32
+	name              int32 // in positionsAcc.names
+	ev                int32 // the shard's event index
+}
+
+// posName is a delivering process and its subscription.
+type posName struct{ process, sub string }
 
 // op folds an assign op (shard 0).
 func (p *positionsAcc) op(op *history.Op, pos int64) {
@@ -106,13 +127,68 @@ func (p *positionsAcc) end(op *history.Op, pos int64) {
 
 // deliver folds a deliver op of a Kafka consumer: one without a
 // RabbitMQ delivery tag.
-func (p *positionsAcc) deliver(op *history.Op, pos int64) {
+func (p *positionsAcc) deliver(op *history.Op, pos int64, ei int32) {
 	v := &op.Value
 	if op.Type != history.OK || v.Tag != 0 {
 		return
 	}
-	p.recs = append(p.recs, posRec{pos: pos, time: op.Time, kind: posDeliver, offset: v.Offset, attempt: v.Attempt,
-		partition: int32(v.Partition), process: op.Process, sub: subName(v.Consumer), event: v.Event})
+	n := posName{op.Process, subName(v.Consumer)}
+	i := p.last
+	if int(i) >= len(p.names) || p.names[i] != n {
+		var ok bool
+		if i, ok = p.index[n]; !ok {
+			if p.index == nil {
+				p.index = map[posName]int32{}
+			}
+			i = int32(len(p.names))
+			p.names = append(p.names, n)
+			p.index[n] = i
+		}
+		p.last = i
+	}
+	p.dels = append(p.dels, posDel{pos: pos, time: op.Time, offset: v.Offset, attempt: int32(min(v.Attempt, math.MaxInt32)),
+		partition: int32(v.Partition), name: i, ev: ei})
+}
+
+// posRecs yields the records of shards in history order, as the judge
+// reads them: each shard's ops and deliveries are two runs already in
+// that order, merged here without building one slice of them all.
+func posRecs(shards []*shard) iter.Seq[posRec] {
+	return func(yield func(posRec) bool) {
+		ri, di := make([]int, len(shards)), make([]int, len(shards))
+		for {
+			best, del := -1, false
+			bestPos := int64(math.MaxInt64)
+			for i, s := range shards {
+				a := &s.assigns
+				if ri[i] < len(a.recs) && a.recs[ri[i]].pos < bestPos {
+					best, del, bestPos = i, false, a.recs[ri[i]].pos
+				}
+				if di[i] < len(a.dels) && a.dels[di[i]].pos < bestPos {
+					best, del, bestPos = i, true, a.dels[di[i]].pos
+				}
+			}
+			if best < 0 {
+				return
+			}
+			s := shards[best]
+			a := &s.assigns
+			var rc posRec
+			if del {
+				d := a.dels[di[best]]
+				di[best]++
+				n := a.names[d.name]
+				rc = posRec{pos: d.pos, time: d.time, kind: posDeliver, offset: d.offset, attempt: int64(d.attempt),
+					partition: d.partition, process: n.process, sub: n.sub, event: s.events[d.ev].id}
+			} else {
+				rc = a.recs[ri[best]]
+				ri[best]++
+			}
+			if !yield(rc) {
+				return
+			}
+		}
+	}
 }
 
 // brokerRow folds a final-read broker row.
@@ -138,41 +214,20 @@ type posFinding struct {
 // positionsSection fills r.Positions and adds the poll-skip and
 // nonmonotonic-poll anomalies.
 func (a *analyzer) positionsSection(_ *view, r *Result, f facts) {
-	var recs []posRec
 	var log []brokerRec
 	for _, s := range a.shards {
-		recs = mergeByPos(recs, s.assigns.recs)
 		log = append(log, s.assigns.broker...)
-		s.assigns.recs = nil
 	}
 	var fs []posFinding
-	r.Positions, fs = judgePositions(recs, newBrokerLog(log, f.brokerRead))
-	joined := firstDeliveries(recs)
+	var joined map[string]int64
+	r.Positions, fs, joined = judgePositions(posRecs(a.shards), newBrokerLog(log, f.brokerRead))
+	for _, s := range a.shards {
+		s.assigns = positionsAcc{}
+	}
 	for i := range r.Subscriptions {
 		r.Subscriptions[i].JoinedNS = joined[r.Subscriptions[i].Name]
 	}
 	addPositionAnomalies(r, fs, a.opts)
-}
-
-// mergeByPos merges two runs of records in history order (each shard
-// folds its ops in that order) into one, in O(n): with a delivery
-// record per Kafka delivery, a sort here cost more than the judging.
-func mergeByPos(x, y []posRec) []posRec {
-	if len(x) == 0 {
-		return y
-	}
-	if len(y) == 0 {
-		return x
-	}
-	out := make([]posRec, 0, len(x)+len(y))
-	for len(x) > 0 && len(y) > 0 {
-		if y[0].pos < x[0].pos {
-			out, y = append(out, y[0]), y[1:]
-		} else {
-			out, x = append(out, x[0]), x[1:]
-		}
-	}
-	return append(append(out, x...), y...)
 }
 
 // brokerLog is the broker's log by partition, offsets sorted; nil when
@@ -220,29 +275,20 @@ type session struct {
 	started  bool  // a delivery was judged in it
 }
 
-// firstDeliveries is each subscription's first Kafka delivery's time.
-func firstDeliveries(recs []posRec) map[string]int64 {
-	joined := map[string]int64{}
-	for _, rc := range recs {
-		if _, ok := joined[rc.sub]; !ok && rc.kind == posDeliver {
-			joined[rc.sub] = rc.time
-		}
-	}
-	return joined
-}
-
 // judgePositions follows recs (in history order) and judges every
 // session. log is nil when the broker's log was not read whole: then no
 // delivery is judged a poll-skip, and no subscription is judged. It
-// returns the figures per subscription, sorted by name, and the
-// findings.
-func judgePositions(recs []posRec, log brokerLog) ([]SubscriptionPositions, []posFinding) {
+// returns the figures per subscription, sorted by name, the findings,
+// and each subscription's first Kafka delivery's time (when it joined).
+func judgePositions(recs iter.Seq[posRec], log brokerLog) ([]SubscriptionPositions, []posFinding, map[string]int64) {
 	assigners := map[string]bool{} // processes that record assign ops
-	for _, rc := range recs {
+	for rc := range recs {
 		if rc.kind == posAssigned || rc.kind == posRevoked {
 			assigners[rc.process] = true
 		}
 	}
+	joined := map[string]int64{}
+	offsets := false // a delivery past offset 0: a Kafka consumer
 	stats := map[string]*SubscriptionPositions{}
 	stat := func(sub string) *SubscriptionPositions {
 		st := stats[sub]
@@ -254,7 +300,7 @@ func judgePositions(recs []posRec, log brokerLog) ([]SubscriptionPositions, []po
 	}
 	sessions := map[sessKey]*session{}
 	var fs []posFinding
-	for _, rc := range recs {
+	for rc := range recs {
 		key := sessKey{rc.sub, rc.process, rc.partition}
 		switch rc.kind {
 		case posAssigned:
@@ -269,6 +315,10 @@ func judgePositions(recs []posRec, log brokerLog) ([]SubscriptionPositions, []po
 				}
 			}
 		case posDeliver:
+			if _, ok := joined[rc.sub]; !ok {
+				joined[rc.sub] = rc.time
+			}
+			offsets = offsets || rc.offset > 0
 			st := stat(rc.sub)
 			if !assigners[rc.process] {
 				if !slices.Contains(st.ProcessesWithoutAssign, rc.process) {
@@ -294,8 +344,8 @@ func judgePositions(recs []posRec, log brokerLog) ([]SubscriptionPositions, []po
 			}
 		}
 	}
-	if len(assigners) == 0 && !slices.ContainsFunc(recs, func(rc posRec) bool { return rc.kind == posDeliver && rc.offset > 0 }) {
-		return nil, nil // no Kafka consumer: nothing to judge or list
+	if len(assigners) == 0 && !offsets {
+		return nil, nil, joined // no Kafka consumer: nothing to judge or list
 	}
 	out := make([]SubscriptionPositions, 0, len(stats))
 	for _, st := range stats {
@@ -304,7 +354,7 @@ func judgePositions(recs []posRec, log brokerLog) ([]SubscriptionPositions, []po
 		out = append(out, *st)
 	}
 	slices.SortFunc(out, func(x, y SubscriptionPositions) int { return cmp.Compare(x.Subscription, y.Subscription) })
-	return out, fs
+	return out, fs, joined
 }
 
 // deliver judges a delivery in s and moves s's position past it. ok is

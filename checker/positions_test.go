@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/deliverycheck/deliverycheck/history"
 )
 
 // posHistory builds positions records in history order.
@@ -37,7 +39,8 @@ func (h *posHistory) deliver(proc string, p int32, off, attempt int64) {
 }
 
 func (h *posHistory) judge() ([]SubscriptionPositions, []posFinding) {
-	return judgePositions(h.recs, newBrokerLog(h.log, true))
+	stats, fs, _ := judgePositions(slices.Values(h.recs), newBrokerLog(h.log, true))
+	return stats, fs
 }
 
 func logOf(partitions int32, n int64) []brokerRec {
@@ -141,14 +144,14 @@ func TestPositionsNotJudged(t *testing.T) {
 	h := &posHistory{}
 	h.deliver("team-0", 0, 3, 1)
 	h.deliver("team-0", 0, 9, 1)
-	stats, fs := judgePositions(h.recs, nil)
+	stats, fs, _ := judgePositions(slices.Values(h.recs), nil)
 	if len(fs) != 0 || len(stats) != 1 || stats[0].Judged || len(stats[0].ProcessesWithoutAssign) != 1 {
 		t.Fatalf("stats %+v findings %+v: want inv listed, not judged, team-0 without assign", stats, fs)
 	}
 	// A RabbitMQ run: no assign op, no offsets: nothing listed.
 	h = &posHistory{}
 	h.deliver("consumer-inv-0", 0, 0, 1)
-	if stats, _ := judgePositions(h.recs, nil); stats != nil {
+	if stats, _, _ := judgePositions(slices.Values(h.recs), nil); stats != nil {
 		t.Fatalf("stats %+v, want none", stats)
 	}
 }
@@ -226,27 +229,35 @@ func TestPositionsProperty(t *testing.T) {
 	})
 }
 
-func TestMergeByPos(t *testing.T) {
+// TestPosRecs: the shards' ops and compact deliveries come out as one
+// run in history order, each delivery with its process, subscription and
+// event.
+func TestPosRecs(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		var runs [3][]posRec
-		var all []int64
-		pos := rapid.SliceOf(rapid.Int64Range(0, 1000)).Draw(t, "pos")
+		shards := []*shard{{}, {}, {}}
+		pos := rapid.SliceOfDistinct(rapid.Int64Range(0, 1000), func(p int64) int64 { return p }).Draw(t, "pos")
 		slices.Sort(pos)
 		for i, p := range pos {
-			sh := rapid.IntRange(0, 2).Draw(t, fmt.Sprintf("shard%d", i))
-			runs[sh] = append(runs[sh], posRec{pos: p})
-			all = append(all, p)
+			s := shards[rapid.IntRange(0, 2).Draw(t, fmt.Sprintf("shard%d", i))]
+			if rapid.Bool().Draw(t, fmt.Sprintf("delivery%d", i)) {
+				ei := int32(len(s.events))
+				s.events = append(s.events, event{id: fmt.Sprintf("e%d", p)})
+				proc := fmt.Sprintf("c%d", p%3)
+				s.assigns.deliver(&history.Op{Process: proc, Type: history.OK, F: history.Deliver, Time: p,
+					Value: history.Value{Event: "ignored", Consumer: "inv", Offset: p}}, p, ei)
+			} else {
+				s.assigns.recs = append(s.assigns.recs, posRec{pos: p, kind: posAssigned, process: "a"})
+			}
 		}
-		var got []posRec
-		for _, r := range runs {
-			got = mergeByPos(got, r)
+		var got []int64
+		for rc := range posRecs(shards) {
+			got = append(got, rc.pos)
+			if rc.kind == posDeliver && (rc.event != fmt.Sprintf("e%d", rc.pos) || rc.process != fmt.Sprintf("c%d", rc.pos%3) || rc.sub != "inv" || rc.offset != rc.pos || rc.time != rc.pos) {
+				t.Fatalf("delivery at %d read back as %+v", rc.pos, rc)
+			}
 		}
-		var gotPos []int64
-		for _, r := range got {
-			gotPos = append(gotPos, r.pos)
-		}
-		if !slices.Equal(gotPos, all) {
-			t.Fatalf("merged %v, want %v", gotPos, all)
+		if !slices.Equal(got, pos) && !(len(got) == 0 && len(pos) == 0) {
+			t.Fatalf("merged %v, want %v", got, pos)
 		}
 	})
 }

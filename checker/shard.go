@@ -444,7 +444,7 @@ func (s *shard) op(op *history.Op, pos int64) {
 	}
 	if op.F == history.Deliver {
 		sub.lineage = true
-		s.assigns.deliver(op, pos)
+		s.assigns.deliver(op, pos, ei)
 	}
 	if op.F == history.Apply || op.F == history.DLQ {
 		s.retryOp(op, ei, sub)
