@@ -6,10 +6,13 @@
 # examples/consumer-node and the endpoint clients docs/contract.md gives),
 # then fetches the Kafka broker jars and Kafka Connect with
 # Debezium (the debezium relay) from Maven Central into the user cache.
+# iproute2 and iptables are what replicated scenarios (broker.nodes: 3,
+# postgres.standby) use for a network namespace per node and the partitions
+# between them (cluster/netns); a minimal Debian has neither.
 # Idempotent and quick when everything is already there.
 set -euo pipefail
 
-pkgs=(postgresql rabbitmq-server default-jre-headless maven chromium nodejs npm python3)
+pkgs=(postgresql rabbitmq-server default-jre-headless maven chromium nodejs npm python3 iproute2 iptables)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
