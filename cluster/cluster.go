@@ -34,10 +34,12 @@ var (
 	_ fullService       = (*local.RabbitMQ)(nil)
 	_ fullService       = (*containers.Service)(nil)
 	_ fullService       = (*containers.KafkaNode)(nil)
+	_ Wiper             = (*containers.KafkaNode)(nil)
 	_ Service           = (*containers.KafkaCluster)(nil)
 	_ Versioner         = (*containers.KafkaCluster)(nil)
 	_ ReplicationPorter = (*containers.KafkaCluster)(nil)
 	_ fullService       = (*containers.RabbitMQNode)(nil)
+	_ Wiper             = (*containers.RabbitMQNode)(nil)
 	_ Service           = (*containers.RabbitMQCluster)(nil)
 	_ Versioner         = (*containers.RabbitMQCluster)(nil)
 	// Replicated services: each node has every ability, the cluster as

@@ -60,12 +60,8 @@ func testKafkaNodes(t *testing.T, rt string) {
 	t.Run("isolate-follower-heal", func(t *testing.T) { k.isolateFollower(t, ctx) })
 	t.Run("inter-broker-cut-of-leader", func(t *testing.T) { k.cutLeader(t, ctx) })
 	t.Run("replication-cut-of-leader", func(t *testing.T) { k.cutReplication(t, ctx) })
-	// A wipe (an empty disk) is the local runtime's only: containers
-	// nodes are not Wipers yet.
-	if rt == cluster.Local {
-		t.Run("wipe-leader-rejoins-empty-keeps-acknowledged", func(t *testing.T) { k.wipeLeader(t, ctx) })
-		t.Run("wipe-only-replica-loses-its-records", func(t *testing.T) { k.wipeOnlyReplica(t, ctx) })
-	}
+	t.Run("wipe-leader-rejoins-empty-keeps-acknowledged", func(t *testing.T) { k.wipeLeader(t, ctx) })
+	t.Run("wipe-only-replica-loses-its-records", func(t *testing.T) { k.wipeOnlyReplica(t, ctx) })
 	t.Logf("after the faults the three JVMs hold %.0f MiB", k.rssMiB(t))
 	t.Run("stop-start-cluster-keeps-data", func(t *testing.T) { k.stopStart(t, ctx) })
 	t.Run("close-leaves-nothing", func(t *testing.T) { k.closeLeavesNothing(t) })
@@ -585,6 +581,13 @@ func (k *kafkaNodes) wipeLeader(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The disk goes: the local node's data dir is emptied, the containers
+	// node's container removed (it rejoins in a new one).
+	ctr, inContainer := old.(interface{ ContainerID() string })
+	var oldID string
+	if inContainer {
+		oldID = ctr.ContainerID()
+	}
 	start := time.Now()
 	ev, err := w.Wipe(ctx)
 	if err != nil {
@@ -594,7 +597,11 @@ func (k *kafkaNodes) wipeLeader(t *testing.T, ctx context.Context) {
 	if !strings.Contains(ev, "killed (signal: killed)") || strings.Contains(ev, " 0 files") {
 		t.Errorf("wipe evidence %q: want the kill and the files removed", ev)
 	}
-	if ents, err := os.ReadDir(filepath.Join(old.(interface{ Dir() string }).Dir(), "data")); err != nil || len(ents) != 0 {
+	if inContainer {
+		if id := ctr.ContainerID(); id != "" {
+			t.Errorf("%s: container %s still there after the wipe", old.Name(), id)
+		}
+	} else if ents, err := os.ReadDir(filepath.Join(old.(interface{ Dir() string }).Dir(), "data")); err != nil || len(ents) != 0 {
 		t.Errorf("%s: data dir after the wipe holds %d entries (%v), want none", old.Name(), len(ents), err)
 	}
 	acked = append(acked, produce(t, ctx, cl, topic, "wiped", 50)...)
@@ -610,8 +617,13 @@ func (k *kafkaNodes) wipeLeader(t *testing.T, ctx context.Context) {
 	acked = append(acked, produce(t, ctx, cl, topic, "rejoined", 50)...)
 	k.waitWhole(t, ctx, topic)
 	t.Logf("rejoin: %s (%v; back in the ISR after %v)", ev, rejoined.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-	if !strings.Contains(ev, "new directory id") {
+	if !strings.Contains(ev, "new directory id") || strings.Contains(ev, "new directory id unknown") {
 		t.Errorf("rejoin evidence %q: want the new directory id", ev)
+	}
+	if inContainer {
+		if id := ctr.ContainerID(); id == "" || id == oldID {
+			t.Errorf("%s after its rejoin: container %q, want a new one (the wiped one was %s)", old.Name(), id, oldID)
+		}
 	}
 	if leader, err := old.QuorumLeader(ctx); err != nil || leader < 0 {
 		t.Errorf("%s after its rejoin: quorum leader %d, %v", old.Name(), leader, err)

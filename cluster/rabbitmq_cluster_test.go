@@ -288,9 +288,6 @@ func testRabbitMQCluster(t *testing.T, rt string) {
 	})
 
 	t.Run("wipe-leader", func(t *testing.T) {
-		if rt != cluster.Local {
-			t.Skip("a wipe (an empty disk) is the local runtime's only: containers nodes are not Wipers yet")
-		}
 		// The leader of a quorum queue, which also holds a classic
 		// queue, is replaced with an empty disk: the quorum queue keeps
 		// every confirmed message and has a member on every node again,

@@ -32,18 +32,23 @@ const kafkaDataDir = "/var/lib/kafka/data"
 // leader); its nodes are services of their own, which a fault can target
 // one by one.
 type KafkaCluster struct {
-	nodes []*KafkaNode
+	nodes     []*KafkaNode
+	clusterID string
 }
 
 // KafkaNode is one node of a [KafkaCluster], named by its node name
 // ("kafka-1", broker and controller id 1). Kill, pause and restart act on
 // its container alone; its data lives in the container, so a node
-// started again rejoins with the log it had.
+// started again rejoins with the log it had. A wipe removes the container
+// (see wipe.go), and the node starts again from a new one.
 type KafkaNode struct {
 	*Service
 	c         *KafkaCluster
 	id        int32
 	advertise string
+
+	wipeMu sync.Mutex
+	wiped  bool // set by Wipe, cleared once the node has started again
 }
 
 // NewKafkaCluster creates (not starts) a cluster of the nodes of o
@@ -78,7 +83,7 @@ func (r *Runtime) NewKafkaCluster(nodes *Nodes, image string, o local.KafkaClust
 		"CLUSTER_ID":      clusterID,
 		"KAFKA_HEAP_OPTS": fmt.Sprintf("-Xmx%dm -Xms%dm", heap, max(heap/2, 64)),
 	}
-	c := &KafkaCluster{}
+	c := &KafkaCluster{clusterID: clusterID}
 	for i, name := range o.Nodes {
 		h, err := nodes.holder(name)
 		if err != nil {
@@ -275,6 +280,80 @@ func (n *KafkaNode) QuorumLeader(ctx context.Context) (int32, error) {
 		return -1, fmt.Errorf("%s: %w", n.name, err)
 	}
 	return id, nil
+}
+
+// Start implements cluster.Service: the node's container started again
+// with its data, or, after a wipe, a new container, which formats its
+// empty disk with the cluster's id and the node's id (the image's
+// entrypoint does, as an operator's init step would) once the other
+// nodes have a quorum leader that is not this node
+// (local.KafkaWaitLeaderElsewhere says why).
+func (n *KafkaNode) Start(ctx context.Context) error {
+	n.wipeMu.Lock()
+	wiped := n.wiped
+	n.wipeMu.Unlock()
+	if wiped {
+		var peers []string
+		for _, p := range n.c.nodes {
+			if p != n {
+				peers = append(peers, p.Endpoint())
+			}
+		}
+		if err := local.KafkaWaitLeaderElsewhere(ctx, n.id, peers); err != nil {
+			return fmt.Errorf("%s: start after a wipe: %w", n.name, err)
+		}
+	}
+	if err := n.Service.Start(ctx); err != nil {
+		return err
+	}
+	n.wipeMu.Lock()
+	n.wiped = false
+	n.wipeMu.Unlock()
+	return nil
+}
+
+// Restart implements cluster.Restarter: a graceful stop, then Start.
+func (n *KafkaNode) Restart(ctx context.Context) error {
+	if err := n.Stop(ctx); err != nil {
+		return err
+	}
+	return n.Start(ctx)
+}
+
+// Wipe implements cluster.Wiper: kill -9 (if the node runs), then its
+// container removed with its log dir, the partitions' logs and its copy
+// of the KRaft metadata log together, as a pod's volume holds both (see
+// the local runtime's KafkaNode.Wipe for why). The node stays down until
+// Rejoin or Start.
+func (n *KafkaNode) Wipe(ctx context.Context) (string, error) {
+	d, err := n.discard(ctx, kafkaDataDir, "meta.properties")
+	if err != nil {
+		return "", err
+	}
+	n.wipeMu.Lock()
+	n.wiped = true
+	n.wipeMu.Unlock()
+	return fmt.Sprintf("%s %s; disk wiped: %s (log dir with directory id %s; container removed)",
+		n.name, d.what, d.disk, local.KafkaDirectoryID(d.files["meta.properties"])), nil
+}
+
+// Rejoin implements cluster.Wiper: Start, which returns once the new
+// container's broker is registered with the controller and unfenced (it
+// has replicated the metadata log up to the quorum's end). Its
+// partitions then catch up by themselves.
+func (n *KafkaNode) Rejoin(ctx context.Context) (string, error) {
+	if err := n.Start(ctx); err != nil {
+		return "", err
+	}
+	dirID := "unknown"
+	if id, err := n.containerID(); err == nil {
+		texts := map[string]string{}
+		if _, err := n.readDisk(ctx, id, kafkaDataDir+"/meta.properties", []string{"meta.properties"}, texts); err == nil {
+			dirID = local.KafkaDirectoryID(texts["meta.properties"])
+		}
+	}
+	return fmt.Sprintf("%s rejoined with an empty disk: a new container formatted its storage (cluster id %s, node id %d, new directory id %s), registered and unfenced",
+		n.name, n.c.clusterID, n.id, dirID), nil
 }
 
 // tcpPort is a container TCP port as the engine spells it.

@@ -41,11 +41,20 @@ type RabbitMQCluster struct {
 
 // RabbitMQNode is one node of a [RabbitMQCluster]. Kill, pause and
 // restart act on its container alone; a node started again keeps its
-// name and data (both in its container) and rejoins by itself.
+// name and data (both in its container) and rejoins by itself. A wipe
+// removes the container (see wipe.go), and the node rejoins from a new
+// one as Rejoin says.
 type RabbitMQNode struct {
 	*Service
 	c *RabbitMQCluster
+
+	wipeMu sync.Mutex
+	wiped  bool // set by Wipe, cleared once the node has rejoined
 }
+
+// rabbitMQDataDir is the node's database, message stores and quorum
+// queue logs in its container (the image's RABBITMQ_MNESIA_BASE).
+const rabbitMQDataDir = "/var/lib/rabbitmq/mnesia"
 
 // rabbitMQConfDir is the image's conf.d (the official image's too), and
 // rabbitMQClusterConf the cluster's file in it.
@@ -89,6 +98,12 @@ func (r *Runtime) NewRabbitMQCluster(nodes *Nodes, image string, names []string)
 		s, err := r.newService(spec{
 			name: name, image: image, port: "5672/tcp", holder: h,
 			run: func(ctx context.Context, img string, opts ...testcontainers.ContainerCustomizer) (testcontainers.Container, error) {
+				conf := conf
+				if c.isFormed() {
+					// A node 0 created again after a wipe joins the
+					// cluster the others still are.
+					conf = c.conf
+				}
 				confFile := filepath.Join(n.Dir(), rabbitMQClusterConf)
 				advFile := filepath.Join(n.Dir(), "advanced.config")
 				if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
@@ -198,6 +213,13 @@ func (c *RabbitMQCluster) Start(ctx context.Context) error {
 	return nil
 }
 
+// isFormed reports whether node 0 has started once.
+func (c *RabbitMQCluster) isFormed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.formed
+}
+
 func (c *RabbitMQCluster) viewers() []local.RabbitMQViewer {
 	out := make([]local.RabbitMQViewer, len(c.nodes))
 	for i, n := range c.nodes {
@@ -297,6 +319,82 @@ func (c *RabbitMQCluster) Close() error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// Start implements cluster.Service: the node's container started again,
+// with its data, or, after a wipe, Rejoin.
+func (n *RabbitMQNode) Start(ctx context.Context) error {
+	n.wipeMu.Lock()
+	wiped := n.wiped
+	n.wipeMu.Unlock()
+	if wiped {
+		_, err := n.Rejoin(ctx)
+		return err
+	}
+	return n.Service.Start(ctx)
+}
+
+// Restart implements cluster.Restarter: a clean stop, then Start.
+func (n *RabbitMQNode) Restart(ctx context.Context) error {
+	if err := n.Stop(ctx); err != nil {
+		return fmt.Errorf("restart %s: %w", n.name, err)
+	}
+	return n.Start(ctx)
+}
+
+// Wipe implements cluster.Wiper: kill -9 (if the node runs), then its
+// container removed with its data dir (its copy of the cluster's
+// metadata, its classic queues and their messages, its quorum queues'
+// Raft logs). Its configuration and cookie come back with the new
+// container, as a pod's would. The node stays down until Rejoin or Start.
+func (n *RabbitMQNode) Wipe(ctx context.Context) (string, error) {
+	d, err := n.discard(ctx, rabbitMQDataDir)
+	if err != nil {
+		return "", err
+	}
+	n.wipeMu.Lock()
+	n.wiped = true
+	n.wipeMu.Unlock()
+	return fmt.Sprintf("%s %s; disk wiped: %s (Mnesia, message stores, quorum queue logs; container removed)", n.name, d.what, d.disk), nil
+}
+
+// Rejoin implements cluster.Wiper as the local runtime's node does: a
+// running peer forgets the old member (local.RabbitMQForget), a new
+// container starts empty and joins by peer discovery, and once every node
+// sees every node running, every quorum queue gets a member on it again
+// (local.RabbitMQGrow).
+func (n *RabbitMQNode) Rejoin(ctx context.Context) (string, error) {
+	node := "rabbit@" + n.name
+	var peers []local.RabbitMQPeer
+	for _, p := range n.c.nodes {
+		if p == n {
+			continue
+		}
+		peers = append(peers, local.RabbitMQPeer{Name: p.name, Eval: p.eval, Up: func() bool {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			st, err := p.state(sctx)
+			return err == nil && st.Running && !st.Paused
+		}})
+	}
+	forgot, err := local.RabbitMQForget(ctx, n.log, node, n.name, peers)
+	if err != nil {
+		return "", fmt.Errorf("%s: rejoin: %w", n.name, err)
+	}
+	if err := n.Service.Start(ctx); err != nil {
+		return "", fmt.Errorf("%s: rejoin: %w", n.name, err)
+	}
+	n.wipeMu.Lock()
+	n.wiped = false
+	n.wipeMu.Unlock()
+	if err := n.c.WaitWhole(ctx); err != nil {
+		return "", fmt.Errorf("%s: rejoin: %w", n.name, err)
+	}
+	grown, err := local.RabbitMQGrow(ctx, n.eval, node, n.name)
+	if err != nil {
+		return "", fmt.Errorf("%s: rejoin: %w", n.name, err)
+	}
+	return fmt.Sprintf("%s; %s started empty in a new container and joined as a new member; %s", forgot, n.name, grown), nil
 }
 
 // URL is the AMQP URL of a client that dials addr.

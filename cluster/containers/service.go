@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -385,25 +386,41 @@ func (s *Service) LogFile() string {
 	return path
 }
 
+// saveLogs writes to path the output of the service's wiped containers
+// (earlierLog), then the current one's.
 func (s *Service) saveLogs(ctx context.Context, path string) error {
 	id, err := s.containerID()
 	if err != nil {
 		return err
 	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if earlier, err := os.Open(s.earlierLog()); err == nil {
+		_, err = io.Copy(f, earlier)
+		earlier.Close()
+		if err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := s.copyLogs(ctx, id, f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// copyLogs writes container id's output so far (stdout and stderr) to w.
+func (s *Service) copyLogs(ctx context.Context, id string, w io.Writer) error {
 	rc, err := s.rt.cli.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := stdcopy.StdCopy(f, f, rc); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	_, err = stdcopy.StdCopy(w, w, rc)
+	return err
 }
 
 // Close implements cluster.Service: the container and its anonymous

@@ -280,7 +280,14 @@ func kafkaDirectoryID(data string) string {
 	if err != nil {
 		return "none"
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	return KafkaDirectoryID(string(b))
+}
+
+// KafkaDirectoryID is the directory.id a log dir's meta.properties
+// (its text) gives, "none" if it has none: what tells a wiped node's new
+// disk from its old one.
+func KafkaDirectoryID(metaProperties string) string {
+	for _, line := range strings.Split(metaProperties, "\n") {
 		if v, ok := strings.CutPrefix(line, "directory.id="); ok {
 			return strings.TrimSpace(v)
 		}

@@ -621,29 +621,39 @@ func (n *KafkaNode) Wipe(ctx context.Context) (string, error) {
 	return fmt.Sprintf("%s %s; disk wiped: %s (log dir with directory id %s)", n.name, what, w, dirID), nil
 }
 
-// waitLeaderElsewhere waits until another node, asked directly, names a
-// quorum leader that is not this node. A wiped voter that starts while
-// its peers still follow it as the leader of their epoch (they notice it
-// gone only after controller.quorum.fetch.timeout.ms) hears from them
-// that it leads an epoch it has no record of, and Kafka 4.1.1 stops it
-// ("Received request or response with leader 1 and epoch 1 which is
-// inconsistent with current leader OptionalInt.empty and epoch 0"): a
-// pod rescheduled that fast would crash-loop until they elect another.
+// waitLeaderElsewhere is KafkaWaitLeaderElsewhere over the other nodes.
 func (n *KafkaNode) waitLeaderElsewhere(ctx context.Context) error {
+	var peers []string
+	for _, peer := range n.c.nodes {
+		if peer != n {
+			peers = append(peers, peer.Endpoint())
+		}
+	}
+	return KafkaWaitLeaderElsewhere(ctx, n.id, peers)
+}
+
+// KafkaWaitLeaderElsewhere waits until another node (its endpoint in
+// peers), asked directly, names a quorum leader that is not node id. A
+// wiped voter that starts while its peers still follow it as the leader
+// of their epoch (they notice it gone only after
+// controller.quorum.fetch.timeout.ms) hears from them that it leads an
+// epoch it has no record of, and Kafka 4.1.1 stops it ("Received request
+// or response with leader 1 and epoch 1 which is inconsistent with
+// current leader OptionalInt.empty and epoch 0"): a pod rescheduled that
+// fast would crash-loop until they elect another. Both runtimes' wiped
+// nodes wait for it before they start.
+func KafkaWaitLeaderElsewhere(ctx context.Context, id int32, peers []string) error {
 	var last error
 	for {
-		for _, peer := range n.c.nodes {
-			if peer == n {
-				continue
-			}
+		for _, peer := range peers {
 			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			leader, err := peer.QuorumLeader(qctx)
+			leader, err := KafkaQuorumLeader(qctx, peer)
 			cancel()
-			if err == nil && leader >= 0 && leader != n.id {
+			if err == nil && leader >= 0 && leader != id {
 				return nil
 			}
 			if err == nil {
-				err = fmt.Errorf("%s names leader %d", peer.name, leader)
+				err = fmt.Errorf("%s names leader %d", peer, leader)
 			}
 			last = err
 		}

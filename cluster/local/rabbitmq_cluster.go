@@ -809,92 +809,19 @@ func (n *RabbitMQNode) Rejoin(ctx context.Context) (string, error) {
 	return fmt.Sprintf("%s; %s started empty and joined as a new member; %s", forgot, n.Name(), grown), nil
 }
 
-// forget makes a running peer forget this node, retrying while the
-// peers still see it running (just after a kill), and says what that
-// did. A node already forgotten (a Rejoin retried) is not an error.
+// forget makes a running peer forget this node (RabbitMQForget).
 func (n *RabbitMQNode) forget(ctx context.Context) (string, error) {
-	expr := `N = ` + erlAtom(n.node) + `, ` +
-		`Classic = length([Q || V <- rabbit_vhost:list_names(), Q <- rabbit_amqqueue:list_down(V), is_pid(amqqueue:get_pid(Q)), node(amqqueue:get_pid(Q)) =:= N]), ` +
-		`case rabbit_mnesia:forget_cluster_node(N, false) of ` +
-		`ok -> R = rabbit_quorum_queue:shrink_all(N), ` +
-		`lists:flatten(io_lib:format("ok ~b ~b ~b", [length([x || {_, {ok, _}} <- R]), length(R), Classic])); ` +
-		`E -> [C || C <- lists:flatten(io_lib:format("~w", [E])), C =/= $", C =/= $\\] end.`
-	var last error
-	for {
-		for _, peer := range n.cluster.nodes {
-			if peer == n {
-				continue
-			}
-			if _, err := peer.running(); err != nil {
-				continue
-			}
-			ectx, cancel := context.WithTimeout(ctx, viewTimeout)
-			out, err := peer.eval(ectx, expr)
-			cancel()
-			var shrunk, queues, classic int
-			switch {
-			case err != nil:
-				last = fmt.Errorf("%s: %w", peer.Name(), err)
-			case strings.Contains(out, "not_a_cluster_node"):
-				return fmt.Sprintf("%s was forgotten already (%s)", n.Name(), peer.Name()), nil
-			default:
-				if _, serr := fmt.Sscanf(out, "ok %d %d %d", &shrunk, &queues, &classic); serr != nil {
-					last = fmt.Errorf("%s: forget_cluster_node: %s", peer.Name(), out)
-					break
-				}
-				n.log.Info("forgotten", "by", peer.Name(), "quorum_queues_shrunk", shrunk, "classic_queues_deleted", classic)
-				return fmt.Sprintf("%s forgotten by %s (removed from %d of %d quorum queues; %s deleted with it)",
-					n.Name(), peer.Name(), shrunk, queues, plural(classic, "classic queue")), nil
-			}
-		}
-		if last == nil {
-			last = errors.New("no other node runs")
-		}
-		select {
-		case <-ctx.Done():
-			return "", fmt.Errorf("forget %s: %w (last: %v)", n.node, ctx.Err(), last)
-		case <-time.After(200 * time.Millisecond):
+	var peers []RabbitMQPeer
+	for _, peer := range n.cluster.nodes {
+		if peer != n {
+			peers = append(peers, RabbitMQPeer{Name: peer.Name(), Eval: peer.eval, Up: func() bool { _, err := peer.running(); return err == nil }})
 		}
 	}
+	return RabbitMQForget(ctx, n.log, n.node, n.Name(), peers)
 }
 
 // grow adds a member on this node to every quorum queue that has none
-// there, and says how many. A queue whose member could not be added (its
-// leader busy electing) is tried again until ctx ends: grow passes over
-// the queues that have one already.
+// there (RabbitMQGrow).
 func (n *RabbitMQNode) grow(ctx context.Context) (string, error) {
-	added := 0
-	for {
-		out, err := n.eval(ctx, `R = rabbit_quorum_queue:grow(`+erlAtom(n.node)+`, <<".*">>, <<".*">>, all), `+
-			`lists:flatten(io_lib:format("~b ~b", [length([x || {_, {ok, _}} <- R]), length(R)])).`)
-		if err != nil {
-			return "", fmt.Errorf("grow quorum queues: %w", err)
-		}
-		var ok, all int
-		if _, err := fmt.Sscanf(out, "%d %d", &ok, &all); err != nil {
-			return "", fmt.Errorf("grow quorum queues: unexpected answer %q", out)
-		}
-		added += ok
-		if ok == all {
-			return fmt.Sprintf("added back to %s", plural(added, "quorum queue")), nil
-		}
-		select {
-		case <-ctx.Done():
-			return "", fmt.Errorf("grow quorum queues: %d without a member on %s: %w", all-ok, n.Name(), ctx.Err())
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-// erlAtom is s as a quoted Erlang atom.
-func erlAtom(s string) string {
-	return "'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", `\'`) + "'"
-}
-
-// plural is "1 queue", "3 queues".
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
+	return RabbitMQGrow(ctx, n.eval, n.node, n.Name())
 }

@@ -7,22 +7,23 @@ import (
 	"path/filepath"
 )
 
-// wiped is what wiping a node's data dir removed, for the evidence.
-type wiped struct {
-	files int
-	bytes int64
+// Wiped is what wiping a node's data dir removed, for the evidence of a
+// wipe on either runtime.
+type Wiped struct {
+	Files int
+	Bytes int64
 }
 
-func (w wiped) String() string {
-	return fmt.Sprintf("%d files, %.1f MiB removed", w.files, float64(w.bytes)/(1<<20))
+func (w Wiped) String() string {
+	return fmt.Sprintf("%d files, %.1f MiB removed", w.Files, float64(w.Bytes)/(1<<20))
 }
 
 // wipeDir removes everything in dir, leaving dir itself (its owner and
 // mode are the node's), and counts what it removed: the empty disk a
 // node replaced without its volume finds. A dir that does not exist is
 // empty already.
-func wipeDir(dir string) (wiped, error) {
-	var w wiped
+func wipeDir(dir string) (Wiped, error) {
+	var w Wiped
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if os.IsNotExist(err) && path == dir {
@@ -31,9 +32,9 @@ func wipeDir(dir string) (wiped, error) {
 			return err
 		}
 		if d.Type().IsRegular() {
-			w.files++
+			w.Files++
 			if fi, err := d.Info(); err == nil {
-				w.bytes += fi.Size()
+				w.Bytes += fi.Size()
 			}
 		}
 		return nil
