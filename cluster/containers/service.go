@@ -136,7 +136,8 @@ func (s *Service) containerID() (string, error) {
 
 // Start implements cluster.Service. The first Start creates the container
 // (pulling the image if the engine lacks it); later ones start the same
-// container again, with its data and its host port. Ready means the
+// container again, with its data and its host port, except after a wipe
+// (wipe.go), which removed it: then a new one is created. Ready means the
 // service's client probe succeeded against Endpoint.
 func (s *Service) Start(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
