@@ -25,10 +25,14 @@ type RabbitMQPeer struct {
 // their member there and keep their majority elsewhere. It retries while
 // the peers still see the node running (just after a kill) until ctx
 // ends, and says what it did. A node already forgotten (a rejoin retried)
-// is not an error. Both runtimes' nodes rejoin through it.
+// is not an error. Both runtimes' nodes rejoin through it. The classic
+// queues counted are every queue whose process was on node (a quorum
+// queue's "pid" is a Raft member id, not a pid), from both list and
+// list_down: 3.10.8 answers only the second with them, 4.0.5 only the
+// first.
 func RabbitMQForget(ctx context.Context, log *slog.Logger, node, name string, peers []RabbitMQPeer) (string, error) {
 	expr := `N = ` + erlAtom(node) + `, ` +
-		`Classic = length([Q || V <- rabbit_vhost:list_names(), Q <- rabbit_amqqueue:list_down(V), is_pid(amqqueue:get_pid(Q)), node(amqqueue:get_pid(Q)) =:= N]), ` +
+		`Classic = length(lists:usort([amqqueue:get_name(Q) || V <- rabbit_vhost:list_names(), Q <- rabbit_amqqueue:list(V) ++ rabbit_amqqueue:list_down(V), is_pid(amqqueue:get_pid(Q)), node(amqqueue:get_pid(Q)) =:= N])), ` +
 		`case rabbit_mnesia:forget_cluster_node(N, false) of ` +
 		`ok -> R = rabbit_quorum_queue:shrink_all(N), ` +
 		`lists:flatten(io_lib:format("ok ~b ~b ~b", [length([x || {_, {ok, _}} <- R]), length(R), Classic])); ` +
