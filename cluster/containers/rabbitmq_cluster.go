@@ -49,7 +49,8 @@ type RabbitMQNode struct {
 	c *RabbitMQCluster
 
 	wipeMu sync.Mutex
-	wiped  bool // set by Wipe, cleared once the node has rejoined
+	wiped  bool   // set by Wipe, cleared once the node has rejoined
+	forgot string // what the last rejoin's forget did (see the local runtime's)
 }
 
 // rabbitMQDataDir is the node's database, message stores and quorum
@@ -377,12 +378,21 @@ func (n *RabbitMQNode) Rejoin(ctx context.Context) (string, error) {
 			return err == nil && st.Running && !st.Paused
 		}})
 	}
-	forgot, err := local.RabbitMQForget(ctx, n.log, node, n.name, peers)
-	if err != nil {
-		return "", fmt.Errorf("%s: rejoin: %w", n.name, err)
-	}
-	if err := n.Service.Start(ctx); err != nil {
-		return "", fmt.Errorf("%s: rejoin: %w", n.name, err)
+	// A rejoin cut short after its start finds the node's new container
+	// running: forgotten and started already (see the local runtime's).
+	n.wipeMu.Lock()
+	forgot := n.forgot + " (an earlier attempt)"
+	n.wipeMu.Unlock()
+	if st, err := n.state(ctx); err != nil || !st.Running {
+		if forgot, err = local.RabbitMQForget(ctx, n.log, node, n.name, peers); err != nil {
+			return "", fmt.Errorf("%s: rejoin: %w", n.name, err)
+		}
+		n.wipeMu.Lock()
+		n.forgot = forgot
+		n.wipeMu.Unlock()
+		if err := n.Service.Start(ctx); err != nil {
+			return "", fmt.Errorf("%s: rejoin: %w", n.name, err)
+		}
 	}
 	n.wipeMu.Lock()
 	n.wiped = false

@@ -80,6 +80,9 @@ type RabbitMQNode struct {
 	wipeMu sync.Mutex
 	// wiped is set by Wipe and cleared once the node has rejoined.
 	wiped bool
+	// forgot is what the last rejoin's forget did, for the evidence of
+	// a rejoin that goes on from an attempt cut short.
+	forgot string
 }
 
 // NewRabbitMQCluster creates a stopped cluster: every node's dirs,
@@ -788,13 +791,25 @@ func (n *RabbitMQNode) Wipe(ctx context.Context) (string, error) {
 //  3. Every quorum queue gets a member on it again (what rabbitmq-queues
 //     grow <node> all does), which replicates the queue from its
 //     leader, so each is on every node once more.
+//
+// A rejoin cut short after its start (a heal whose context ended while
+// the node booted; the final heal calls Rejoin again) finds the node
+// running: forgotten and started already, it goes on from step 2's wait.
+// Forgetting a running node would fail until the heal's time ran out.
 func (n *RabbitMQNode) Rejoin(ctx context.Context) (string, error) {
-	forgot, err := n.forget(ctx)
-	if err != nil {
-		return "", fmt.Errorf("%s: rejoin: %w", n.Name(), err)
-	}
-	if err := n.rabbitServer.Start(ctx); err != nil {
-		return "", fmt.Errorf("%s: rejoin: %w", n.Name(), err)
+	n.wipeMu.Lock()
+	forgot := n.forgot + " (an earlier attempt)"
+	n.wipeMu.Unlock()
+	if _, err := n.running(); err != nil {
+		if forgot, err = n.forget(ctx); err != nil {
+			return "", fmt.Errorf("%s: rejoin: %w", n.Name(), err)
+		}
+		n.wipeMu.Lock()
+		n.forgot = forgot
+		n.wipeMu.Unlock()
+		if err := n.rabbitServer.Start(ctx); err != nil {
+			return "", fmt.Errorf("%s: rejoin: %w", n.Name(), err)
+		}
 	}
 	n.wipeMu.Lock()
 	n.wiped = false
