@@ -16,6 +16,7 @@ package supervisor
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -658,7 +659,12 @@ func (s *Supervisor) Retire(name string) (exited <-chan struct{}, err error) {
 }
 
 // Stopped reports whether a worker's process is stopped by a signal
-// (SIGSTOP: state T in /proc/<pid>/stat), ErrNotRunning if none runs.
+// (SIGSTOP: state T in /proc/<pid>/stat), ErrNotRunning if none runs. A
+// process caught by the group's SIGSTOP in vfork, waiting for a child
+// that had not yet exec'd, reads D (uninterruptible) instead, for as long
+// as that child stays stopped: /bin/sh starting a command does this. It
+// counts as stopped when a child of it is (it cannot run before the
+// child does).
 func (s *Supervisor) Stopped(name string) (bool, error) {
 	w, err := s.get(name)
 	if err != nil {
@@ -669,16 +675,42 @@ func (s *Supervisor) Stopped(name string) (bool, error) {
 	if closed(w.exited) {
 		return false, fmt.Errorf("%w: %s", ErrNotRunning, name)
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", w.cmd.Process.Pid))
+	pid := w.cmd.Process.Pid
+	st, err := procState(pid)
 	if err != nil {
 		return false, fmt.Errorf("supervisor: state of %s: %w", name, err)
 	}
-	// pid (comm) state ...: comm may hold spaces and parentheses.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+2 >= len(b) {
-		return false, fmt.Errorf("supervisor: state of %s: cannot read %q", name, b)
+	switch st {
+	case 'T':
+		return true, nil
+	case 'D':
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		if err != nil {
+			return false, nil
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				if cst, err := procState(c); err == nil && cst == 'T' {
+					return true, nil
+				}
+			}
+		}
 	}
-	return b[i+2] == 'T', nil
+	return false, nil
+}
+
+// procState is the state letter of process pid in /proc/<pid>/stat
+// (pid (comm) state ...: comm may hold spaces and parentheses).
+func procState(pid int) (byte, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, fmt.Errorf("cannot read %q", b)
+	}
+	return b[i+2], nil
 }
 
 // ExitStatus is how a worker's last process ended ("exit status 0",

@@ -130,6 +130,11 @@ func TestNotesStoppedRetire(t *testing.T) {
 		if err := s.Signal("processor-0", sig); err != nil {
 			t.Fatal(err)
 		}
+		// The script's sh is sometimes in vfork, starting sleep, when the
+		// SIGSTOP lands: it then reads D, not T, while its child is
+		// stopped (Stopped counts that; it once failed CI, 1 in 30).
+		sent := time.Now()
+		deadline := sent.Add(10 * time.Second)
 		want := sig == syscall.SIGSTOP
 		for {
 			got, err := s.Stopped("processor-0")
@@ -140,7 +145,7 @@ func TestNotesStoppedRetire(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("after %v: stopped %v", sig, got)
+				t.Fatalf("%v after %v: stopped %v", time.Since(sent).Round(time.Millisecond), sig, got)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
