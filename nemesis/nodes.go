@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/cluster/netns"
@@ -54,12 +55,27 @@ func (e *Env) resolveNode(ctx context.Context, target string) (string, error) {
 	if e.Leader == nil {
 		return "", fmt.Errorf("%s: no way to look up the leader of %s", target, svc)
 	}
-	node, err := e.Leader(ctx, svc)
-	if err != nil {
-		return "", fmt.Errorf("%s: look up the leader: %w", target, err)
+	// A leader is looked up while earlier faults may still be healing
+	// (a node restarting closes connections, a partition elects): the
+	// lookup is tried again for a while before the fault is given up.
+	lctx, cancel := context.WithTimeout(ctx, leaderLookupTimeout)
+	defer cancel()
+	for {
+		node, err := e.Leader(lctx, svc)
+		if err == nil {
+			return node, nil
+		}
+		select {
+		case <-lctx.Done():
+			return "", fmt.Errorf("%s: look up the leader: %w", target, err)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	return node, nil
 }
+
+// leaderLookupTimeout bounds the retries of a leader lookup at a fault's
+// start.
+const leaderLookupTimeout = 10 * time.Second
 
 // network is the network the nodes live in.
 func (e *Env) nodeNetwork() *netns.Network {
