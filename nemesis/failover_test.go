@@ -56,3 +56,49 @@ func TestFailoverStep(t *testing.T) {
 		}
 	}
 }
+
+// A restart whose window ends while the server is stopped (the run's
+// end, on a loaded machine) still starts it again and says it took
+// effect; only an interruption (ctx cancelled) cuts it short.
+func TestRestartOutlastsTheWindow(t *testing.T) {
+	testenv.SkipIfShort(t, "starts PostgreSQL")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl, err := cluster.Start(ctx, cluster.Config{Services: []string{cluster.Postgres}})
+	testenv.MustHaveServer(t, "postgres", err)
+	defer cl.Close()
+
+	buf := &syncBuffer{}
+	env := &nemesis.Env{Cluster: cl, Recorder: history.NewWriterRecorder(buf, "nemesis", time.Now())}
+	st, err := nemesis.ParseStep("at 0s: restart postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Far shorter than a stop and a start of PostgreSQL.
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer wcancel()
+	heal, err := st.Fault.Inject(wctx, env)
+	if err != nil {
+		t.Fatalf("restart past the window's end: %v", err)
+	}
+	if wctx.Err() == nil {
+		t.Fatal("the restart ended within 20ms: the test proves nothing")
+	}
+	if err := heal(ctx); err != nil {
+		t.Fatalf("heal: %v", err)
+	}
+	var got []string
+	for _, op := range buf.history(t) {
+		got = append(got, op.Type.String()+" "+string(op.F))
+	}
+	if want := "invoke fault,ok restart,ok fault"; strings.Join(got, ",") != want {
+		t.Errorf("ops %v, want %s", got, want)
+	}
+
+	// Interrupted: cancelled while stopping or starting, it fails.
+	ictx, icancel := context.WithCancel(ctx)
+	time.AfterFunc(20*time.Millisecond, icancel)
+	if _, err := st.Fault.Inject(ictx, env); err == nil {
+		t.Error("a restart cancelled after 20ms took effect")
+	}
+}

@@ -36,7 +36,10 @@ const (
 // server whose runtime lacks that ability ([cluster.Killer],
 // [cluster.Pauser], [cluster.Restarter]) cannot be injected; its error is
 // a [*cluster.UnsupportedError], and [Schedule.Check] finds such steps
-// before a run starts.
+// before a run starts. A restart, failover or wipe, once begun, runs to
+// its end even if ctx's deadline (the end of the run's window) passes
+// meanwhile, bounded by Env.HealTimeout; cancelling ctx still cuts it
+// short. So the end of a window never leaves a server half restarted.
 //
 // What each kind does, by target, and its evidence:
 //
@@ -145,6 +148,11 @@ func (e *Env) inject(ctx context.Context, f Fault, detail, reason string) (*acti
 	v := history.Value{Fault: string(f.Kind), Target: e.recordedTarget(f), Detail: detail, Reason: reason}
 	e.record(history.Invoke, history.Fault, v)
 	a := &activeFault{ActiveFault: ActiveFault{Fault: f, Detail: detail, Since: time.Now()}, reason: reason}
+	if f.Kind.finishesOnceBegun() {
+		var cancel context.CancelFunc
+		ctx, cancel = operationContext(ctx, e.healTimeout())
+		defer cancel()
+	}
 	eff, err := e.do(ctx, f)
 	if err != nil {
 		v.Error = err.Error()
