@@ -11,7 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/deliverycheck/deliverycheck/history"
 )
@@ -361,8 +363,43 @@ func (s *KafkaSubscriber) commitPolled(ctx context.Context, ps []int32) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.CommitTimeout)
 	defer cancel()
-	s.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{s.cfg.Topic: offsets}, nil)
-	s.log.Info("kafka commit on revoke: polled offsets committed", "offsets", offsets)
+	// As Java's commitSync does, a retriable refusal (the coordinator
+	// loading or moving) is tried again until the timeout.
+	for {
+		err := commitSync(ctx, s.cl, map[string]map[int32]kgo.EpochOffset{s.cfg.Topic: offsets})
+		if err == nil {
+			s.log.Info("kafka commit on revoke: polled offsets committed", "offsets", offsets)
+			return
+		}
+		if !kerr.IsRetriable(err) || ctx.Err() != nil {
+			s.log.Warn("kafka commit on revoke failed", "offsets", offsets, "err", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// commitSync is CommitOffsetsSync that returns the request's error or the
+// first partition's refusal.
+func commitSync(ctx context.Context, cl *kgo.Client, offsets map[string]map[int32]kgo.EpochOffset) error {
+	var rerr error
+	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			rerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil && rerr == nil {
+					rerr = fmt.Errorf("partition %d: %w", p.Partition, err)
+				}
+			}
+		}
+	})
+	return rerr
 }
 
 func (s *KafkaSubscriber) leave(ctx context.Context, ps []int32, lost bool) {
