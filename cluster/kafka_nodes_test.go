@@ -36,10 +36,6 @@ import (
 func TestKafkaNodes(t *testing.T) {
 	testenv.SkipIfShort(t, "starts a 3-node Kafka cluster")
 	testenv.MustHaveServer(t, "network namespaces", netns.Check())
-	// Beside TestRabbitMQCluster, once the package's other tests are
-	// done: three JVMs and three Erlang VMs share the 2 cores well
-	// enough, and the two took 5 minutes of CI one after the other.
-	t.Parallel()
 	for _, rt := range runtimesUnderTest(t) {
 		t.Run(rt, func(t *testing.T) { testKafkaNodes(t, rt) })
 	}

@@ -91,7 +91,6 @@ func logTails(tb testing.TB, c *cluster.Cluster) {
 func TestRabbitMQCluster(t *testing.T) {
 	testenv.SkipIfShort(t, "starts a 3-node RabbitMQ cluster")
 	testenv.MustHaveServer(t, "network namespaces", netns.Check())
-	t.Parallel() // beside TestKafkaNodes
 	for _, rt := range runtimesUnderTest(t) {
 		t.Run(rt, func(t *testing.T) { testRabbitMQCluster(t, rt) })
 	}
