@@ -15,7 +15,7 @@ IMAGES := DELIVERYCHECK_IMAGE_POSTGRES=localhost/deliverycheck/postgres:17 \
 	DELIVERYCHECK_IMAGE_RABBITMQ=localhost/deliverycheck/rabbitmq:4.0 \
 	DELIVERYCHECK_IMAGE_KAFKA=localhost/deliverycheck/kafka:4.1.1
 
-.PHONY: all build deps containers compile node-example test vet demo bench fuzz matrix clean
+.PHONY: all build deps containers servers compile node-example test vet demo bench fuzz matrix clean
 
 all: build
 
@@ -29,6 +29,10 @@ deps:
 containers:
 	./scripts/containers.sh
 
+# What the tests run on: the servers installed, then the images built.
+servers: deps
+	$(MAKE) --no-print-directory containers
+
 vet:
 	$(GO) vet ./...
 
@@ -39,7 +43,6 @@ compile: vet
 	rm -rf $(CURDIR)/.testbin
 	cd examples/consumer && $(GO) vet ./... && $(GO) vet -tags buggy ./...
 	cd examples/processor && $(GO) vet ./... && $(GO) vet -tags buggy ./...
-	$(MAKE) --no-print-directory node-example
 
 # The Node.js example consumer's packages (amqplib, kafkajs, pg), exactly
 # as its committed lock file says (node_modules is not committed), then a
@@ -51,11 +54,14 @@ node-example:
 
 # Both runtimes are tested, and every server-backed test runs: a missing
 # server, tool or container engine fails the run instead of skipping the
-# tests that need it (internal/testenv). Building the images (mostly
-# download and unpack) overlaps with compiling. The Go example is its own
-# module, outside ./...: its unit tests (no servers) run first.
-test: deps
-	$(MAKE) -j2 --no-print-directory containers compile
+# tests that need it (internal/testenv). Installing the servers and
+# building the images (mostly download and unpack) overlap with compiling,
+# which needs neither; the Node.js example's packages wait for deps, which
+# installs npm where it is missing. The Go example is its own module,
+# outside ./...: its unit tests (no servers) run first.
+test:
+	$(MAKE) -j2 --no-print-directory servers compile
+	$(MAKE) --no-print-directory node-example
 	cd examples/consumer && $(GO) test -count=1 ./...
 	$(IMAGES) DELIVERYCHECK_REQUIRE_SERVERS=1 DELIVERYCHECK_REQUIRE_CONTAINERS=1 $(GO) test $(TESTFLAGS) ./...
 
