@@ -254,19 +254,17 @@ func TestDetectionMatrix(t *testing.T) {
 	if os.Getenv("DELIVERYCHECK_KEEP") != "" {
 		out = filepath.Join(os.TempDir(), "deliverycheck-matrix")
 	}
-	// The replicated scenarios run one after another in two lanes of
-	// their own, beside the single-node lanes: each lane calls t.Run for
-	// its scenarios in turn (Run may be called from several goroutines),
-	// so the subtests keep their names and -run still picks one.
+	// The replicated scenarios run one after another in a lane of their
+	// own, beside the single-node lanes: each lane calls t.Run for its
+	// scenarios in turn (Run may be called from several goroutines), so
+	// the subtests keep their names and -run still picks one.
 	replicated, single := matrixLanes(t, scenarios.Builtin())
 	var wg sync.WaitGroup
-	for _, l := range replicated {
-		wg.Go(func() {
-			for _, s := range l {
-				t.Run(s.Name, func(t *testing.T) { detect(t, nil, s, out) })
-			}
-		})
-	}
+	wg.Go(func() {
+		for _, s := range replicated {
+			t.Run(s.Name, func(t *testing.T) { detect(t, nil, s, out) })
+		}
+	})
 	for _, l := range single {
 		wg.Go(func() {
 			for _, s := range l.scenarios {
@@ -284,22 +282,19 @@ type lane struct {
 	scenarios []scenarios.Scenario
 }
 
-// matrixLanes splits the catalogue into two lanes of replicated
-// scenarios, each on servers of its own (the 3-node Kafka ones, and the
-// rest: RabbitMQ clusters and PostgreSQL standbys), and three lanes of
-// single-node ones, in turn on
+// matrixLanes splits the catalogue into the replicated scenarios, each
+// on servers of its own, and three lanes of single-node ones, in turn on
 // the three shared sets (a scenario's faults kill and cut the servers it
 // runs on, so two never share a set). A single-node run mostly waits
 // (fault windows, restarts, drains): one kept this 2-core machine's CPU
 // 11% busy, and three lanes still leave it about half idle (the 53
 // single-node scenarios took 3m08s of wall and 3m06s of CPU). The
-// replicated ones run beside them: one after another they took 6.6
-// minutes alone (13 minutes of CI before the lanes), and 10 minutes as
-// one lane beside the three (the lanes themselves 7.5), so they are two.
+// replicated ones, one at a time, run beside them: in turn they took 6.6
+// minutes, as long as the three lanes, and 13 minutes of CI before them.
 // (Beside the lanes, a wiped RabbitMQ node's rejoin once hung past the
 // heal's 2 minutes: the run's end had cut its first rejoin short, fixed
 // since, see local.RabbitMQNode.Rejoin.)
-func matrixLanes(t *testing.T, all []scenarios.Scenario) (replicated [2][]scenarios.Scenario, single []lane) {
+func matrixLanes(t *testing.T, all []scenarios.Scenario) (replicated []scenarios.Scenario, single []lane) {
 	t.Helper()
 	single = []lane{{servers: &shared}, {servers: &lane2}, {servers: &lane3}}
 	n := 0
@@ -309,12 +304,8 @@ func matrixLanes(t *testing.T, all []scenarios.Scenario) (replicated [2][]scenar
 		if err != nil {
 			t.Fatal(err)
 		}
-		if spec.Nodes[cluster.Kafka] > 1 {
-			replicated[0] = append(replicated[0], s)
-			continue
-		}
 		if spec.Nodes != nil || spec.Standby != "" {
-			replicated[1] = append(replicated[1], s)
+			replicated = append(replicated, s)
 			continue
 		}
 		single[n%len(single)].scenarios = append(single[n%len(single)].scenarios, s)
@@ -469,10 +460,10 @@ func TestDetectionRates(t *testing.T) {
 		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %s | %d |", s.Name, s.Broker.Kind, kind, rate, unknown))
 		t.Log(lines[len(lines)-1])
 	}
-	// The replicated scenarios alone, one at a time (their 20-seed rates
-	// were measured so), then the single-node ones in lanes.
+	// As in TestDetectionMatrix: the replicated scenarios alone, then
+	// the single-node ones in lanes.
 	replicated, single := matrixLanes(t, picked)
-	for _, s := range slices.Concat(replicated[:]...) {
+	for _, s := range replicated {
 		t.Run(s.Name, func(t *testing.T) { rate(t, nil, s) })
 	}
 	var wg sync.WaitGroup
