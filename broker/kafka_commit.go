@@ -240,9 +240,16 @@ func (s *KafkaSubscriber) flushNow(ctx context.Context, ps []int32, lost bool) {
 
 // commit runs one offset commit and answers b's waiters.
 func (s *KafkaSubscriber) commit(ctx context.Context, b *commitBatch) {
+	perPart, err := commitOffsets(ctx, s.cl, map[string]map[int32]kgo.EpochOffset{s.cfg.Topic: b.offsets})
+	b.finish(err, perPart)
+}
+
+// commitOffsets commits offsets (one topic's) and returns each
+// partition's refusal, or the request's error.
+func commitOffsets(ctx context.Context, cl *kgo.Client, offsets map[string]map[int32]kgo.EpochOffset) (map[int32]error, error) {
 	var failed error
 	perPart := map[int32]error{}
-	s.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{s.cfg.Topic: b.offsets}, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			failed = err
 			return
@@ -255,5 +262,5 @@ func (s *KafkaSubscriber) commit(ctx context.Context, b *commitBatch) {
 			}
 		}
 	})
-	b.finish(failed, perPart)
+	return perPart, failed
 }

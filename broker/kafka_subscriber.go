@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -13,9 +14,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/internal/backoff"
 )
 
 // KafkaSubscriberOptions tune a KafkaSubscriber.
@@ -375,31 +376,21 @@ func (s *KafkaSubscriber) commitPolled(ctx context.Context, ps []int32) {
 			s.log.Warn("kafka commit on revoke failed", "offsets", offsets, "err", err)
 			return
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
+		_ = backoff.Sleep(ctx, 100*time.Millisecond) // ctx's end is seen above
 	}
 }
 
-// commitSync is CommitOffsetsSync that returns the request's error or the
-// first partition's refusal.
+// commitSync is commitOffsets that returns the request's error or the
+// lowest partition's refusal.
 func commitSync(ctx context.Context, cl *kgo.Client, offsets map[string]map[int32]kgo.EpochOffset) error {
-	var rerr error
-	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			rerr = err
-			return
-		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if err := kerr.ErrorForCode(p.ErrorCode); err != nil && rerr == nil {
-					rerr = fmt.Errorf("partition %d: %w", p.Partition, err)
-				}
-			}
-		}
-	})
-	return rerr
+	perPart, err := commitOffsets(ctx, cl, offsets)
+	if err != nil {
+		return err
+	}
+	for _, p := range slices.Sorted(maps.Keys(perPart)) {
+		return fmt.Errorf("partition %d: %w", p, perPart[p])
+	}
+	return nil
 }
 
 func (s *KafkaSubscriber) leave(ctx context.Context, ps []int32, lost bool) {

@@ -12,6 +12,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster"
 	"github.com/deliverycheck/deliverycheck/cluster/netns"
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/internal/backoff"
 )
 
 // LeaderSuffix ends a target that names whichever node of a replicated
@@ -65,10 +66,8 @@ func (e *Env) resolveNode(ctx context.Context, target string) (string, error) {
 		if err == nil {
 			return node, nil
 		}
-		select {
-		case <-lctx.Done():
+		if backoff.Sleep(lctx, 200*time.Millisecond) != nil {
 			return "", fmt.Errorf("%s: look up the leader: %w", target, err)
-		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }

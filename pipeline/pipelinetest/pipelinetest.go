@@ -57,7 +57,9 @@ func (s *Servers) Get(t testing.TB) *cluster.Cluster {
 		// unlucky start must not fail every test after it.
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		c, err := cluster.Start(ctx, cluster.Config{})
+		// DELIVERYCHECK_KEEP, which keeps the tests' run folders,
+		// keeps the servers' data and logs too.
+		c, err := cluster.Start(ctx, cluster.Config{Keep: os.Getenv("DELIVERYCHECK_KEEP") != ""})
 		if err != nil {
 			t.Fatalf("start servers: %v", err)
 		}
