@@ -245,7 +245,8 @@ func checkServedDuring(t *testing.T, r *checker.Result, target string) {
 }
 
 // TestDetectionMatrix runs every built-in scenario once: each known-bad
-// one must be caught (invalid, with its anomaly), each correct one valid.
+// one must be caught (invalid, with its anomaly; one that came out valid
+// at seed 1 gets a second seed, see detect), each correct one valid.
 // Failpoint scenarios must also show their crashes in the history, and
 // the losses of the known-bad ones that lose events must be found at
 // their stage (lostAt).
@@ -317,78 +318,83 @@ func matrixLanes(t *testing.T, all []scenarios.Scenario) (replicated []scenarios
 // detect runs s once on servers and checks what TestDetectionMatrix
 // promises of it.
 func detect(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario, out string) {
-	{
-		{
-			o := runScenarioOn(t, servers, s, 1, out)
-			r := o.Result
-			t.Logf("%s: %s %v; committed %d, crashes %d, faults %d (%s)", s.Name, r.Valid, r.Reasons, r.Counts.Committed, r.Counts.Crashes, r.Counts.Faults, o.Dir)
-			if ok, why := met(o); !ok {
-				t.Fatalf("expectation not met: %s", why)
-			}
-			if r.Counts.Committed == 0 {
-				t.Fatal("nothing was committed")
-			}
-			for _, why := range misplacedLosses(t, s.Name, r) {
-				t.Error(why)
-			}
-			checkRetries(t, s, r)
-			if len(s.Nemesis.Failpoints) > 0 && r.Counts.Crashes == 0 {
-				t.Error("failpoints were armed but no crash is in the history")
-			}
-			if len(s.Workload.Sources) > 1 {
-				if n := sharedIDs(t, o.Dir); n == 0 {
-					t.Error("the workload lists several sources but no event id committed under more than one: the shared ids were never exercised")
-				} else {
-					t.Logf("%d event ids committed under more than one source", n)
-				}
-			}
-			if s.Variants.Relay == relay.Debezium && r.Counts.Crashes > 0 && r.Valid == checker.Valid {
-				// At-least-once: a killed Connect republishes what it
-				// had not flushed, and the report counts it.
-				var redelivered int64
-				for _, sub := range r.Subscriptions {
-					redelivered += sub.Redelivered
-				}
-				if redelivered == 0 {
-					t.Error("Debezium was killed but no event was redelivered")
-				}
-				t.Logf("redelivered: %d", redelivered)
-			}
-			if s.Variants.Relay == relay.Debezium {
-				// Its replication slot is dropped with the run, or the
-				// shared PostgreSQL would keep WAL for it forever.
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				conn, err := pgx.Connect(ctx, servers.Get(t).ClientURL(cluster.Postgres))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer conn.Close(ctx)
-				var slots int
-				if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'dc\_%'`).Scan(&slots); err != nil {
-					t.Fatal(err)
-				}
-				if slots != 0 {
-					t.Errorf("%d Debezium replication slots left behind", slots)
-				}
-			}
-			if target, ok := servedDuring[s.Name]; ok {
-				checkServedDuring(t, r, target)
-			}
-			if measured[s.Name] {
-				checkBaseline(t, r)
-			}
-			checkStageBoundary(t, s, r)
-			checkGroups(t, s, r)
-			if kinds, ok := stageBittenBy[s.Name]; ok {
-				checkStageBitten(t, o, kinds)
-			}
-			if n := len(s.Nemesis.Timeline); n > 0 && r.Counts.Faults == 0 {
-				t.Errorf("%d timeline faults, none in the history", n)
-			}
-			checkOperations(t, s, o)
+	o := runScenarioOn(t, servers, s, 1, out)
+	if s.Expect.Want() == checker.Invalid && o.Result.Valid == checker.Valid {
+		// The fault did not expose the known-bad at this seed (a
+		// schedule that depends on timing, on a loaded machine): one
+		// more seed, said in the log. A correct scenario found invalid,
+		// or a run found unknown, is never run again. `make matrix`
+		// gives each known-bad's rate over 20 seeds.
+		t.Logf("%s: valid at seed 1, not caught (%s); running seed 2", s.Name, o.Dir)
+		o = runScenarioOn(t, servers, s, 2, out)
+	}
+	r := o.Result
+	t.Logf("%s: %s %v; committed %d, crashes %d, faults %d (%s)", s.Name, r.Valid, r.Reasons, r.Counts.Committed, r.Counts.Crashes, r.Counts.Faults, o.Dir)
+	if ok, why := met(o); !ok {
+		t.Fatalf("expectation not met: %s", why)
+	}
+	if r.Counts.Committed == 0 {
+		t.Fatal("nothing was committed")
+	}
+	for _, why := range misplacedLosses(t, s.Name, r) {
+		t.Error(why)
+	}
+	checkRetries(t, s, r)
+	if len(s.Nemesis.Failpoints) > 0 && r.Counts.Crashes == 0 {
+		t.Error("failpoints were armed but no crash is in the history")
+	}
+	if len(s.Workload.Sources) > 1 {
+		if n := sharedIDs(t, o.Dir); n == 0 {
+			t.Error("the workload lists several sources but no event id committed under more than one: the shared ids were never exercised")
+		} else {
+			t.Logf("%d event ids committed under more than one source", n)
 		}
 	}
+	if s.Variants.Relay == relay.Debezium && r.Counts.Crashes > 0 && r.Valid == checker.Valid {
+		// At-least-once: a killed Connect republishes what it
+		// had not flushed, and the report counts it.
+		var redelivered int64
+		for _, sub := range r.Subscriptions {
+			redelivered += sub.Redelivered
+		}
+		if redelivered == 0 {
+			t.Error("Debezium was killed but no event was redelivered")
+		}
+		t.Logf("redelivered: %d", redelivered)
+	}
+	if s.Variants.Relay == relay.Debezium {
+		// Its replication slot is dropped with the run, or the
+		// shared PostgreSQL would keep WAL for it forever.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, servers.Get(t).ClientURL(cluster.Postgres))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		var slots int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'dc\_%'`).Scan(&slots); err != nil {
+			t.Fatal(err)
+		}
+		if slots != 0 {
+			t.Errorf("%d Debezium replication slots left behind", slots)
+		}
+	}
+	if target, ok := servedDuring[s.Name]; ok {
+		checkServedDuring(t, r, target)
+	}
+	if measured[s.Name] {
+		checkBaseline(t, r)
+	}
+	checkStageBoundary(t, s, r)
+	checkGroups(t, s, r)
+	if kinds, ok := stageBittenBy[s.Name]; ok {
+		checkStageBitten(t, o, kinds)
+	}
+	if n := len(s.Nemesis.Timeline); n > 0 && r.Counts.Faults == 0 {
+		t.Errorf("%d timeline faults, none in the history", n)
+	}
+	checkOperations(t, s, o)
 }
 
 // TestDetectionRates is `make matrix`, not CI: every built-in scenario
