@@ -8,7 +8,7 @@ import (
 
 // shared is the set of servers the package's tests run on; lane2 and
 // lane3 are more, for the detection matrix's other lanes of single-node
-// scenarios (matrixLanes).
+// scenarios (runLanes).
 var shared, lane2, lane3 pipelinetest.Servers
 
 func TestMain(m *testing.M) { pipelinetest.Main(m, &shared, &lane2, &lane3) }

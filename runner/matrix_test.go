@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -255,50 +256,65 @@ func TestDetectionMatrix(t *testing.T) {
 	if os.Getenv("DELIVERYCHECK_KEEP") != "" {
 		out = filepath.Join(os.TempDir(), "deliverycheck-matrix")
 	}
-	// The replicated scenarios run one after another in a lane of their
-	// own, beside the single-node lanes: each lane calls t.Run for its
-	// scenarios in turn (Run may be called from several goroutines), so
-	// the subtests keep their names and -run still picks one.
-	replicated, single := matrixLanes(t, scenarios.Builtin())
+	runLanes(t, scenarios.Builtin(), func(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario) {
+		detect(t, servers, s, out)
+	})
+}
+
+// runLanes runs each scenario of all as a subtest through run, on one
+// of the three shared sets of single-node servers, or on nil (servers of
+// its own) for a replicated one, in four lanes at once (matrixWork).
+// Each lane calls t.Run for its scenarios in turn (Run may be called
+// from several goroutines), so the subtests keep their names and -run
+// still picks one.
+func runLanes(t *testing.T, all []scenarios.Scenario, run func(*testing.T, *pipelinetest.Servers, scenarios.Scenario)) {
+	w := matrixPlan(t, all)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		for _, s := range replicated {
-			t.Run(s.Name, func(t *testing.T) { detect(t, nil, s, out) })
+		for s, ok := w.replicated(); ok; s, ok = w.replicated() {
+			t.Run(s.Name, func(t *testing.T) { run(t, nil, s) })
 		}
 	})
-	for _, l := range single {
+	for _, servers := range []*pipelinetest.Servers{&shared, &lane2, &lane3} {
 		wg.Go(func() {
-			for _, s := range l.scenarios {
-				t.Run(s.Name, func(t *testing.T) { detect(t, l.servers, s, out) })
+			for s, own, ok := w.any(); ok; s, own, ok = w.any() {
+				if own {
+					t.Run(s.Name, func(t *testing.T) { run(t, nil, s) })
+				} else {
+					t.Run(s.Name, func(t *testing.T) { run(t, servers, s) })
+				}
 			}
 		})
 	}
 	wg.Wait()
 }
 
-// lane is single-node scenarios that run one after another on one set
-// of servers, beside the other lanes.
-type lane struct {
-	servers   *pipelinetest.Servers
-	scenarios []scenarios.Scenario
+// matrixWork is the catalogue as TestDetectionMatrix's lanes take it.
+// A single-node run mostly waits (fault windows, restarts, drains): one
+// kept this 2-core machine's CPU 11% busy, and three lanes on the three
+// shared sets of servers still left it about half idle (the 53
+// single-node scenarios took 3m08s of wall and 3m06s of CPU; a
+// scenario's faults kill and cut the servers it runs on, so two never
+// share a set). The replicated scenarios start servers of their own: one
+// lane runs them, longest first, beside the three single-node lanes,
+// which take the shortest ones from the back once no single-node one is
+// left, so the four lanes end together. (The replicated lane alone took
+// 570-620 s, the single-node lanes 450 s each; before, the replicated
+// ones ran alone, in 6.6 minutes, and added 13 minutes of CI. Two
+// replicated lanes from the start, five lanes on two cores, were no
+// faster, and missed built-ins whose faults depend on timing.)
+type matrixWork struct {
+	mu             sync.Mutex
+	replicatedLeft []scenarios.Scenario // longest schedule first
+	singleLeft     []scenarios.Scenario
 }
 
-// matrixLanes splits the catalogue into the replicated scenarios, each
-// on servers of its own, and three lanes of single-node ones, in turn on
-// the three shared sets (a scenario's faults kill and cut the servers it
-// runs on, so two never share a set). A single-node run mostly waits
-// (fault windows, restarts, drains): one kept this 2-core machine's CPU
-// 11% busy, and three lanes still leave it about half idle (the 53
-// single-node scenarios took 3m08s of wall and 3m06s of CPU). The
-// replicated ones, one at a time, run beside them: in turn they took 6.6
-// minutes, as long as the three lanes, and 13 minutes of CI before them.
-// (Beside the lanes, a wiped RabbitMQ node's rejoin once hung past the
-// heal's 2 minutes: the run's end had cut its first rejoin short, fixed
-// since, see local.RabbitMQNode.Rejoin.)
-func matrixLanes(t *testing.T, all []scenarios.Scenario) (replicated []scenarios.Scenario, single []lane) {
+// matrixPlan splits the catalogue into the replicated scenarios, each on
+// servers of its own, and the single-node ones.
+func matrixPlan(t *testing.T, all []scenarios.Scenario) *matrixWork {
 	t.Helper()
-	single = []lane{{servers: &shared}, {servers: &lane2}, {servers: &lane3}}
-	n := 0
+	w := &matrixWork{}
+	ends := map[string]time.Duration{}
 	for _, s := range all {
 		s.Seed = 1 // any: only the servers it asks for matter here
 		spec, err := FromScenario(s)
@@ -306,13 +322,42 @@ func matrixLanes(t *testing.T, all []scenarios.Scenario) (replicated []scenarios
 			t.Fatal(err)
 		}
 		if spec.Nodes != nil || spec.Standby != "" {
-			replicated = append(replicated, s)
+			w.replicatedLeft = append(w.replicatedLeft, s)
+			ends[s.Name] = spec.Schedule.End()
 			continue
 		}
-		single[n%len(single)].scenarios = append(single[n%len(single)].scenarios, s)
-		n++
+		w.singleLeft = append(w.singleLeft, s)
 	}
-	return replicated, single
+	slices.SortStableFunc(w.replicatedLeft, func(a, b scenarios.Scenario) int { return cmp.Compare(ends[b.Name], ends[a.Name]) })
+	return w
+}
+
+// replicated takes the longest replicated scenario left.
+func (w *matrixWork) replicated() (scenarios.Scenario, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.replicatedLeft) == 0 {
+		return scenarios.Scenario{}, false
+	}
+	s := w.replicatedLeft[0]
+	w.replicatedLeft = w.replicatedLeft[1:]
+	return s, true
+}
+
+// any takes the next single-node scenario, or, when none is left, the
+// shortest replicated one (own: it runs on servers of its own).
+func (w *matrixWork) any() (s scenarios.Scenario, own, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.singleLeft) > 0 {
+		s, w.singleLeft = w.singleLeft[0], w.singleLeft[1:]
+		return s, false, true
+	}
+	if n := len(w.replicatedLeft); n > 0 {
+		s, w.replicatedLeft = w.replicatedLeft[n-1], w.replicatedLeft[:n-1]
+		return s, true, true
+	}
+	return scenarios.Scenario{}, false, false
 }
 
 // detect runs s once on servers and checks what TestDetectionMatrix
@@ -404,8 +449,7 @@ func detect(t *testing.T, servers *pipelinetest.Servers, s scenarios.Scenario, o
 // matrix.md). A known-bad run whose losses are found at another stage
 // than lostAt's is not counted as caught. DELIVERYCHECK_MATRIX_ONLY keeps the scenarios whose name
 // starts with one of its comma-separated prefixes. It runs the scenarios
-// as TestDetectionMatrix does (matrixLanes): each replicated one alone,
-// then the single-node ones in lanes, each scenario a subtest.
+// in lanes as TestDetectionMatrix does (runLanes), each a subtest.
 func TestDetectionRates(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("DELIVERYCHECK_MATRIX_SEEDS"))
 	if n <= 0 {
@@ -466,21 +510,7 @@ func TestDetectionRates(t *testing.T) {
 		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %s | %d |", s.Name, s.Broker.Kind, kind, rate, unknown))
 		t.Log(lines[len(lines)-1])
 	}
-	// As in TestDetectionMatrix: the replicated scenarios alone, then
-	// the single-node ones in lanes.
-	replicated, single := matrixLanes(t, picked)
-	for _, s := range replicated {
-		t.Run(s.Name, func(t *testing.T) { rate(t, nil, s) })
-	}
-	var wg sync.WaitGroup
-	for _, l := range single {
-		wg.Go(func() {
-			for _, s := range l.scenarios {
-				t.Run(s.Name, func(t *testing.T) { rate(t, l.servers, s) })
-			}
-		})
-	}
-	wg.Wait()
+	runLanes(t, picked, rate)
 	slices.Sort(lines)
 	table := "| scenario | broker | kind | result | unknown |\n|---|---|---|---|---|\n" + strings.Join(lines, "\n") +
 		fmt.Sprintf("\n\nFalse positives of the correct pipelines: %d of %d runs.\n", fp, fpRuns)
@@ -514,4 +544,41 @@ func sharedIDs(t *testing.T, dir string) int {
 		}
 	}
 	return n
+}
+
+// TestMatrixPlan: the lanes take every built-in exactly once, the
+// replicated ones longest schedule first from the front and shortest
+// from the back.
+func TestMatrixPlan(t *testing.T) {
+	all := scenarios.Builtin()
+	w := matrixPlan(t, all)
+	first, ok := w.replicated()
+	if !ok {
+		t.Fatal("no replicated built-in")
+	}
+	seen := map[string]int{first.Name: 1}
+	var last scenarios.Scenario
+	for s, own, ok := w.any(); ok; s, own, ok = w.any() {
+		seen[s.Name]++
+		if own {
+			last = s
+		}
+	}
+	for _, s := range all {
+		if seen[s.Name] != 1 {
+			t.Errorf("%s taken %d times", s.Name, seen[s.Name])
+		}
+	}
+	end := func(s scenarios.Scenario) time.Duration {
+		s.Seed = 1
+		spec, err := FromScenario(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spec.Schedule.End()
+	}
+	if end(first) < end(last) {
+		t.Errorf("replicated %s (ends at %s) taken before %s (ends at %s)", first.Name, end(first), last.Name, end(last))
+	}
+	t.Logf("replicated lane starts with %s (%s); the last one taken is %s (%s)", first.Name, end(first), last.Name, end(last))
 }
