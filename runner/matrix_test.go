@@ -275,7 +275,7 @@ func runLanes(t *testing.T, all []scenarios.Scenario, run func(*testing.T, *pipe
 			t.Run(s.Name, func(t *testing.T) { run(t, nil, s) })
 		}
 	})
-	for _, servers := range []*pipelinetest.Servers{&shared, &lane2, &lane3} {
+	for _, servers := range lanes() {
 		wg.Go(func() {
 			for s, own, ok := w.any(); ok; s, own, ok = w.any() {
 				if own {

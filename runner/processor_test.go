@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/deliverycheck/deliverycheck/checker"
@@ -33,29 +32,24 @@ func TestExampleProcessor(t *testing.T) {
 		noAborts  bool
 	}
 	correct := []string{buildExampleIn(t, "processor", "")}
+	installNodeExample(t)
+	// The Node.js processor's correct run first: the longest.
 	runs := []run{
+		{dir: "consumer-node", file: "scenario-processor.yaml", lineage: true},
+		{dir: "consumer-node", file: "scenario-processor-buggy.yaml", lineage: true},
 		{dir: "processor", file: "scenario.yaml", command: correct},
 		{dir: "processor", file: "scenario-buggy.yaml", command: []string{buildExampleIn(t, "processor", "buggy")}},
 		{dir: "processor", file: "scenario.yaml", command: correct, noAborts: true},
 	}
-	installNodeExample(t)
-	runs = append(runs, run{dir: "consumer-node", file: "scenario-processor.yaml", lineage: true}, run{dir: "consumer-node", file: "scenario-processor-buggy.yaml", lineage: true})
-	lanes := []*pipelinetest.Servers{&shared, &lane2}
-	var wg sync.WaitGroup
-	for i, servers := range lanes {
-		wg.Go(func() {
-			for j := i; j < len(runs); j += len(lanes) {
-				r := runs[j]
-				name := r.dir + "/" + r.file
-				if r.noAborts {
-					t.Run(name+"/no-aborts", func(t *testing.T) { runExampleProcessorNoAborts(t, servers, r.dir, r.file, r.command) })
-					continue
-				}
-				t.Run(name, func(t *testing.T) { runExampleProcessor(t, servers, r.dir, r.file, r.command, r.lineage) })
-			}
-		})
-	}
-	wg.Wait()
+	inLanes(len(runs), func(servers *pipelinetest.Servers, i int) {
+		r := runs[i]
+		name := r.dir + "/" + r.file
+		if r.noAborts {
+			t.Run(name+"/no-aborts", func(t *testing.T) { runExampleProcessorNoAborts(t, servers, r.dir, r.file, r.command) })
+			return
+		}
+		t.Run(name, func(t *testing.T) { runExampleProcessor(t, servers, r.dir, r.file, r.command, r.lineage) })
+	})
 }
 
 func runExampleProcessor(t *testing.T, servers *pipelinetest.Servers, dir, file string, command []string, lineage bool) {
