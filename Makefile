@@ -6,8 +6,10 @@ NODE    ?= node
 NPM     ?= npm
 BIN     := bin/deliverycheck
 # Server-backed packages share one machine's two cores: never run them in
-# parallel (each starts its own PostgreSQL, Kafka and RabbitMQ).
-TESTFLAGS ?= -p 1 -timeout 45m
+# parallel (each starts its own PostgreSQL, Kafka and RabbitMQ). Inside a
+# package, up to four tests marked parallel run at once: runs that leave
+# the servers alone mostly wait (pipeline: 198 s with two, 154 s).
+TESTFLAGS ?= -p 1 -parallel 4 -timeout 45m
 
 # The images `make containers` builds from Debian packages (images/): the
 # tests run the containers runtime on these, not on pulled official ones.

@@ -18,6 +18,7 @@ import (
 // unseen and the verdict unknown. The team's relay here publishes
 // nothing at all, so every committed event is missing.
 func TestDrainEndsByQuietOnlyOnFacts(t *testing.T) {
+	t.Parallel() // no fault on the servers (main_test.go)
 	for _, tc := range []struct {
 		name    string
 		pending string

@@ -34,6 +34,7 @@ func hostileReasons() map[hostile.Kind]string {
 // letter stored even when its id is not valid UTF-8), none applied, and
 // every real event still applied.
 func TestHostileMessages(t *testing.T) {
+	t.Parallel() // no fault on the servers (main_test.go)
 	for _, b := range []string{"kafka", "rabbitmq"} {
 		t.Run(b, func(t *testing.T) {
 			t.Parallel() // no fault: the two brokers' runs go side by side
@@ -81,6 +82,7 @@ func TestHostileMessages(t *testing.T) {
 // anomaly under max-rss), while the correct consumer's peak stays under
 // it.
 func TestUnboundedBomb(t *testing.T) {
+	t.Parallel() // no fault on the servers (main_test.go)
 	for _, v := range []consumer.Variant{consumer.Inbox, consumer.Unbounded} {
 		t.Run(string(v), func(t *testing.T) {
 			// No fault, and a peak resident set is each consumer

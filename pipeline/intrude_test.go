@@ -26,6 +26,7 @@ import (
 // (the drain completes with every committed event applied), and the
 // user is gone after Close.
 func TestIntruder(t *testing.T) {
+	t.Parallel() // no fault on the servers (main_test.go)
 	for _, tc := range []struct {
 		broker   string
 		perm     intruder.Permissions

@@ -83,6 +83,7 @@ func effectivelyOnce() checker.Guarantees {
 }
 
 func TestNoFaults(t *testing.T) {
+	t.Parallel() // no fault on the servers (main_test.go)
 	for _, b := range []string{"kafka", "rabbitmq"} {
 		t.Run(b, func(t *testing.T) {
 			t.Parallel() // no fault: the two brokers' runs go side by side
@@ -105,6 +106,7 @@ func TestNoFaults(t *testing.T) {
 // Poison events are retried up to MaxAttempts, then dead-lettered with the
 // reason, by every subscription; valid events are not.
 func TestPoisonReachesDLQ(t *testing.T) {
+	t.Parallel() // no fault on the servers (main_test.go)
 	for _, b := range []string{"kafka", "rabbitmq"} {
 		t.Run(b, func(t *testing.T) {
 			t.Parallel() // no fault: the two brokers' runs go side by side

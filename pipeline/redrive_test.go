@@ -22,6 +22,7 @@ import (
 // and the run is valid. A purge then empties what was kept. On Kafka the
 // redrive after the fix reads again what the one before it kept.
 func TestRedriveAfterFix(t *testing.T) {
+	t.Parallel() // no fault on the servers (main_test.go)
 	for _, b := range []string{"rabbitmq", "kafka"} {
 		t.Run(b, func(t *testing.T) { testRedriveAfterFix(t, b) })
 	}

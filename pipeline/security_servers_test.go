@@ -89,6 +89,7 @@ func publishForged(t *testing.T, r *Deployment, fs []forged) {
 // signature verified end to end); the trusting one applies the forged
 // events too.
 func TestSecurityConsumers(t *testing.T) {
+	t.Parallel() // no fault on the servers (main_test.go)
 	for _, tc := range []struct {
 		broker  string
 		variant consumer.Variant

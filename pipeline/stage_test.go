@@ -79,6 +79,7 @@ func TestStageKillProcessor(t *testing.T) {
 // database: duplicate-effect in subscription processor); through the
 // inbox, once.
 func TestStageDatabaseEffect(t *testing.T) {
+	t.Parallel() // no fault on the servers (main_test.go)
 	testenv.SkipIfShort(t, "runs Kafka and PostgreSQL")
 	for _, tt := range []struct {
 		effect   processor.Effect
