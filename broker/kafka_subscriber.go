@@ -387,10 +387,11 @@ func commitSync(ctx context.Context, cl *kgo.Client, offsets map[string]map[int3
 	if err != nil {
 		return err
 	}
-	for _, p := range slices.Sorted(maps.Keys(perPart)) {
-		return fmt.Errorf("partition %d: %w", p, perPart[p])
+	if len(perPart) == 0 {
+		return nil
 	}
-	return nil
+	p := slices.Min(slices.Collect(maps.Keys(perPart)))
+	return fmt.Errorf("partition %d: %w", p, perPart[p])
 }
 
 func (s *KafkaSubscriber) leave(ctx context.Context, ps []int32, lost bool) {

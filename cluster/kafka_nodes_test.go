@@ -23,6 +23,7 @@ import (
 	"github.com/deliverycheck/deliverycheck/cluster/containers"
 	"github.com/deliverycheck/deliverycheck/cluster/local"
 	"github.com/deliverycheck/deliverycheck/cluster/netns"
+	"github.com/deliverycheck/deliverycheck/internal/backoff"
 	"github.com/deliverycheck/deliverycheck/internal/testenv"
 )
 
@@ -224,10 +225,8 @@ func (k *kafkaNodes) pollPartition(ctx context.Context, adm *kadm.Client, topic 
 		} else {
 			last = kadm.PartitionDetail{Leader: -1, Err: err}
 		}
-		select {
-		case <-ctx.Done():
+		if backoff.Sleep(ctx, 100*time.Millisecond) != nil {
 			return last, false
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

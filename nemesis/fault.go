@@ -169,10 +169,10 @@ func (k Kind) runsItsWindow() bool { return k == Roll }
 // recorded, is carried out to its end even when the run's window closes
 // meanwhile (bounded by the heal timeout instead, as an operation is by
 // operationContext; an interruption still cuts it short). A graceful
-// restart, a failover or a wipe cut halfway leaves a server stopped and a result
-// that only says the fault "did not take effect", although it did: a
-// RabbitMQ restart at 2s of a 16s run took longer than the run on a
-// loaded CI machine.
+// restart, a failover or a wipe cut halfway leaves a server stopped and
+// a result that only says the fault "did not take effect", although it
+// did: a RabbitMQ restart at 2s of a 16s run took longer than the run on
+// a loaded CI machine.
 func (k Kind) finishesOnceBegun() bool { return k == Restart || k == Failover || k == Wipe }
 
 // ParseKind checks a kind name and lists the valid ones if wrong.

@@ -278,11 +278,11 @@ func runLanes(t *testing.T, all []scenarios.Scenario, run func(*testing.T, *pipe
 	for _, servers := range lanes() {
 		wg.Go(func() {
 			for s, own, ok := w.any(); ok; s, own, ok = w.any() {
+				on := servers
 				if own {
-					t.Run(s.Name, func(t *testing.T) { run(t, nil, s) })
-				} else {
-					t.Run(s.Name, func(t *testing.T) { run(t, servers, s) })
+					on = nil
 				}
+				t.Run(s.Name, func(t *testing.T) { run(t, on, s) })
 			}
 		})
 	}
@@ -316,11 +316,7 @@ func matrixPlan(t *testing.T, all []scenarios.Scenario) *matrixWork {
 	w := &matrixWork{}
 	ends := map[string]time.Duration{}
 	for _, s := range all {
-		s.Seed = 1 // any: only the servers it asks for matter here
-		spec, err := FromScenario(s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		spec := planSpec(t, s)
 		if spec.Nodes != nil || spec.Standby != "" {
 			w.replicatedLeft = append(w.replicatedLeft, s)
 			ends[s.Name] = spec.Schedule.End()
@@ -330,6 +326,18 @@ func matrixPlan(t *testing.T, all []scenarios.Scenario) *matrixWork {
 	}
 	slices.SortStableFunc(w.replicatedLeft, func(a, b scenarios.Scenario) int { return cmp.Compare(ends[b.Name], ends[a.Name]) })
 	return w
+}
+
+// planSpec is s's spec as the lanes are planned from it: the servers it
+// asks for and its schedule, at any seed.
+func planSpec(t *testing.T, s scenarios.Scenario) Spec {
+	t.Helper()
+	s.Seed = 1
+	spec, err := FromScenario(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }
 
 // replicated takes the longest replicated scenario left.
@@ -569,14 +577,7 @@ func TestMatrixPlan(t *testing.T) {
 			t.Errorf("%s taken %d times", s.Name, seen[s.Name])
 		}
 	}
-	end := func(s scenarios.Scenario) time.Duration {
-		s.Seed = 1
-		spec, err := FromScenario(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return spec.Schedule.End()
-	}
+	end := func(s scenarios.Scenario) time.Duration { return planSpec(t, s).Schedule.End() }
 	if end(first) < end(last) {
 		t.Errorf("replicated %s (ends at %s) taken before %s (ends at %s)", first.Name, end(first), last.Name, end(last))
 	}
