@@ -32,7 +32,8 @@ const (
 // it was in place but never bit (info with the error if the heal failed;
 // heal may be called again). A fault that cannot be injected is recorded
 // as fail with the error, and whatever part of it took effect (say, one
-// of three paused workers) is undone. A kill, pause or restart of a
+// of three paused workers) is undone; so is one that never began because
+// ctx ended while an earlier fault on the same server held it. A kill, pause or restart of a
 // server whose runtime lacks that ability ([cluster.Killer],
 // [cluster.Pauser], [cluster.Restarter]) cannot be injected; its error is
 // a [*cluster.UnsupportedError], and [Schedule.Check] finds such steps
@@ -138,6 +139,15 @@ func (e *Env) inject(ctx context.Context, f Fault, detail, reason string) (*acti
 		// invoke is recorded) once the one before it is done.
 		unlock, err := e.lockService(ctx, name)
 		if err != nil {
+			// Never begun, and recorded all the same: a step whose
+			// window ended while the fault before it on this server
+			// (a slow restart) still held it is a scheduled fault
+			// that did not take effect, not a step nobody sees.
+			v := history.Value{Fault: string(f.Kind), Target: e.recordedTarget(f), Detail: detail, Reason: reason}
+			e.record(history.Invoke, history.Fault, v)
+			v.Error = "not injected: " + err.Error()
+			e.record(history.Fail, history.Fault, v)
+			e.log().Warn("fault not injected", "fault", detail, "err", err)
 			return nil, fmt.Errorf("nemesis: %s: %w", f, err)
 		}
 		defer unlock()
