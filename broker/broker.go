@@ -175,6 +175,19 @@ type Publisher interface {
 	Close() error
 }
 
+// Holder is a Publisher that can hold events it has already reported
+// published without having sent them yet: a fire-and-forget client's
+// buffer (Kafka acks=0), while the broker is unreachable. Until Held is
+// 0 those events may still reach the broker, so a relay whose publisher
+// holds any is not idle, however empty its outbox: a drain that ended
+// on its word would stop the consumers before the events arrived and
+// call them undelivered.
+type Holder interface {
+	// Held counts the events handed to the client and not yet sent or
+	// failed.
+	Held() int64
+}
+
 // Delivery is one event as a subscription received it.
 type Delivery struct {
 	Event

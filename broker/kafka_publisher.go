@@ -220,6 +220,12 @@ func (p *KafkaPublisher) Publish(ctx context.Context, evs []Event) []error {
 	return errs
 }
 
+// Held implements Holder: the records in the client's buffer, sent to
+// no broker yet (or, acks=all, sent and not answered). An unconfirmed
+// publisher's records stay there while no broker is reachable, until
+// they are sent or their delivery timeout fails them.
+func (p *KafkaPublisher) Held() int64 { return p.cl.BufferedProduceRecords() }
+
 // record renders e as a Kafka record: key = aggregate id, value = payload,
 // identity in headers (sorted, so equal events give equal records), then
 // its Extra headers (sorted too; Kafka keeps header values as bytes, so

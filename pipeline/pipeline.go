@@ -781,7 +781,8 @@ func (r *Deployment) teamProgress(ctx context.Context, p *progress) error {
 }
 
 // Drain waits until the pipeline is quiescent: every relay has polled and
-// found nothing left to publish (by its own logic), nothing is left in the
+// found nothing left to publish (by its own logic) and its client holds
+// nothing it has not sent (broker.Holder), nothing is left in the
 // broker for any subscription, and nothing progressed (publishes, effects,
 // inbox marks, dead letters) for the Quiet window; or until DrainTimeout.
 // A team's relay cannot say it is idle, so with one the drain is complete

@@ -397,11 +397,12 @@ func (r *Relay) publish(ctx context.Context, batch []row) ([]int64, error) {
 }
 
 // noteIdle ends the transaction of a poll that found nothing with commit,
-// recording in it first, at most every 100ms, that the relay was idle.
+// recording in it first, at most every 100ms, that the relay was idle:
+// unless its publisher still holds events it said were published.
 func (r *Relay) noteIdle(ctx context.Context, ex interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 }, commit func(context.Context) error) error {
-	due := r.cfg.Name != "" && time.Since(r.lastIdle) >= 100*time.Millisecond
+	due := r.cfg.Name != "" && time.Since(r.lastIdle) >= 100*time.Millisecond && r.held() == 0
 	if due {
 		if _, err := ex.Exec(ctx, `INSERT INTO relay_idle (process, polled_at) VALUES ($1, now())
 			ON CONFLICT (process) DO UPDATE SET polled_at = now()`, r.cfg.Name); err != nil {
@@ -415,6 +416,16 @@ func (r *Relay) noteIdle(ctx context.Context, ex interface {
 		r.lastIdle = time.Now()
 	}
 	return nil
+}
+
+// held counts the events the relay has recorded published that its
+// publisher still holds unsent (broker.Holder): while there are any,
+// the relay is not idle.
+func (r *Relay) held() int64 {
+	if h, ok := r.pub.(broker.Holder); ok {
+		return h.Held()
+	}
+	return 0
 }
 
 // attempt returns the event as publish attempt n of ev sends it, and the
