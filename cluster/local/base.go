@@ -86,6 +86,12 @@ func (b *base) running() (*process.Group, error) {
 }
 
 // launch starts the server process and records it as the running one.
+// A server that runs already is returned as it is, for the caller to wait
+// until it is ready: an earlier Start cut short by its context (a
+// nemesis heal at the end of a run's window) leaves it booting, and the
+// final heal's Start must finish that start, not fail on it. Seen in CI:
+// a RabbitMQ node killed for 6s of a 10s window, its heal cut at the
+// window's end, and the final heal's Start refused ("already running").
 func (b *base) launch(spec process.Spec) (*process.Group, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -93,7 +99,8 @@ func (b *base) launch(spec process.Spec) (*process.Group, error) {
 		return nil, fmt.Errorf("%s: closed", b.name)
 	}
 	if b.p != nil && !b.p.Exited() {
-		return nil, fmt.Errorf("%s: already running (pid %d)", b.name, b.p.PGID())
+		b.log.Info("already started; waiting until it is ready", "pid", b.p.PGID())
+		return b.p, nil
 	}
 	p, err := process.Start(spec, b.g)
 	if err != nil {

@@ -80,6 +80,27 @@ func TestPostgres(t *testing.T) {
 		}
 	})
 
+	t.Run("a start cut short is finished by the next", func(t *testing.T) {
+		// A nemesis heal whose window ends while the server boots
+		// leaves it booting; the final heal's Start must finish that
+		// start, not refuse it as already running.
+		if err := pg.Kill(ctx); err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := pg.Start(short); err == nil {
+			t.Fatal("a start with its context ended said the server was ready")
+		}
+		if err := pg.Start(ctx); err != nil {
+			t.Fatalf("the start after one cut short: %v", err)
+		}
+		c := pgConnect(t, ctx, pg.DSN(pg.Endpoint()))
+		if _, err := c.Exec(ctx, "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("pause makes a call time out, resume heals the same client", func(t *testing.T) {
 		c := pgConnect(t, ctx, pg.DSN(pg.Endpoint()))
 		if err := pg.Pause(ctx); err != nil {
