@@ -33,7 +33,8 @@ const (
 // heal may be called again). A fault that cannot be injected is recorded
 // as fail with the error, and whatever part of it took effect (say, one
 // of three paused workers) is undone; so is one that never began because
-// ctx ended while an earlier fault on the same server held it. A kill, pause or restart of a
+// an earlier fault on the same server held it for longer than
+// Env.HealTimeout, or until ctx ended. A kill, pause or restart of a
 // server whose runtime lacks that ability ([cluster.Killer],
 // [cluster.Pauser], [cluster.Restarter]) cannot be injected; its error is
 // a [*cluster.UnsupportedError], and [Schedule.Check] finds such steps
@@ -137,12 +138,16 @@ func (e *Env) inject(ctx context.Context, f Fault, detail, reason string) (*acti
 	if name := e.serviceTarget(f); name != "" {
 		// One thing at a time to a server: the fault starts (and its
 		// invoke is recorded) once the one before it is done.
-		unlock, err := e.lockService(ctx, name)
+		// As long as a heal may take: the fault before it is
+		// mostly a restart healing an earlier kill.
+		lctx, cancel := context.WithTimeout(ctx, e.healTimeout())
+		unlock, err := e.lockService(lctx, name)
+		cancel()
 		if err != nil {
 			// Never begun, and recorded all the same: a step whose
-			// window ended while the fault before it on this server
-			// (a slow restart) still held it is a scheduled fault
-			// that did not take effect, not a step nobody sees.
+			// server the fault before it held too long (a restart
+			// that never came back) is a scheduled fault that did
+			// not take effect, not a step nobody sees.
 			v := history.Value{Fault: string(f.Kind), Target: e.recordedTarget(f), Detail: detail, Reason: reason}
 			e.record(history.Invoke, history.Fault, v)
 			v.Error = "not injected: " + err.Error()

@@ -112,10 +112,27 @@ func (s Schedule) Check(env *Env) error {
 // returns every injection and heal error, joined; a fault that could not
 // be injected does not stop the others. A fault that was in place but
 // never bit is no error of Run's: its fail completion says so.
-func (s Schedule) Run(ctx context.Context, env *Env) error {
+func (s Schedule) Run(ctx context.Context, env *Env) error { return s.RunWithin(ctx, env, 0) }
+
+// RunWithin is Run with the run's window apart from ctx: no step starts
+// after window (from the call) and an armed failpoint waits no longer,
+// but a step whose time came within it is carried out whole, even past
+// it: its wait for the fault before it on the same server (a restart
+// that heals an earlier kill, slow on a loaded machine), its injection
+// and its heal, each bounded by env.HealTimeout. So a schedule is done
+// as written however slowly its servers come back, and its caller keeps
+// the workload running until RunWithin returns. Cancelling ctx still
+// cuts everything short. A window of 0 is ctx's own end.
+func (s Schedule) RunWithin(ctx context.Context, env *Env, window time.Duration) error {
 	env.record(history.OK, history.Fault, history.Value{Fault: "schedule", Detail: s.String()})
 	env.log().Info("nemesis schedule", "schedule", s.String())
 	start := time.Now()
+	wctx := ctx // the window: when steps may start, how long failpoints wait
+	if window > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadline(ctx, start.Add(window))
+		defer cancel()
+	}
 	var mu sync.Mutex
 	var errs []error
 	fail := func(err error) {
@@ -130,7 +147,7 @@ func (s Schedule) Run(ctx context.Context, env *Env) error {
 	var wg sync.WaitGroup
 	for _, st := range s.Steps {
 		wg.Go(func() {
-			if !waitUntil(ctx, start.Add(st.At)) {
+			if !waitUntil(wctx, start.Add(st.At)) {
 				return
 			}
 			ictx := ctx
@@ -147,7 +164,7 @@ func (s Schedule) Run(ctx context.Context, env *Env) error {
 			if st.Fault.Kind.runsItsWindow() {
 				// Done: its window was its deadline.
 			} else if st.For == 0 && a.settle != nil {
-				a.settle(ctx)
+				a.settle(wctx)
 				if ctx.Err() != nil {
 					return // healed, and judged, by the final HealAll
 				}

@@ -195,9 +195,13 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 
 	env := nemesis.Env{Cluster: cl, Workers: r.Supervisor(), Recorder: r.Recorder(), Broker: cfg.Broker, Log: log, Leader: r.Leader, Rejoined: r.Redeclare, Replace: r.ReplaceProcessor, Intrude: r.Intrude,
 		Redrive: r.Redrive, DeployFix: r.DeployFix, PurgeDLQ: r.PurgeDLQ, Join: r.Join, Leave: r.Leave}
-	wctx, cancel := context.WithTimeout(ctx, spec.Duration)
+	// The workload runs for spec.Duration, and past it until the
+	// nemesis has carried out every step whose time came within it: a
+	// step that waits for its server to come back from the step before
+	// (a restart slow under load) starts late rather than never.
+	wctx, cancel := context.WithCancel(ctx)
 	nemDone := make(chan error, 1)
-	go func() { nemDone <- spec.Schedule.Run(wctx, &env) }()
+	go func() { nemDone <- spec.Schedule.RunWithin(ctx, &env, spec.Duration) }()
 	// The leaders of replicated services, for the report's node time
 	// line, while the workload and the nemesis run.
 	leadersDone := make(chan struct{})
@@ -205,9 +209,14 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	// Consumer lag, sampled until the drain ends (it stops the sampler).
 	r.StartLagSampler(ctx, lagSampling)
 	stopStatus := startStatus(wctx, opts, r, &env)
-	<-wctx.Done()
-	cancel()
+	window := time.NewTimer(spec.Duration)
+	select {
+	case <-window.C:
+	case <-ctx.Done():
+	}
+	window.Stop()
 	nemErr := <-nemDone
+	cancel()
 	<-leadersDone
 	stopStatus()
 	if nemErr != nil && !errors.Is(nemErr, context.Canceled) && !errors.Is(nemErr, context.DeadlineExceeded) {

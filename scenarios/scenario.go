@@ -539,7 +539,9 @@ type Workload struct {
 	// faults run meanwhile, then everything heals and the run drains. A
 	// timeline that ends at or after it makes producers run until a
 	// second after its last fault heals, and the run says so at start.
-	// `run --duration` overrides.
+	// A step that must wait for its server to come back from the step
+	// before it (a restart slow on a loaded machine) starts late, and
+	// producers run on until it has healed. `run --duration` overrides.
 	Duration time.Duration `yaml:"duration" range:">0"`
 	// Producers is the number of producers, overriding the default 2; each
 	// is its own history process with its own connection.
