@@ -19,6 +19,7 @@ import (
 
 	"github.com/deliverycheck/deliverycheck/checker"
 	"github.com/deliverycheck/deliverycheck/cluster"
+	"github.com/deliverycheck/deliverycheck/internal/backoff"
 	"github.com/deliverycheck/deliverycheck/nemesis"
 	"github.com/deliverycheck/deliverycheck/pipeline"
 	"github.com/deliverycheck/deliverycheck/reports"
@@ -199,22 +200,17 @@ func Run(ctx context.Context, spec Spec, opts Options) (*Outcome, error) {
 	// nemesis has carried out every step whose time came within it: a
 	// step that waits for its server to come back from the step before
 	// (a restart slow under load) starts late rather than never.
-	wctx, cancel := context.WithCancel(ctx)
+	live, cancel := context.WithCancel(ctx)
 	nemDone := make(chan error, 1)
 	go func() { nemDone <- spec.Schedule.RunWithin(ctx, &env, spec.Duration) }()
 	// The leaders of replicated services, for the report's node time
 	// line, while the workload and the nemesis run.
 	leadersDone := make(chan struct{})
-	go func() { defer close(leadersDone); r.SampleLeaders(wctx, leaderSampling) }()
+	go func() { defer close(leadersDone); r.SampleLeaders(live, leaderSampling) }()
 	// Consumer lag, sampled until the drain ends (it stops the sampler).
 	r.StartLagSampler(ctx, lagSampling)
-	stopStatus := startStatus(wctx, opts, r, &env)
-	window := time.NewTimer(spec.Duration)
-	select {
-	case <-window.C:
-	case <-ctx.Done():
-	}
-	window.Stop()
+	stopStatus := startStatus(live, opts, r, &env)
+	_ = backoff.Sleep(ctx, spec.Duration) // interrupted: checked below
 	nemErr := <-nemDone
 	cancel()
 	<-leadersDone
