@@ -135,11 +135,19 @@ func (f Fault) Inject(ctx context.Context, env *Env) (heal func(context.Context)
 // inject is Inject with the detail to record (a schedule passes the step)
 // and the reason its ops carry ("random" for a random schedule's step).
 func (e *Env) inject(ctx context.Context, f Fault, detail, reason string) (*activeFault, error) {
+	v := history.Value{Fault: string(f.Kind), Target: e.recordedTarget(f), Detail: detail, Reason: reason}
+	// notInjected completes the invoke of v with a fail saying why.
+	notInjected := func(why string, err error) (*activeFault, error) {
+		v.Error = why
+		e.record(history.Fail, history.Fault, v)
+		e.log().Warn("fault not injected", "fault", v.Detail, "err", err)
+		return nil, fmt.Errorf("nemesis: %s: %w", f, err)
+	}
 	if name := e.serviceTarget(f); name != "" {
 		// One thing at a time to a server: the fault starts (and its
-		// invoke is recorded) once the one before it is done.
-		// As long as a heal may take: the fault before it is
-		// mostly a restart healing an earlier kill.
+		// invoke is recorded) once the one before it is done, waiting
+		// as long as a heal may take: the fault before it is mostly a
+		// restart healing an earlier kill.
 		lctx, cancel := context.WithTimeout(ctx, e.healTimeout())
 		unlock, err := e.lockService(lctx, name)
 		cancel()
@@ -148,21 +156,16 @@ func (e *Env) inject(ctx context.Context, f Fault, detail, reason string) (*acti
 			// server the fault before it held too long (a restart
 			// that never came back) is a scheduled fault that did
 			// not take effect, not a step nobody sees.
-			v := history.Value{Fault: string(f.Kind), Target: e.recordedTarget(f), Detail: detail, Reason: reason}
 			e.record(history.Invoke, history.Fault, v)
-			v.Error = "not injected: " + err.Error()
-			e.record(history.Fail, history.Fault, v)
-			e.log().Warn("fault not injected", "fault", detail, "err", err)
-			return nil, fmt.Errorf("nemesis: %s: %w", f, err)
+			return notInjected("not injected: "+err.Error(), err)
 		}
 		defer unlock()
 	}
 	if note := e.cleanRestartNote(f); note != "" {
-		detail += " " + note
+		v.Detail += " " + note
 	}
-	v := history.Value{Fault: string(f.Kind), Target: e.recordedTarget(f), Detail: detail, Reason: reason}
 	e.record(history.Invoke, history.Fault, v)
-	a := &activeFault{ActiveFault: ActiveFault{Fault: f, Detail: detail, Since: time.Now()}, reason: reason}
+	a := &activeFault{ActiveFault: ActiveFault{Fault: f, Detail: v.Detail, Since: time.Now()}, reason: reason}
 	if f.Kind.finishesOnceBegun() {
 		var cancel context.CancelFunc
 		ctx, cancel = operationContext(ctx, e.healTimeout())
@@ -170,14 +173,11 @@ func (e *Env) inject(ctx context.Context, f Fault, detail, reason string) (*acti
 	}
 	eff, err := e.do(ctx, f)
 	if err != nil {
-		v.Error = err.Error()
-		e.record(history.Fail, history.Fault, v)
-		e.log().Warn("fault not injected", "fault", detail, "err", err)
-		return nil, fmt.Errorf("nemesis: %s: %w", f, err)
+		return notInjected(err.Error(), err)
 	}
 	a.effect = eff
 	e.track(a)
-	e.log().Info("fault", "fault", detail)
+	e.log().Info("fault", "fault", v.Detail)
 	return a, nil
 }
 

@@ -1,15 +1,14 @@
-package nemesis
+package nemesis_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/deliverycheck/deliverycheck/history"
+	"github.com/deliverycheck/deliverycheck/nemesis"
 )
 
 // A step whose time comes within the run's window while an earlier fault
@@ -32,10 +31,9 @@ func TestStepWaitsForItsServerPastTheWindow(t *testing.T) {
 		{"held past the heal timeout", 0, "not injected: waiting for another fault on kafka"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var mu sync.Mutex
-			var buf bytes.Buffer
-			env := &Env{Log: slog.New(slog.DiscardHandler), Recorder: history.NewWriterRecorder(lockedWriter{&mu, &buf}, "nemesis", time.Now()), HealTimeout: time.Second}
-			unlock, err := env.lockService(context.Background(), "kafka") // the slow restart
+			buf := &syncBuffer{}
+			env := &nemesis.Env{Log: slog.New(slog.DiscardHandler), Recorder: history.NewWriterRecorder(buf, "nemesis", time.Now()), HealTimeout: time.Second}
+			unlock, err := env.LockService(context.Background(), "kafka") // the slow restart
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,21 +42,15 @@ func TestStepWaitsForItsServerPastTheWindow(t *testing.T) {
 			} else {
 				defer unlock()
 			}
-			st, err := ParseStep("at 0s: kill kafka for 1s")
+			st, err := nemesis.ParseStep("at 0s: kill kafka for 1s")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := Fixed(st).RunWithin(context.Background(), env, 100*time.Millisecond); err == nil {
+			if err := nemesis.Fixed(st).RunWithin(context.Background(), env, 100*time.Millisecond); err == nil {
 				t.Error("the kill failed, and Run returned no error")
 			}
-			mu.Lock()
-			h, _, err := history.Read(bytes.NewReader(buf.Bytes()), "nemesis")
-			mu.Unlock()
-			if err != nil {
-				t.Fatal(err)
-			}
 			var got []string
-			for _, op := range h {
+			for _, op := range buf.history(t) {
 				if op.F != history.Fault || op.Value.Fault != "kill" {
 					continue
 				}
@@ -79,16 +71,4 @@ func TestStepWaitsForItsServerPastTheWindow(t *testing.T) {
 			}
 		})
 	}
-}
-
-// lockedWriter lets the recorder write while the test reads.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
